@@ -1,0 +1,169 @@
+"""create_app(config): routes, lifespan that loads the model, /health /ready /metrics /v1/models."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+from collections.abc import AsyncIterator, Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from starlette.applications import Starlette
+from starlette.requests import Request
+from starlette.responses import JSONResponse, Response
+from starlette.routing import Route, WebSocketRoute
+from starlette.websockets import WebSocket
+
+from models.backend import Backend
+from models.engine import Engine
+from models.sampling import SamplingParams
+from models.scheduler import SchedulerConfig
+
+from .config import Config
+from .connection import CLOSE_POLICY, CLOSE_TRY_AGAIN, Connection
+from .metrics import Metrics
+from .security import check_origin, ws_api_key_ok
+from .session import SessionDefaults
+
+log = logging.getLogger("stream_omni.app")
+
+
+@dataclass
+class Services:
+    """Everything a connection needs, built once per app."""
+
+    config: Config
+    backend: Backend
+    engine: Engine
+    metrics: Metrics = field(default_factory=Metrics)
+    drafter_factory: Callable[[], tuple[Any, Any]] | None = None  # → (drafter, verifier) per response
+    started: float = field(default_factory=time.time)
+    sessions: int = 0
+
+    @property
+    def session_defaults(self) -> SessionDefaults:
+        c = self.config
+        return SessionDefaults(
+            model=self.backend.name,
+            instructions=c.session.instructions,
+            temperature=c.session.temperature,
+            top_p=c.session.top_p,
+            max_output_tokens=c.session.max_output_tokens,
+            scheduler={},
+        )
+
+    def sampling(self, opts: dict[str, Any]) -> SamplingParams:
+        return SamplingParams(
+            temperature=float(opts.get("temperature") or 0.0),
+            top_p=float(opts.get("top_p") or 1.0),
+            seed=opts.get("seed"),
+            max_tokens=int(opts.get("max_tokens") or self.config.session.max_output_tokens),
+        )
+
+    def scheduler_config(self, opts: dict[str, Any]) -> SchedulerConfig:
+        d = self.config.scheduler.model_dump(exclude_none=True)
+        d.update({k: v for k, v in opts.items() if v is not None})
+        strategy = d.pop("strategy", "balanced")
+        if "lookahead_tokens" not in d and self.drafter_factory is None:
+            d["lookahead_tokens"] = 0
+        return SchedulerConfig.for_strategy(strategy, **d)
+
+    def drafting(self) -> tuple[Any, Any]:
+        return self.drafter_factory() if self.drafter_factory else (None, None)
+
+    def engine_has_room(self) -> bool:
+        running, waiting = self.engine.depth
+        return running < self.engine.max_running or waiting < self.engine.max_waiting
+
+
+def create_app(config: Config, backend_loader: Callable[[Config], Backend] | None = None) -> Starlette:
+    """The ASGI app. ``backend_loader`` defaults to the configured backend (see models/)."""
+    state: dict[str, Services] = {}
+
+    def svc() -> Services:
+        return state["svc"]
+
+    @contextlib.asynccontextmanager
+    async def lifespan(app: Starlette) -> AsyncIterator[None]:
+        loader = backend_loader or default_loader
+        backend = await asyncio.to_thread(loader, config)
+        engine = Engine(config.engine.max_running, config.engine.max_waiting)
+        state["svc"] = Services(config=config, backend=backend, engine=engine)
+        app.state.services = state["svc"]
+        try:
+            yield
+        finally:
+            engine.close()
+
+    async def health(request: Request) -> Response:
+        return JSONResponse({"status": "ok"})
+
+    async def ready(request: Request) -> Response:
+        if "svc" not in state:
+            return JSONResponse({"status": "loading"}, status_code=503)
+        return JSONResponse({"status": "ready", "model": svc().backend.name})
+
+    async def models(request: Request) -> Response:
+        s = svc()
+        return JSONResponse(
+            {
+                "object": "list",
+                "data": [{"id": s.backend.name, "object": "model", "created": int(s.started), "owned_by": "stream-omni"}],
+            }
+        )
+
+    async def metrics(request: Request) -> Response:
+        s = svc()
+        running, waiting = s.engine.depth
+        return Response(s.metrics.render(running, waiting), media_type="text/plain; version=0.0.4")
+
+    async def realtime(ws: WebSocket) -> None:
+        s = svc()
+        if not check_origin(ws, config.server):
+            await ws.close(CLOSE_POLICY)  # before accept: the client sees HTTP 403
+            return
+        subprotocol = ws_api_key_ok(ws, config.server.api_keys)
+        if subprotocol is False:
+            await ws.accept()
+            await ws.close(CLOSE_POLICY, "invalid or missing API key")
+            return
+        if s.sessions >= config.limits.max_sessions:
+            await ws.accept(subprotocol=subprotocol or None)
+            await ws.close(CLOSE_TRY_AGAIN, "too many sessions")
+            return
+        await ws.accept(subprotocol=subprotocol or None)
+        s.sessions += 1
+        s.metrics.sessions.inc()
+        try:
+            await Connection(ws, s).run()
+        finally:
+            s.sessions -= 1
+            s.metrics.sessions.dec()
+
+    routes = [
+        Route("/health", health),
+        Route("/ready", ready),
+        Route("/v1/models", models),
+        Route("/metrics", metrics),
+        WebSocketRoute("/v1/realtime", realtime),
+    ]
+    return Starlette(routes=routes, lifespan=lifespan)
+
+
+def default_loader(config: Config) -> Backend:
+    from models.llm import LLMConfig, load_backend
+
+    m = config.model
+    return load_backend(
+        LLMConfig(
+            model=m.model,
+            gguf_file=m.gguf_file,
+            dtype=m.dtype,
+            device=m.device,
+            threads=m.threads,
+            max_context=m.max_context,
+            served_name=m.served_name,
+        )
+    )

@@ -1,0 +1,98 @@
+"""`stream-omni serve|bench` — the command line."""
+
+from __future__ import annotations
+
+import argparse
+import ipaddress
+import logging
+import os
+import sys
+
+LOOPBACK_NAMES = {"localhost", "127.0.0.1", "::1"}
+
+
+def is_loopback(host: str) -> bool:
+    if host in LOOPBACK_NAMES:
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
+
+
+def uvicorn_config_kwargs(config: object) -> dict[str, object]:
+    """uvicorn settings every entry point shares (tests use them too)."""
+    limits = config.limits  # type: ignore[attr-defined]
+    return {
+        "ws_max_size": limits.max_text_frame_bytes,  # bigger frames close with 1009
+        "ws_per_message_deflate": False,  # audio/images do not compress; deflate costs CPU and memory
+        "ws_ping_interval": 20.0,
+        "ws_ping_timeout": 20.0,
+        "log_level": "info",
+        "access_log": False,  # never log request lines with query strings (resume tokens)
+    }
+
+
+def serve(args: argparse.Namespace) -> int:
+    os.environ.setdefault("HF_HUB_OFFLINE", "1")  # the embedded default never needs a hub
+    import uvicorn
+
+    from models.llm import ModelLoadError
+
+    from .app import create_app, default_loader
+    from .config import ConfigError, load_config
+
+    try:
+        config = load_config(args.config, **{"server.host": args.host, "server.port": args.port})
+    except ConfigError as exc:
+        print(f"stream-omni: {exc}", file=sys.stderr)
+        return 2
+    s = config.server
+    if not s.api_keys and not is_loopback(s.host) and not s.allow_remote_without_keys:
+        print(
+            f"stream-omni: refusing to listen on {s.host} with no API keys; set server.api_keys "
+            "(or server.allow_remote_without_keys: true) to expose the gateway",
+            file=sys.stderr,
+        )
+        return 2
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    print(f"stream-omni: loading model {config.model.model!r} ({config.model.backend}) …", file=sys.stderr)
+    try:
+        backend = default_loader(config)
+    except ModelLoadError as exc:
+        print(f"stream-omni: {exc}", file=sys.stderr)
+        return 1
+    auth = "API keys required" if s.api_keys else "no API keys: loopback only"
+    print(f"stream-omni: serving {backend.name} on http://{s.host}:{s.port} ({auth})", file=sys.stderr)
+    app = create_app(config, backend_loader=lambda _cfg: backend)
+    uvicorn.run(app, host=s.host, port=s.port, **uvicorn_config_kwargs(config))  # type: ignore[arg-type]
+    return 0
+
+
+def bench(args: argparse.Namespace) -> int:
+    import runpy
+
+    module = {"decode": "bench.decode"}.get(args.what, f"bench.{args.what}")
+    sys.argv = [module, *args.rest]
+    runpy.run_module(module, run_name="__main__")
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="stream-omni", description="Real-time multimodal chat gateway")
+    sub = parser.add_subparsers(dest="command", required=True)
+    p_serve = sub.add_parser("serve", help="run the gateway")
+    p_serve.add_argument("--config", default=None, help="YAML config (default: the embedded default)")
+    p_serve.add_argument("--host", default=None, help="bind address (default 127.0.0.1)")
+    p_serve.add_argument("--port", type=int, default=None, help="TCP port (default 8000)")
+    p_serve.set_defaults(func=serve)
+    p_bench = sub.add_parser("bench", help="run a benchmark (decode, …); writes bench/results/")
+    p_bench.add_argument("what", help="decode | scheduler | asr | image | llama")
+    p_bench.add_argument("rest", nargs=argparse.REMAINDER)
+    p_bench.set_defaults(func=bench)
+    args = parser.parse_args(argv)
+    return int(args.func(args))
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

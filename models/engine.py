@@ -1,0 +1,180 @@
+"""One worker thread that owns the model and advances every running response one step at a time.
+
+Jobs from many sessions are interleaved round-robin at decode-step granularity, so every
+session progresses and any of them stops within one step of a cancel. Past ``max_running``
+jobs wait in FIFO order; past ``max_waiting`` ``submit`` raises ``EngineBusy`` at once.
+
+Sync model code meets asyncio in exactly one place: ``AsyncSink`` hands each event to the
+event loop with ``call_soon_threadsafe``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import logging
+import threading
+import traceback
+from collections import deque
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from .decode import DecodeJob, Done, JobEvents
+
+log = logging.getLogger("stream_omni.engine")
+
+
+class EngineBusy(Exception):
+    """The wait queue is full."""
+
+
+@dataclass(eq=False)
+class Handle:
+    """A submitted job. ``cancel()`` is safe from any thread and idempotent."""
+
+    job: Any  # DecodeJob or anything with step()/cancel()/finished/state
+    sink: Callable[[JobEvents], None]
+    id: int = 0
+    cancelled: threading.Event = field(default_factory=threading.Event)
+
+    def cancel(self) -> None:
+        self.cancelled.set()
+
+
+class Engine:
+    def __init__(self, max_running: int = 4, max_waiting: int = 16, name: str = "engine"):
+        self.max_running = max_running  # jobs interleaved step by step
+        self.max_waiting = max_waiting  # jobs queued behind them before EngineBusy
+        self._running: list[Handle] = []
+        self._waiting: deque[Handle] = deque()
+        self._cv = threading.Condition()
+        self._ids = itertools.count(1)
+        self._stop = False
+        self._thread = threading.Thread(target=self._loop, name=name, daemon=True)
+        self._thread.start()
+
+    # ------------------------------------------------------------------ any thread
+
+    def submit(self, job: Any, sink: Callable[[JobEvents], None]) -> Handle:
+        with self._cv:
+            if self._stop:
+                raise EngineBusy("engine is shutting down")
+            if len(self._running) >= self.max_running and len(self._waiting) >= self.max_waiting:
+                raise EngineBusy("too many responses queued")
+            handle = Handle(job, sink, next(self._ids))
+            self._waiting.append(handle)
+            self._cv.notify()
+        return handle
+
+    def call(self, fn: Callable[[], Any]) -> Any:
+        """Run ``fn`` on the worker thread between steps (blocking the caller)."""
+        box: dict[str, Any] = {}
+        done = threading.Event()
+
+        class _Once:
+            finished = False
+            state = None
+
+            def step(self_inner) -> JobEvents:
+                try:
+                    box["v"] = fn()
+                except BaseException as exc:  # re-raised in the caller's thread
+                    box["e"] = exc
+                self_inner.finished = True
+                done.set()
+                return JobEvents()
+
+            def cancel(self_inner) -> JobEvents:
+                return JobEvents()
+
+        with self._cv:
+            self._waiting.appendleft(Handle(_Once(), lambda ev: None, next(self._ids)))
+            self._cv.notify()
+        done.wait()
+        if "e" in box:
+            raise box["e"]
+        return box.get("v")
+
+    @property
+    def depth(self) -> tuple[int, int]:
+        """(running, waiting)."""
+        with self._cv:
+            return len(self._running), len(self._waiting)
+
+    def close(self, timeout: float = 5.0) -> None:
+        with self._cv:
+            self._stop = True
+            for h in [*self._running, *self._waiting]:
+                h.cancel()
+            self._cv.notify()
+        self._thread.join(timeout)
+
+    # ------------------------------------------------------------------ worker thread
+
+    def _admit(self) -> None:
+        while self._waiting and len(self._running) < self.max_running:
+            h = self._waiting.popleft()
+            state = getattr(h.job, "state", None)
+            if state is not None:  # one job per conversation cache: a newer one supersedes
+                for old in self._running:
+                    if getattr(old.job, "state", None) is state:
+                        old.cancel()
+            self._running.append(h)
+
+    def _loop(self) -> None:
+        rr = 0
+        while True:
+            with self._cv:
+                while not self._stop and not self._running and not self._waiting:
+                    self._cv.wait()
+                if self._stop and not self._running and not self._waiting:
+                    return
+                self._admit()
+                if not self._running:
+                    continue
+                # cancelled jobs leave first, before anything else touches their cache
+                for h in [h for h in self._running if h.cancelled.is_set()]:
+                    self._running.remove(h)
+                    self._deliver(h, h.job.cancel())
+                if not self._running:
+                    continue
+                rr %= len(self._running)
+                h = self._running[rr]
+            try:
+                events = h.job.step()
+            except Exception as exc:  # a model error ends this response only
+                log.error("decode step failed: %s", "".join(traceback.format_exception_only(exc)).strip())
+                h.job.finished = True
+                events = JobEvents(done=Done("error", {"error": type(exc).__name__}))
+            self._deliver(h, events)
+            with self._cv:
+                if h.job.finished and h in self._running:
+                    self._running.remove(h)
+                else:
+                    rr += 1
+
+    @staticmethod
+    def _deliver(h: Handle, events: JobEvents) -> None:
+        if events.chunks or events.done is not None:
+            try:
+                h.sink(events)
+            except Exception:  # a closed loop must not kill the worker
+                log.exception("event sink failed")
+
+
+class AsyncSink:
+    """Thread → asyncio: the one bridge. Events land in ``queue`` on the loop's thread."""
+
+    def __init__(self, loop: asyncio.AbstractEventLoop, queue: asyncio.Queue[Any], tag: Any = None):
+        self.loop = loop
+        self.queue = queue
+        self.tag = tag
+
+    def __call__(self, events: JobEvents) -> None:
+        if self.loop.is_closed():
+            return
+        self.loop.call_soon_threadsafe(self.queue.put_nowait, (self.tag, events))
+
+
+__all__ = ["AsyncSink", "DecodeJob", "Engine", "EngineBusy", "Handle"]

