@@ -110,7 +110,9 @@ def create_app(config: Config, backend_loader: Callable[[Config], Backend] | Non
         return JSONResponse(
             {
                 "object": "list",
-                "data": [{"id": s.backend.name, "object": "model", "created": int(s.started), "owned_by": "stream-omni"}],
+                "data": [
+                    {"id": s.backend.name, "object": "model", "created": int(s.started), "owned_by": "stream-omni"}
+                ],
             }
         )
 

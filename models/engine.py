@@ -67,35 +67,6 @@ class Engine:
             self._cv.notify()
         return handle
 
-    def call(self, fn: Callable[[], Any]) -> Any:
-        """Run ``fn`` on the worker thread between steps (blocking the caller)."""
-        box: dict[str, Any] = {}
-        done = threading.Event()
-
-        class _Once:
-            finished = False
-            state = None
-
-            def step(self_inner) -> JobEvents:
-                try:
-                    box["v"] = fn()
-                except BaseException as exc:  # re-raised in the caller's thread
-                    box["e"] = exc
-                self_inner.finished = True
-                done.set()
-                return JobEvents()
-
-            def cancel(self_inner) -> JobEvents:
-                return JobEvents()
-
-        with self._cv:
-            self._waiting.appendleft(Handle(_Once(), lambda ev: None, next(self._ids)))
-            self._cv.notify()
-        done.wait()
-        if "e" in box:
-            raise box["e"]
-        return box.get("v")
-
     @property
     def depth(self) -> tuple[int, int]:
         """(running, waiting)."""

@@ -228,8 +228,10 @@ class ChunkScheduler:
                     out.append(self._emit(best_pos, best_q))
                 elif last_word > 0:
                     out.append(self._emit(last_word, WORD))
-                else:  # one enormous "word": cut at the hold-back limit
-                    out.append(self._emit(limit, WORD))
+                elif pending_tokens >= max(4 * cfg.max_chunk_tokens, 64):
+                    out.append(self._emit(limit, WORD))  # a pathological "word" (URL, base64): bound it
+                else:
+                    return out  # wait for the word to end rather than split it
                 continue
             if pending_tokens >= lo and best_q >= need:
                 out.append(self._emit(best_pos, best_q))

@@ -1,5 +1,7 @@
 """A small test client over the real `websockets` library."""
 
+# ruff: noqa: ASYNC109  (a per-call timeout is the point of these helpers)
+
 from __future__ import annotations
 
 import asyncio

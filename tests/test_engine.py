@@ -1,0 +1,102 @@
+"""models.engine with fake jobs: round-robin, busy, cancel within one step, errors isolated."""
+
+from __future__ import annotations
+
+import threading
+import time
+
+import pytest
+
+from models.decode import Done, JobEvents
+from models.engine import Engine, EngineBusy
+from models.scheduler import Chunk
+
+
+class FakeJob:
+    def __init__(self, name: str, steps: int, log: list[str], delay: float = 0.0, fail_at: int = -1):
+        self.name, self.left, self.log, self.delay, self.fail_at = name, steps, log, delay, fail_at
+        self.finished = False
+        self.state = object()
+        self.n = 0
+
+    def step(self) -> JobEvents:
+        time.sleep(self.delay)
+        self.n += 1
+        if self.n == self.fail_at:
+            raise RuntimeError("boom")
+        self.log.append(self.name)
+        self.left -= 1
+        if self.left == 0:
+            self.finished = True
+            return JobEvents([Chunk(self.name, 1, 0)], Done("stop", {}))
+        return JobEvents([Chunk(self.name, 1, 0)])
+
+    def cancel(self) -> JobEvents:
+        self.finished = True
+        return JobEvents(done=Done("cancelled", {}))
+
+
+def collector():
+    got: list[JobEvents] = []
+    done = threading.Event()
+
+    def sink(ev: JobEvents) -> None:
+        got.append(ev)
+        if ev.done:
+            done.set()
+
+    return got, done, sink
+
+
+def test_jobs_interleave_step_by_step():
+    eng = Engine(max_running=2, max_waiting=4)
+    log: list[str] = []
+    _, da, sa = collector()
+    _, db, sb = collector()
+    eng.submit(FakeJob("a", 6, log, delay=0.01), sa)
+    eng.submit(FakeJob("b", 6, log, delay=0.01), sb)
+    assert da.wait(5) and db.wait(5)
+    eng.close()
+    # once both run they alternate: neither finishes all its steps before the other starts
+    assert log.index("b") < 3 and log.index("a") < 3
+    tail = log[log.index("b") :] if log[0] == "a" else log[log.index("a") :]
+    assert any(x != y for x, y in zip(tail, tail[1:], strict=False))
+    assert "".join(log).count("aaa") == 0 and "".join(log).count("bbb") == 0
+
+
+def test_busy_past_waiting_depth():
+    eng = Engine(max_running=1, max_waiting=1)
+    log: list[str] = []
+    eng.submit(FakeJob("a", 200, log, delay=0.01), collector()[2])
+    time.sleep(0.05)
+    eng.submit(FakeJob("b", 1, log), collector()[2])
+    with pytest.raises(EngineBusy):
+        eng.submit(FakeJob("c", 1, log), collector()[2])
+    eng.close()
+
+
+def test_cancel_stops_within_one_step():
+    eng = Engine()
+    log: list[str] = []
+    got, done, sink = collector()
+    job = FakeJob("a", 10_000, log, delay=0.005)
+    h = eng.submit(job, sink)
+    time.sleep(0.05)
+    h.cancel()
+    n_at_cancel = job.n
+    assert done.wait(2)
+    assert job.n - n_at_cancel <= 1
+    assert got[-1].done.reason == "cancelled"
+    eng.close()
+
+
+def test_a_failing_job_ends_only_itself():
+    eng = Engine(max_running=2)
+    log: list[str] = []
+    ga, da, sa = collector()
+    gb, db, sb = collector()
+    eng.submit(FakeJob("bad", 5, log, fail_at=2), sa)
+    eng.submit(FakeJob("good", 5, log), sb)
+    assert da.wait(5) and db.wait(5)
+    assert ga[-1].done.reason == "error" and gb[-1].done.reason == "stop"
+    eng.close()

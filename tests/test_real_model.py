@@ -1,0 +1,42 @@
+"""The embedded default (SmolLM2-135M-Instruct via transformers, bf16): real weights, offline."""
+
+from __future__ import annotations
+
+import pytest
+
+from tests.wsclient import RealtimeClient
+
+pytestmark = pytest.mark.real_model
+
+
+def test_embedded_model_loads_offline_with_chat_template(real_backend):
+    assert real_backend.name == "SmolLM2-135M-Instruct"
+    assert real_backend.has_chat_template
+    ids = real_backend.chat_tokens([{"role": "user", "content": "hi"}])
+    assert real_backend.decode(ids).rstrip().endswith("assistant")
+    assert real_backend.eos_ids
+
+
+async def test_real_model_answers_coherently_over_websocket(real_backend, server_factory):
+    with server_factory(real_backend) as addr:
+        c = await RealtimeClient.connect(addr, query="model=SmolLM2-135M-Instruct")
+        await c.until("session.created")
+        done = await c.ask("What is the capital of France? Answer in one sentence.", max_output_tokens=40)
+        text = c.text_of(done["response"]["id"])
+        assert done["response"]["status"] == "completed"
+        assert "Paris" in text
+        # second turn reuses the cache: only the new user message is prefilled
+        done2 = await c.ask("And of Italy?", max_output_tokens=40)
+        m = done2["response"]["metrics"]
+        assert m["cached_tokens"] > m["prompt_tokens"], m
+        assert "Rome" in c.text_of(done2["response"]["id"])
+        await c.close()
+
+
+def test_missing_model_is_one_clear_line(tmp_path):
+    from models.llm import LLMConfig, ModelLoadError, load_backend
+
+    with pytest.raises(ModelLoadError) as info:
+        load_backend(LLMConfig(model=str(tmp_path / "nope")))
+    msg = str(info.value)
+    assert "\n" not in msg and "nope" in msg and "Traceback" not in msg
