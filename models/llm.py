@@ -68,7 +68,6 @@ def resolve(cfg: LLMConfig) -> tuple[str, str | None, str]:
 class TransformersBackend:
     def __init__(self, cfg: LLMConfig):
         import torch
-
         from transformers import AutoModelForCausalLM, AutoTokenizer
 
         self._torch = torch
