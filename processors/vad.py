@@ -1,0 +1,316 @@
+"""Server VAD: 16 kHz audio in, ``speech_started`` / ``speech_stopped`` and the turn's audio out.
+
+Three layers, each testable alone:
+
+- ``VadStateMachine`` — pure: one speech probability per 32 ms window in, events out, with the
+  OpenAI Realtime ``server_vad`` semantics (``threshold``, ``prefix_padding_ms``,
+  ``silence_duration_ms``). No numpy, no model: unit-tested with made-up probabilities.
+- ``SileroVad`` — the silero-vad ONNX model shipped inside the ``silero-vad`` wheel, run on
+  onnxruntime alone (no torch, no hub). One instance per audio stream (it is recurrent); the
+  ``InferenceSession`` is loaded once per process and shared.
+- ``ServerVad`` — the streaming segmenter: takes frames of any size (e.g. 20–100 ms), windows
+  them, asks the model, drives the state machine, and keeps just enough audio to hand back each
+  finished turn including its prefix padding.
+
+Milliseconds count from the first sample ever fed (the session clock). ``audio_start_ms`` already
+includes the prefix padding and ``audio_end_ms`` the trailing silence, as OpenAI documents them.
+
+Shapes: a window is float32 ``[512]`` at 16 kHz; the model's input is ``[1, 64 + 512]`` (the
+previous window's last 64 samples, then the window), its state ``[2, 1, 128]``, its output ``[1, 1]``.
+"""
+
+from __future__ import annotations
+
+import functools
+import importlib.util
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Any, Protocol
+
+import numpy as np
+
+from .audio import TARGET_RATE, AudioError
+
+WINDOW = 512  # samples per model window at 16 kHz
+WINDOW_MS = WINDOW * 1000 // TARGET_RATE  # 32 ms, exact
+CONTEXT = 64  # samples of the previous window the model sees in front of each window
+HYSTERESIS = 0.15  # once speaking, a window is silence only below threshold - 0.15 (Silero's rule)
+
+
+# ---------------------------------------------------------------- config
+
+
+@dataclass(frozen=True)
+class ServerVadConfig:
+    """``session.audio.input.turn_detection`` of type ``server_vad`` (OpenAI's fields and defaults)."""
+
+    threshold: float = 0.5  # speech probability (0..1) at which a turn starts
+    prefix_padding_ms: int = 300  # audio kept before the detected start, part of the turn
+    silence_duration_ms: int = 500  # silence that ends a turn (included in the turn's audio)
+    create_response: bool = True  # the gateway answers each committed turn by itself
+    interrupt_response: bool = True  # speech start cancels the response in progress
+
+    @property
+    def neg_threshold(self) -> float:
+        """Below this a window counts as silence while speaking."""
+        return max(self.threshold - HYSTERESIS, 0.01)
+
+    @classmethod
+    def from_turn_detection(cls, raw: dict[str, Any]) -> ServerVadConfig:
+        """Validate a wire ``turn_detection`` object. ``semantic_vad`` (no model here) runs as
+        ``server_vad`` with defaults. Bad values raise ``AudioError("invalid_value")``."""
+        kind = raw.get("type", "server_vad")
+        if kind not in ("server_vad", "semantic_vad"):
+            raise AudioError("invalid_value", f"turn_detection.type {kind!r} is not supported")
+        if kind == "semantic_vad":
+            return cls(
+                create_response=_flag(raw, "create_response", True),
+                interrupt_response=_flag(raw, "interrupt_response", True),
+            )
+        return cls(
+            threshold=_number(raw, "threshold", 0.5, 0.0, 1.0, float),
+            prefix_padding_ms=_number(raw, "prefix_padding_ms", 300, 0, 10_000, int),
+            silence_duration_ms=_number(raw, "silence_duration_ms", 500, 0, 10_000, int),
+            create_response=_flag(raw, "create_response", True),
+            interrupt_response=_flag(raw, "interrupt_response", True),
+        )
+
+
+def _number(raw: dict[str, Any], key: str, default: Any, lo: float, hi: float, kind: type) -> Any:
+    value = raw.get(key)
+    if value is None:
+        return default
+    ok_type = isinstance(value, int | float) and not isinstance(value, bool)
+    if kind is int:
+        ok_type = ok_type and float(value).is_integer()
+    if not ok_type or not lo <= value <= hi:
+        raise AudioError(
+            "invalid_value", f"turn_detection.{key} must be a number in {lo}..{hi}, got {value!r}"
+        )
+    return kind(value)
+
+
+def _flag(raw: dict[str, Any], key: str, default: bool) -> bool:
+    value = raw.get(key, default)
+    if not isinstance(value, bool):
+        raise AudioError("invalid_value", f"turn_detection.{key} must be a boolean, got {value!r}")
+    return value
+
+
+# ---------------------------------------------------------------- events
+
+
+@dataclass(frozen=True)
+class SpeechStarted:
+    """``input_audio_buffer.speech_started``: the turn's audio begins at ``audio_start_ms``."""
+
+    audio_start_ms: int
+
+
+@dataclass(frozen=True, eq=False)
+class SpeechStopped:
+    """``input_audio_buffer.speech_stopped``: the turn spans ``audio_start_ms``..``audio_end_ms``.
+
+    ``audio`` (float32 ``[(audio_end_ms - audio_start_ms) * 16]``) is filled in by ``ServerVad``;
+    the pure state machine leaves it ``None``.
+    """
+
+    audio_start_ms: int
+    audio_end_ms: int
+    audio: np.ndarray | None = field(default=None, repr=False)
+
+
+VadEvent = SpeechStarted | SpeechStopped
+
+
+# ---------------------------------------------------------------- the pure state machine
+
+
+class VadStateMachine:
+    """Per-window speech probabilities → ``SpeechStarted`` / ``SpeechStopped``. Pure logic.
+
+    Window ``k`` covers ``[k * window_ms, (k + 1) * window_ms)``. A turn starts at the first
+    window whose probability reaches ``threshold``; its audio begins ``prefix_padding_ms``
+    earlier, but never before the end of the previous turn (or a reset). It stops once the
+    probability has stayed below ``neg_threshold`` for ``silence_duration_ms`` (windows between the
+    two thresholds neither start nor reset the silence count); ``audio_end_ms`` is that moment.
+    """
+
+    def __init__(self, config: ServerVadConfig | None = None, window_ms: int = WINDOW_MS):
+        self.config = config or ServerVadConfig()
+        self.window_ms = window_ms
+        self.now_ms = 0  # end of the last window seen
+        self.in_speech = False
+        self.turn_start_ms = 0  # audio_start_ms of the current turn (valid while in_speech)
+        self._floor_ms = 0  # audio before this belongs to an earlier turn or was dropped
+        self._silence_ms: int | None = None  # None: not counting silence
+
+    def step(self, prob: float) -> VadEvent | None:
+        """Advance one window with speech probability ``prob``; return the event it causes, if any."""
+        cfg = self.config
+        window_start = self.now_ms
+        self.now_ms += self.window_ms
+        if not self.in_speech:
+            if prob >= cfg.threshold:
+                self.in_speech = True
+                self._silence_ms = None
+                self.turn_start_ms = max(self._floor_ms, window_start - cfg.prefix_padding_ms)
+                return SpeechStarted(self.turn_start_ms)
+            return None
+        if prob >= cfg.threshold:
+            self._silence_ms = None
+        elif prob < cfg.neg_threshold and self._silence_ms is None:
+            self._silence_ms = 0
+        if self._silence_ms is not None:
+            self._silence_ms += self.window_ms
+            if self._silence_ms >= cfg.silence_duration_ms:
+                self.in_speech = False
+                self._silence_ms = None
+                self._floor_ms = self.now_ms
+                return SpeechStopped(self.turn_start_ms, self.now_ms)
+        return None
+
+    def reset(self) -> None:
+        """Drop the turn in progress (manual commit/clear); audio so far belongs to no later turn."""
+        self.in_speech = False
+        self._silence_ms = None
+        self._floor_ms = self.now_ms
+
+
+# ---------------------------------------------------------------- the model
+
+
+class SpeechProbModel(Protocol):
+    """A recurrent per-window speech detector (``SileroVad``, or a fake in tests)."""
+
+    def __call__(self, window: np.ndarray) -> float:
+        """float32 ``[512]`` at 16 kHz → speech probability in [0, 1]."""
+        ...
+
+    def reset(self) -> None:
+        """Forget the stream so far."""
+        ...
+
+
+class VadLoadError(RuntimeError):
+    """The silero-vad ONNX model cannot be found or loaded."""
+
+
+def silero_onnx_path() -> Path:
+    """``silero_vad/data/silero_vad.onnx`` inside the installed wheel (located without importing it)."""
+    spec = importlib.util.find_spec("silero_vad")
+    if spec is None or not spec.submodule_search_locations:
+        raise VadLoadError("silero-vad is not installed (pip install silero-vad==6.2.3)")
+    path = Path(next(iter(spec.submodule_search_locations))) / "data" / "silero_vad.onnx"
+    if not path.is_file():
+        raise VadLoadError(f"silero-vad is installed but {path} is missing")
+    return path
+
+
+@functools.lru_cache(maxsize=1)
+def _session() -> Any:
+    import onnxruntime as ort
+
+    opts = ort.SessionOptions()
+    opts.intra_op_num_threads = 1  # one 32 ms window is tiny; threads only add overhead
+    opts.inter_op_num_threads = 1
+    opts.log_severity_level = 3
+    try:
+        return ort.InferenceSession(
+            str(silero_onnx_path()), sess_options=opts, providers=["CPUExecutionProvider"]
+        )
+    except Exception as exc:  # onnxruntime raises its own exception types
+        raise VadLoadError(f"could not load the silero-vad ONNX model: {exc}") from exc
+
+
+class SileroVad:
+    """One stream's silero-vad: call it on consecutive 512-sample windows (16 kHz)."""
+
+    def __init__(self) -> None:
+        self._session = _session()
+        self._sr = np.array(TARGET_RATE, dtype=np.int64)
+        self.reset()
+
+    def reset(self) -> None:
+        self._state = np.zeros((2, 1, 128), dtype=np.float32)
+        self._context = np.zeros(CONTEXT, dtype=np.float32)
+
+    def __call__(self, window: np.ndarray) -> float:
+        if window.shape != (WINDOW,):
+            raise ValueError(f"silero-vad takes windows of shape ({WINDOW},), got {window.shape}")
+        x = np.concatenate([self._context, window.astype(np.float32, copy=False)])[None, :]
+        out, self._state = self._session.run(None, {"input": x, "state": self._state, "sr": self._sr})
+        self._context = x[0, -CONTEXT:]
+        return float(out[0, 0])
+
+
+# ---------------------------------------------------------------- the streaming segmenter
+
+
+class ServerVad:
+    """Frames of 16 kHz float32 audio in (any size) → VAD events, each finished turn with its audio.
+
+    Audio outside a turn is kept only as far back as the prefix padding needs; inside a turn it is
+    all kept until ``SpeechStopped`` hands it back. Not thread-safe: one per session.
+    """
+
+    def __init__(self, config: ServerVadConfig | None = None, model: SpeechProbModel | None = None):
+        self.machine = VadStateMachine(config)
+        self.model = model if model is not None else SileroVad()
+        self._pending = np.zeros(0, dtype=np.float32)  # < WINDOW samples not yet windowed
+        self._chunks: list[np.ndarray] = []  # windows kept, oldest first
+        self._kept_from = 0  # absolute sample index of self._chunks[0][0]
+
+    @property
+    def config(self) -> ServerVadConfig:
+        return self.machine.config
+
+    @property
+    def in_speech(self) -> bool:
+        return self.machine.in_speech
+
+    @property
+    def now_ms(self) -> int:
+        """Session-clock ms of the audio analysed so far (a partial window is not yet counted)."""
+        return self.machine.now_ms
+
+    def update(self, config: ServerVadConfig) -> None:
+        """New settings (``session.update``); a turn in progress is dropped."""
+        self.reset()
+        self.machine.config = config
+
+    def feed(self, audio: np.ndarray) -> list[VadEvent]:
+        """Analyse float32 ``[n]`` at 16 kHz; return the events it completes, in order."""
+        audio = np.array(audio, dtype=np.float32).reshape(-1)  # a copy: kept windows must not alias
+        buf = np.concatenate([self._pending, audio]) if self._pending.size else audio
+        n_windows = buf.size // WINDOW
+        events: list[VadEvent] = []
+        for k in range(n_windows):
+            window = buf[k * WINDOW : (k + 1) * WINDOW]
+            self._chunks.append(window)
+            event = self.machine.step(self.model(window))
+            if isinstance(event, SpeechStopped):
+                event = replace(event, audio=self._take(event.audio_start_ms, event.audio_end_ms))
+            if event is not None:
+                events.append(event)
+            if not self.machine.in_speech:
+                self._trim()
+        self._pending = buf[n_windows * WINDOW :].copy()
+        return events
+
+    def reset(self) -> None:
+        """Drop the turn in progress (manual commit/clear). The model keeps its stream state."""
+        self.machine.reset()
+        self._trim()
+
+    def _take(self, start_ms: int, end_ms: int) -> np.ndarray:
+        kept = np.concatenate(self._chunks)
+        lo = start_ms * TARGET_RATE // 1000 - self._kept_from
+        hi = end_ms * TARGET_RATE // 1000 - self._kept_from
+        return kept[max(lo, 0) : hi].copy()
+
+    def _trim(self) -> None:
+        """Outside a turn, keep only the windows the next turn's prefix padding could reach."""
+        keep_from = (self.machine.now_ms - self.config.prefix_padding_ms) * TARGET_RATE // 1000 - WINDOW
+        while self._chunks and self._kept_from + self._chunks[0].size <= keep_from:
+            self._kept_from += self._chunks.pop(0).size
