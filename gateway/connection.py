@@ -16,8 +16,10 @@ from starlette.websockets import WebSocket, WebSocketDisconnect, WebSocketState
 
 from models.decode import ContextOverflow, DecodeJob, JobEvents
 from models.engine import AsyncSink, EngineBusy, Handle
+from processors.audio import AudioError
 
 from . import protocol as p
+from .media import MediaInput
 from .session import CancelResponse, Output, Session, StartResponse
 
 if TYPE_CHECKING:
@@ -46,6 +48,9 @@ class Connection:
         self.state = services.backend.new_state()
         self.handles: dict[str, Handle] = {}
         self._closing: tuple[int, str] | None = None
+        self.media = MediaInput(self.session, services, self.send)
+        self.media.svc_start = self._create_response
+        self._tasks: set[asyncio.Task[None]] = set()
 
     # ------------------------------------------------------------------ outbound
 
@@ -135,27 +140,80 @@ class Connection:
             self.svc.metrics.errors.labels(code=exc.code).inc()
             self.send(self.session._error(exc.code, exc.message, exc.event_id, exc.param))
             return
-        if ev.type == "response.create" and self.session.response is None and not self.svc.engine_has_room():
+        if isinstance(ev, p.AudioAppend):
+            self.media.append(ev.audio, ev.event_id)
+        elif isinstance(ev, p.AudioCommit):
+            self.media.commit(ev.event_id)
+        elif isinstance(ev, p.AudioClear):
+            self.media.clear()
+        elif isinstance(ev, p.SessionUpdate):
+            refused = self.media.check_update(ev)
+            self.send(refused or self.session.handle(ev))
+        elif isinstance(ev, p.ItemCreate) and any(not isinstance(c, p.InputText) for c in ev.item.content):
+            self._spawn(self._item_with_media(ev))
+        elif isinstance(ev, p.ResponseCreate):
+            if not self.media.defer(ev):
+                self._create_response(ev)
+        else:
+            self.send(self.session.handle(ev))
+
+    def _create_response(self, ev: p.ResponseCreate) -> None:
+        if self.session.response is None and not self.svc.engine_has_room():
             self.svc.metrics.errors.labels(code="server_busy").inc()
             self.send(self.session._error("server_busy", "the server is at capacity; retry shortly", ev.event_id))
             return
         self.send(self.session.handle(ev))
 
+    async def _item_with_media(self, ev: p.ItemCreate) -> None:
+        """Resolve audio parts to transcripts, then add the item (order kept per connection)."""
+        parts: list[p.InputText | p.InputImage | p.InputAudio] = []
+        try:
+            for part in ev.item.content:
+                if isinstance(part, p.InputAudio):
+                    text = part.transcript or await self.media.resolve_audio_part(part.audio)
+                    parts.append(p.InputText(type="input_text", text=text))
+                elif isinstance(part, p.InputImage):
+                    raise AudioError("unsupported_content", "image input is not enabled on this server")
+                else:
+                    parts.append(part)
+        except AudioError as exc:
+            self.send(self.session._error(exc.code, exc.message, ev.event_id, "item.content"))
+            return
+        resolved = ev.model_copy(update={"item": ev.item.model_copy(update={"content": parts})})
+        self.send(self.session.handle(resolved))
+
+    def _spawn(self, coro: Any) -> None:
+        task = asyncio.create_task(coro)
+        self._tasks.add(task)
+        task.add_done_callback(self._task_done)
+
+    def _task_done(self, task: asyncio.Task[None]) -> None:
+        self._tasks.discard(task)
+        if not task.cancelled() and isinstance(task.exception(), SlowConsumer):
+            self._closing = (CLOSE_TRY_AGAIN, "client is not reading; resume to continue")
+
     def _on_bytes(self, data: bytes) -> None:
         if len(data) > self.limits.max_binary_frame_bytes:
             self._closing = (CLOSE_TOO_BIG, "binary frame too large")
             return
-        self.send(self.session._error("unsupported_event", "binary audio frames are not enabled on this server"))
+        self.media.append(data)
 
     async def _reader(self) -> None:
         while self._closing is None:
             msg = await self.ws.receive()
             if msg["type"] == "websocket.disconnect":
                 raise WebSocketDisconnect(msg.get("code", 1000))
-            if msg.get("text") is not None:
-                self._on_text(msg["text"])
-            elif msg.get("bytes") is not None:
-                self._on_bytes(msg["bytes"])
+            try:
+                if msg.get("text") is not None:
+                    self._on_text(msg["text"])
+                elif msg.get("bytes") is not None:
+                    self._on_bytes(msg["bytes"])
+            except SlowConsumer:
+                raise
+            except Exception as exc:  # a bug must cost one event, not the session
+                log.error("handling a client event failed: %s", type(exc).__name__, exc_info=True)
+                self.svc.metrics.errors.labels(code="server_error").inc()
+                self.send(self.session._error("server_error", "the server failed to handle this event", None))
 
     # ------------------------------------------------------------------ lifecycle
 
@@ -175,6 +233,8 @@ class Connection:
                 elif exc is not None and not isinstance(exc, WebSocketDisconnect | OSError):
                     log.error("connection task %s failed: %s", t.get_name(), type(exc).__name__)
         finally:
+            self.media.close()
+            tasks += list(self._tasks)
             for t in tasks:
                 t.cancel()
             for t in tasks:

@@ -189,6 +189,76 @@ class Session:
         }
         return self.add_item(item, ev.previous_item_id, ev.event_id)
 
+    # ------------------------------------------------------------------ voice input
+
+    def speech_started(self, item_id: str, audio_start_ms: int) -> Output:
+        return self._out(
+            p.server_event("input_audio_buffer.speech_started", audio_start_ms=audio_start_ms, item_id=item_id)
+        )
+
+    def speech_stopped(self, item_id: str, audio_end_ms: int) -> Output:
+        return self._out(
+            p.server_event("input_audio_buffer.speech_stopped", audio_end_ms=audio_end_ms, item_id=item_id)
+        )
+
+    def audio_committed(self, item_id: str) -> Output:
+        """A user audio turn enters the conversation; its transcript follows."""
+        prev = self.items[-1]["id"] if self.items else None
+        item = {
+            "id": item_id,
+            "object": "realtime.item",
+            "type": "message",
+            "role": "user",
+            "status": "in_progress",
+            "content": [{"type": "input_audio", "transcript": None}],
+        }
+        self.items.append(item)
+        return self._out(
+            p.server_event("input_audio_buffer.committed", previous_item_id=prev, item_id=item_id),
+            p.server_event("conversation.item.added", previous_item_id=prev, item=item),
+        )
+
+    def audio_cleared(self) -> Output:
+        return self._out(p.server_event("input_audio_buffer.cleared"))
+
+    def transcript_delta(self, item_id: str, delta: str) -> Output:
+        return self._out(
+            p.server_event(
+                "conversation.item.input_audio_transcription.delta", item_id=item_id, content_index=0, delta=delta
+            )
+        )
+
+    def transcript_done(self, item_id: str, transcript: str) -> Output:
+        i = self._find(item_id)
+        if i < 0:  # deleted meanwhile
+            return Output()
+        item = self.items[i]
+        item["content"][0]["transcript"] = transcript
+        item["status"] = "completed"
+        return self._out(
+            p.server_event(
+                "conversation.item.input_audio_transcription.completed",
+                item_id=item_id,
+                content_index=0,
+                transcript=transcript,
+            ),
+            p.server_event("conversation.item.done", item=item),
+        )
+
+    def transcript_failed(self, item_id: str, code: str, message: str) -> Output:
+        i = self._find(item_id)
+        if i >= 0:
+            self.items[i]["status"] = "incomplete"
+            self.items[i]["content"][0]["transcript"] = ""
+        return self._out(
+            p.server_event(
+                "conversation.item.input_audio_transcription.failed",
+                item_id=item_id,
+                content_index=0,
+                error={"type": "transcription_error", "code": code, "message": message},
+            )
+        )
+
     def _on_conversation_item_delete(self, ev: p.ItemDelete) -> Output:
         i = self._find(ev.item_id)
         if i < 0:

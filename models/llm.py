@@ -35,6 +35,7 @@ class LLMConfig:
     threads: int = 1  # torch intra-op threads (1 is steadier on a shared 2-core box)
     max_context: int = 4096  # tokens one conversation's cache may hold
     served_name: str | None = None  # the id shown in /v1/models (default: derived from ``model``)
+    fast_path: bool = True  # use models.fast_llama for plain Llama models (same math, fewer ops)
 
 
 def embedded_gguf() -> Path:
@@ -100,10 +101,17 @@ class TransformersBackend:
                 eos.add(tid)
         self.eos_ids = frozenset(eos)
         self.has_chat_template = bool(getattr(self.tokenizer, "chat_template", None))
+        from . import fast_llama
+
+        self.fast = fast_llama.FastLlama(self.model, self.max_context) if (
+            cfg.fast_path and fast_llama.supports(self.model)
+        ) else None
 
     # ---------------------------------------------------------------- Backend
 
     def new_state(self) -> KVState:
+        if self.fast is not None:
+            return KVState(tokens=[], cache=self.fast.new_cache())
         from transformers import DynamicCache
 
         return KVState(tokens=[], cache=DynamicCache(config=self.model.config))
@@ -112,6 +120,10 @@ class TransformersBackend:
         torch = self._torch
         if not tokens:
             raise ValueError("forward needs at least one token")
+        if self.fast is not None:
+            logits = self.fast.forward(state.cache, tokens, n_logits)
+            state.tokens.extend(tokens)
+            return logits.float().cpu().numpy()
         ids = torch.tensor([tokens], dtype=torch.long, device=self.device)
         with torch.inference_mode():
             out = self.model(
@@ -128,7 +140,9 @@ class TransformersBackend:
         drop = len(state.tokens) - length
         if drop <= 0:
             return
-        if length == 0:
+        if self.fast is not None:
+            state.cache.length = length
+        elif length == 0:
             state.cache = self.new_state().cache
         else:
             state.cache.crop(-drop)

@@ -1,0 +1,198 @@
+"""`stream-omni bench decode`: stock generate vs our decode loop vs the WebSocket round trip.
+
+Same prompts, greedy, measured side by side in one run (rounds alternate the systems, so a
+noisy neighbour hits them all alike). Reports TTFT and decode tokens/s with ratios, and the
+TTFT of turn 1 vs turn 10 in a growing conversation (KV cache reuse across turns).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import threading
+import time
+from typing import Any
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+
+from bench.common import machine, markdown_table, median, write  # noqa: E402
+
+PROMPTS = [
+    "Explain in a short paragraph why the sky is blue.",
+    "Write three tips for staying focused while studying.",
+    "Describe how a bicycle works to a child.",
+]
+
+
+def stock_generate(backend: Any, prompt: str, n: int) -> dict[str, float]:
+    """transformers' own model.generate + TextIteratorStreamer (the baseline)."""
+    import torch
+    from transformers import TextIteratorStreamer
+
+    ids = torch.tensor([backend.chat_tokens([{"role": "user", "content": prompt}])])
+    streamer = TextIteratorStreamer(backend.tokenizer, skip_prompt=True, skip_special_tokens=True)
+    out: dict[str, Any] = {}
+
+    def run() -> None:
+        with torch.inference_mode():
+            out["ids"] = backend.model.generate(
+                ids, max_new_tokens=n, do_sample=False, streamer=streamer, pad_token_id=backend.tokenizer.eos_token_id
+            )
+
+    t0 = time.perf_counter()
+    th = threading.Thread(target=run)
+    th.start()
+    first = None
+    for piece in streamer:
+        if piece and first is None:
+            first = time.perf_counter()
+    th.join()
+    end = time.perf_counter()
+    tokens = int(out["ids"].shape[1] - ids.shape[1])
+    first = first or end
+    return {"ttft_ms": (first - t0) * 1000, "tok_s": (tokens - 1) / max(end - first, 1e-9), "tokens": tokens}
+
+
+def our_loop(backend: Any, prompt: str, n: int, strategy: str) -> dict[str, float]:
+    from models.decode import DecodeJob
+    from models.sampling import SamplingParams
+    from models.scheduler import SchedulerConfig
+
+    ids = backend.chat_tokens([{"role": "user", "content": prompt}])
+    job = DecodeJob(
+        backend,
+        backend.new_state(),
+        ids,
+        SamplingParams(max_tokens=n),
+        SchedulerConfig.for_strategy(strategy, lookahead_tokens=0),
+    )
+    t0 = time.perf_counter()
+    first = None
+    first_tokens = 1
+    while not job.finished:
+        ev = job.step()
+        if ev.chunks and first is None:
+            first = time.perf_counter()
+            first_tokens = ev.chunks[0].tokens
+    end = time.perf_counter()
+    tokens = len(job.generated)
+    first = first or end
+    # decode speed: tokens after the first chunk over the time after it
+    return {"ttft_ms": (first - t0) * 1000, "tok_s": (tokens - first_tokens) / max(end - first, 1e-9), "tokens": tokens}
+
+
+async def ws_turns(addr: str, prompts: list[str], n: int, strategy: str) -> list[dict[str, float]]:
+    import websockets
+
+    out = []
+    async with websockets.connect(f"ws://{addr}/v1/realtime", max_size=None) as ws:
+        await ws.recv()  # session.created
+        for prompt in prompts:
+            await ws.send(
+                json.dumps(
+                    {
+                        "type": "conversation.item.create",
+                        "item": {"type": "message", "role": "user", "content": [{"type": "input_text", "text": prompt}]},
+                    }
+                )
+            )
+            t0 = time.perf_counter()
+            await ws.send(
+                json.dumps(
+                    {"type": "response.create", "response": {"max_output_tokens": n, "scheduler": {"strategy": strategy}}}
+                )
+            )
+            first = None
+            while True:
+                ev = json.loads(await ws.recv())
+                if ev["type"] == "response.output_text.delta" and first is None:
+                    first = time.perf_counter()
+                if ev["type"] == "response.done":
+                    end = time.perf_counter()
+                    r = ev["response"]
+                    break
+            toks = r["usage"]["output_tokens"] if r["usage"] else 0
+            first = first or end
+            out.append(
+                {
+                    "ttft_ms": (first - t0) * 1000,
+                    "tok_s": (toks - 1) / max(end - first, 1e-9),
+                    "tokens": toks,
+                    "prompt_tokens": r["metrics"]["prompt_tokens"] if r["metrics"] else None,
+                    "cached_tokens": r["metrics"]["cached_tokens"] if r["metrics"] else None,
+                }
+            )
+    return out
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__)
+    ap.add_argument("--tokens", type=int, default=64, help="new tokens per response")
+    ap.add_argument("--rounds", type=int, default=3, help="rounds over the prompt set")
+    ap.add_argument("--strategy", default="fast", help="scheduler strategy for our loop and the WS run")
+    ap.add_argument("--threads", type=int, default=1, help="torch threads (same for every system)")
+    args = ap.parse_args()
+
+    import torch
+
+    from gateway.config import load_config
+    from models.llm import LLMConfig, load_backend
+    from tests.conftest import run_server
+
+    torch.set_num_threads(args.threads)
+    fast = load_backend(LLMConfig(threads=args.threads))
+    slow = load_backend(LLMConfig(threads=args.threads, fast_path=False))
+    cfg = load_config(None, **{"model.threads": args.threads})
+    systems: dict[str, list[dict[str, float]]] = {k: [] for k in ("stock", "ours_hf", "ours", "ws")}
+    with run_server(cfg, fast) as addr:
+        for p in PROMPTS:  # warm-up
+            our_loop(fast, p, 4, args.strategy)
+        asyncio.run(ws_turns(addr, PROMPTS[:1], 4, args.strategy))
+        for _ in range(args.rounds):
+            for p in PROMPTS:
+                systems["stock"].append(stock_generate(slow, p, args.tokens))
+                systems["ours_hf"].append(our_loop(slow, p, args.tokens, args.strategy))
+                systems["ours"].append(our_loop(fast, p, args.tokens, args.strategy))
+                systems["ws"].extend(asyncio.run(ws_turns(addr, [p], args.tokens, args.strategy)))
+        turns = asyncio.run(
+            ws_turns(addr, [f"Question {i + 1}: name one fact about the number {i + 7}." for i in range(10)], 32,
+                     args.strategy)
+        )
+    base = median([r["tok_s"] for r in systems["stock"]])
+    base_ttft = median([r["ttft_ms"] for r in systems["ours"]])
+    names = {
+        "stock": "transformers generate + TextIteratorStreamer",
+        "ours_hf": "our loop, transformers forward",
+        "ours": "our loop, fast Llama path (default)",
+        "ws": "WebSocket round trip (default backend)",
+    }
+    rows = []
+    for key, runs in systems.items():
+        tok_s = median([r["tok_s"] for r in runs])
+        ttft = median([r["ttft_ms"] for r in runs])
+        rows.append(
+            {
+                "system": names[key],
+                "TTFT ms": ttft,
+                "tok/s": tok_s,
+                "× stock tok/s": tok_s / base,
+                "TTFT − in-process ms": ttft - base_ttft,
+            }
+        )
+    t1, t10 = turns[0]["ttft_ms"], turns[-1]["ttft_ms"]
+    md = f"# bench decode — {machine()}\n\n{args.tokens} new tokens, greedy, {args.rounds} rounds × {len(PROMPTS)} "
+    md += f"prompts, strategy `{args.strategy}`, {args.threads} torch thread(s); medians.\n\n"
+    md += markdown_table(rows, ["system", "TTFT ms", "tok/s", "× stock tok/s", "TTFT − in-process ms"])
+    md += "\nGrowing conversation over one WebSocket (10 turns):\n\n"
+    md += markdown_table(
+        [{"turn": i + 1, **{k: t[k] for k in ("ttft_ms", "prompt_tokens", "cached_tokens")}} for i, t in enumerate(turns)],
+        ["turn", "ttft_ms", "prompt_tokens", "cached_tokens"],
+    )
+    md += f"\nturn-10 TTFT / turn-1 TTFT = {t10 / t1:.2f}\n"
+    write("decode", {"machine": machine(), "args": vars(args), "systems": systems, "turns": turns, "rows": rows}, md)
+
+
+if __name__ == "__main__":
+    main()
