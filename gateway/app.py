@@ -8,12 +8,14 @@ import logging
 import time
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 from starlette.applications import Starlette
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
-from starlette.routing import Route, WebSocketRoute
+from starlette.routing import Mount, Route, WebSocketRoute
+from starlette.staticfiles import StaticFiles
 from starlette.websockets import WebSocket
 
 from models.backend import Backend
@@ -21,6 +23,7 @@ from models.engine import Engine
 from models.sampling import SamplingParams
 from models.scheduler import SchedulerConfig
 
+from . import http_api
 from .config import Config
 from .connection import CLOSE_POLICY, CLOSE_TRY_AGAIN, Connection
 from .metrics import Metrics
@@ -28,6 +31,8 @@ from .security import check_origin, ws_api_key_ok
 from .session import SessionDefaults
 
 log = logging.getLogger("stream_omni.app")
+
+WEB_DIR = Path(__file__).resolve().parent.parent / "web"  # the browser client, served at GET /
 
 
 @dataclass
@@ -164,6 +169,8 @@ def create_app(config: Config, backend_loader: Callable[[Config], Backend] | Non
         Route("/v1/models", models),
         Route("/metrics", metrics),
         WebSocketRoute("/v1/realtime", realtime),
+        *http_api.routes(svc),
+        Mount("/", app=StaticFiles(directory=str(WEB_DIR), html=True, check_dir=False), name="web"),
     ]
     return Starlette(routes=routes, lifespan=lifespan)
 

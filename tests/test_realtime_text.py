@@ -125,7 +125,7 @@ async def test_server_busy_past_queue_depth(tiny_backend, server_factory):
         await a.until("response.created")
         await b.say("me too")
         await b.send({"type": "response.create", "event_id": "b1"})
-        err = await b.until("error", timeout=5)
+        err = await b.until("error", timeout=30)
         assert err["error"]["code"] == "server_busy"
         assert not any(e["type"] == "response.created" for e in b.events)
         await a.send({"type": "response.cancel"})

@@ -79,7 +79,9 @@ async def test_manual_commit_at_16k_with_base64_append(tiny_backend, server_fact
         await c.send(
             {
                 "type": "session.update",
-                "session": {"audio": {"input": {"format": {"type": "audio/pcm", "rate": 16000}, "turn_detection": None}}},
+                "session": {
+                    "audio": {"input": {"format": {"type": "audio/pcm", "rate": 16000}, "turn_detection": None}}
+                },
             }
         )
         await c.until("session.updated")
