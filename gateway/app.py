@@ -24,10 +24,12 @@ from models.sampling import SamplingParams
 from models.scheduler import SchedulerConfig
 
 from . import http_api
+from . import protocol as p
 from .config import Config
-from .connection import CLOSE_POLICY, CLOSE_TRY_AGAIN, Connection
+from .connection import CLOSE_NORMAL, CLOSE_POLICY, CLOSE_TRY_AGAIN, Connection
 from .metrics import Metrics
-from .security import check_origin, ws_api_key_ok
+from .registry import SessionRegistry, TooManySessions
+from .security import bearer, check_origin, subprotocol_key, ws_api_key_ok
 from .session import SessionDefaults
 
 log = logging.getLogger("stream_omni.app")
@@ -45,8 +47,8 @@ class Services:
     metrics: Metrics = field(default_factory=Metrics)
     drafter_factory: Callable[[], tuple[Any, Any]] | None = None  # → (drafter, verifier) per response
     asr: Any = None  # processors.asr Transcriber, or None when audio is disabled
+    registry: SessionRegistry = field(default_factory=lambda: SessionRegistry(30.0, 64))
     started: float = field(default_factory=time.time)
-    sessions: int = 0
 
     @property
     def session_defaults(self) -> SessionDefaults:
@@ -109,11 +111,13 @@ def create_app(config: Config, backend_loader: Callable[[Config], Backend] | Non
         backend = await asyncio.to_thread(loader, config)
         engine = Engine(config.engine.max_running, config.engine.max_waiting)
         asr = await asyncio.to_thread(load_audio, config) if config.audio.enabled else None
-        state["svc"] = Services(config=config, backend=backend, engine=engine, asr=asr)
+        registry = SessionRegistry(config.server.grace_period_s, config.limits.max_sessions)
+        state["svc"] = Services(config=config, backend=backend, engine=engine, asr=asr, registry=registry)
         app.state.services = state["svc"]
         try:
             yield
         finally:
+            await registry.drain(0)
             engine.close()
 
     async def health(request: Request) -> Response:
@@ -138,6 +142,7 @@ def create_app(config: Config, backend_loader: Callable[[Config], Backend] | Non
     async def metrics(request: Request) -> Response:
         s = svc()
         running, waiting = s.engine.depth
+        s.metrics.sessions.set(len(s.registry))
         return Response(s.metrics.render(running, waiting), media_type="text/plain; version=0.0.4")
 
     async def realtime(ws: WebSocket) -> None:
@@ -150,18 +155,41 @@ def create_app(config: Config, backend_loader: Callable[[Config], Backend] | Non
             await ws.accept()
             await ws.close(CLOSE_POLICY, "invalid or missing API key")
             return
-        if s.sessions >= config.limits.max_sessions:
-            await ws.accept(subprotocol=subprotocol or None)
-            await ws.close(CLOSE_TRY_AGAIN, "too many sessions")
-            return
+        api_key = bearer(ws) or subprotocol_key(ws)
+        token = ws.query_params.get("resume_token")
+        model = ws.query_params.get("model")
         await ws.accept(subprotocol=subprotocol or None)
-        s.sessions += 1
-        s.metrics.sessions.inc()
+        if model and model not in (s.backend.name, "embedded"):
+            err = p.error_event("model_not_found", f"model {model!r} is not served here; use {s.backend.name!r}")
+            await ws.send_json(err)
+            await ws.close(CLOSE_POLICY, "model not found")
+            return
+        if token is not None:
+            await resume(ws, s, token, api_key)
+            return
         try:
-            await Connection(ws, s).run()
-        finally:
-            s.sessions -= 1
-            s.metrics.sessions.dec()
+            live = s.registry.create(s, api_key)
+        except TooManySessions as exc:
+            await ws.close(CLOSE_TRY_AGAIN, str(exc))
+            return
+        await Connection(ws, live).run()
+
+    async def resume(ws: WebSocket, s: Services, token: str, api_key: str | None) -> None:
+        try:
+            last_seq = int(ws.query_params.get("last_seq", "-1"))
+        except ValueError:
+            last_seq = -2  # not a number: fails below
+        live = s.registry.find(token, api_key)
+        if live is None or live.outbox.since(last_seq) is None:
+            why = "unknown or expired resume token" if live is None else f"events after seq {last_seq} are gone"
+            s.metrics.errors.labels(code="resume_failed").inc()
+            await ws.send_json(p.error_event("resume_failed", f"cannot resume: {why}"))
+            await ws.close(CLOSE_NORMAL, "resume failed")
+            if live is not None and live.attached is None:
+                s.registry.detached(live)  # restart its grace timer
+            return
+        s.metrics.resumes.inc()
+        await Connection(ws, live, last_seq).run(resumed=True)
 
     routes = [
         Route("/health", health),

@@ -19,7 +19,7 @@ class ServerConfig(_Frozen):
     api_keys: tuple[str, ...] = ()  # accepted bearer keys; empty = no auth, loopback only
     allow_remote_without_keys: bool = False  # explicit opt-in to bind non-loopback with no keys
     allowed_origins: tuple[str, ...] = ()  # exact Origin allowlist; empty = the server's own origin
-    grace_period_s: float = 0.0  # keep a session alive after its socket drops (resume); 0 = cancel
+    grace_period_s: float = 30.0  # keep a session (and its response) alive after its socket drops; 0 = cancel
     shutdown_timeout_s: float = 10.0  # on SIGTERM, let responses finish this long
 
 
@@ -70,7 +70,9 @@ class LimitsConfig(_Frozen):
     max_json_depth: int = 32  # JSON nesting accepted
     max_sessions: int = 64  # concurrent WebSocket sessions
     max_http_body_bytes: int = 16 * 1024 * 1024  # one HTTP request body
-    outbound_queue: int = 1024  # events buffered per connection before the client is "slow"
+    outbound_queue: int = 1024  # events a client may lag behind before it is closed as slow (1013)
+    replay_max_events: int = 4096  # events kept per session for resume
+    replay_max_bytes: int = 8 * 1024 * 1024  # bytes kept per session for resume
 
 
 class Config(_Frozen):

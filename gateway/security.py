@@ -71,5 +71,14 @@ def ws_api_key_ok(conn: HTTPConnection, keys: tuple[str, ...]) -> str | bool:
     return False
 
 
+def subprotocol_key(conn: HTTPConnection) -> str | None:
+    """The API key a browser passed as ``openai-insecure-api-key.<key>``."""
+    for proto in conn.headers.get("sec-websocket-protocol", "").split(","):
+        proto = proto.strip()
+        if proto.startswith(SUBPROTOCOL_KEY_PREFIX):
+            return proto[len(SUBPROTOCOL_KEY_PREFIX) :]
+    return None
+
+
 def http_api_key_ok(conn: HTTPConnection, keys: tuple[str, ...]) -> bool:
     return not keys or key_matches(bearer(conn), keys)

@@ -1,0 +1,217 @@
+"""A realtime session that outlives its socket: conversation, cache, generation, replay buffer.
+
+Generation is decoupled from the WebSocket: a ``LiveSession`` keeps running when its socket
+drops, for the configured grace period, so a client can reconnect with its resume token and
+``last_seq`` and get every event it missed (``gateway.replay``). At most one socket is attached
+at a time; the newer one wins.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import logging
+import secrets
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
+
+from models.decode import ContextOverflow, DecodeJob, JobEvents
+from models.engine import AsyncSink, EngineBusy, Handle
+from processors.audio import AudioError
+
+from . import protocol as p
+from .media import MediaInput
+from .replay import ReplayBuffer
+from .session import CancelResponse, Output, Session, StartResponse
+
+if TYPE_CHECKING:
+    from .app import Services
+
+log = logging.getLogger("stream_omni.live")
+
+
+def key_digest(api_key: str | None) -> str:
+    """What a resume token is bound to: a hash of the API key that created the session."""
+    return hashlib.sha256((api_key or "").encode()).hexdigest()
+
+
+class LiveSession:
+    def __init__(self, services: Services, api_key: str | None):
+        self.svc = services
+        self.limits = services.config.limits
+        self.outbox = ReplayBuffer(self.limits.replay_max_events, self.limits.replay_max_bytes)
+        self.changed = asyncio.Event()  # set whenever the outbox grows
+        self.session = Session(services.session_defaults, self.outbox.stamp)
+        self.state = services.backend.new_state()
+        self.handles: dict[str, Handle] = {}
+        self.model_q: asyncio.Queue[tuple[str, JobEvents]] = asyncio.Queue()
+        self.media = MediaInput(self.session, services, self.send)
+        self.media.svc_start = self._create_response
+        self._tasks: set[asyncio.Task[None]] = set()
+        self.token = secrets.token_urlsafe(32)
+        self.key = key_digest(api_key)
+        self.attached: Any = None  # the Connection currently serving this session
+        self.on_event: Callable[[], None] | None = None  # the attached connection's lag check
+        self.detached_at: float | None = None
+        self.closed = False
+        self._pump = asyncio.create_task(self._pump_loop(), name="session-pump")
+        grace = services.config.server.grace_period_s
+        self.send(self.session.created({"resume": {"token": self.token, "expires_in_s": grace}}))
+
+    # ------------------------------------------------------------------ outbound
+
+    def send(self, out: Output) -> None:
+        """Events are already stamped (seq) and kept by the outbox; wake the writer."""
+        if out.events:
+            self.changed.set()
+            if self.on_event is not None:
+                self.on_event()
+        for action in out.actions:
+            self._act(action)
+
+    # ------------------------------------------------------------------ actions
+
+    def _act(self, action: Any) -> None:
+        if isinstance(action, CancelResponse):
+            handle = self.handles.pop(action.response_id, None)
+            if handle is not None:
+                handle.cancel()
+                self.svc.metrics.cancels.inc()
+        elif isinstance(action, StartResponse):
+            self._start(action)
+
+    def _start(self, action: StartResponse) -> None:
+        svc = self.svc
+        rid = action.response_id
+        try:
+            prompt = svc.backend.chat_tokens(action.messages)
+            job = DecodeJob(
+                svc.backend,
+                self.state,
+                prompt,
+                svc.sampling(action.sampling),
+                svc.scheduler_config(action.scheduler),
+                *svc.drafting(),
+            )
+            self.handles[rid] = svc.engine.submit(job, AsyncSink(asyncio.get_running_loop(), self.model_q, rid))
+        except ContextOverflow as exc:
+            self.send(self.session._error("context_length_exceeded", str(exc)))
+            self.send(self.session.on_done(rid, "error", {"error_code": "context_length_exceeded"}, {}))
+        except EngineBusy:
+            self.send(self.session.on_done(rid, "error", {"error_code": "server_busy"}, {}))
+        except ValueError as exc:  # bad scheduler/sampling values
+            self.send(self.session._error("invalid_value", str(exc)))
+            self.send(self.session.on_done(rid, "error", {"error_code": "invalid_value"}, {}))
+
+    # ------------------------------------------------------------------ inbound
+
+    def on_text(self, raw: str) -> None:
+        try:
+            ev = p.parse(raw, self.limits.max_json_depth)
+        except p.ProtocolError as exc:
+            self.svc.metrics.errors.labels(code=exc.code).inc()
+            self.send(self.session._error(exc.code, exc.message, exc.event_id, exc.param))
+            return
+        if isinstance(ev, p.AudioAppend):
+            self.media.append(ev.audio, ev.event_id)
+        elif isinstance(ev, p.AudioCommit):
+            self.media.commit(ev.event_id)
+        elif isinstance(ev, p.AudioClear):
+            self.media.clear()
+        elif isinstance(ev, p.SessionUpdate):
+            refused = self.media.check_update(ev)
+            self.send(refused or self.session.handle(ev))
+        elif isinstance(ev, p.ItemCreate) and any(not isinstance(c, p.InputText) for c in ev.item.content):
+            self._spawn(self._item_with_media(ev))
+        elif isinstance(ev, p.ResponseCreate):
+            if not self.media.defer(ev):
+                self._create_response(ev)
+        else:
+            self.send(self.session.handle(ev))
+
+    def _create_response(self, ev: p.ResponseCreate) -> None:
+        if self.session.response is None and not self.svc.engine_has_room():
+            self.svc.metrics.errors.labels(code="server_busy").inc()
+            self.send(self.session._error("server_busy", "the server is at capacity; retry shortly", ev.event_id))
+            return
+        self.send(self.session.handle(ev))
+
+    async def _item_with_media(self, ev: p.ItemCreate) -> None:
+        """Resolve audio parts to transcripts, then add the item (order kept per connection)."""
+        parts: list[p.InputText | p.InputImage | p.InputAudio] = []
+        try:
+            for part in ev.item.content:
+                if isinstance(part, p.InputAudio):
+                    text = part.transcript or await self.media.resolve_audio_part(part.audio)
+                    parts.append(p.InputText(type="input_text", text=text))
+                elif isinstance(part, p.InputImage):
+                    raise AudioError("unsupported_content", "image input is not enabled on this server")
+                else:
+                    parts.append(part)
+        except AudioError as exc:
+            self.send(self.session._error(exc.code, exc.message, ev.event_id, "item.content"))
+            return
+        resolved = ev.model_copy(update={"item": ev.item.model_copy(update={"content": parts})})
+        self.send(self.session.handle(resolved))
+
+    def _spawn(self, coro: Any) -> None:
+        task = asyncio.create_task(coro)
+        self._tasks.add(task)
+        task.add_done_callback(self._task_done)
+
+    def _task_done(self, task: asyncio.Task[None]) -> None:
+        self._tasks.discard(task)
+        if not task.cancelled() and task.exception() is not None:
+            log.error("session task failed: %s", type(task.exception()).__name__)
+
+    def on_bytes(self, data: bytes) -> None:
+        self.media.append(data)
+
+    # ------------------------------------------------------------------ model results
+
+    async def _pump_loop(self) -> None:
+        while True:
+            rid, events = await self.model_q.get()
+            try:
+                self._on_model(rid, events)
+            except Exception:  # never lose the pump: later responses depend on it
+                log.exception("handling model events failed")
+
+    def _on_model(self, rid: str, events: JobEvents) -> None:
+        for chunk in events.chunks:
+            self.send(self.session.on_chunk(rid, chunk.text))
+        if events.done is not None:
+            self.handles.pop(rid, None)
+            m = events.done.metrics
+            usage = {}
+            if "tokens" in m:
+                prompt = m.get("prompt_tokens", 0) + m.get("cached_tokens", 0)
+                usage = {
+                    "total_tokens": prompt + m["tokens"],
+                    "input_tokens": prompt,
+                    "output_tokens": m["tokens"],
+                    "input_token_details": {"cached_tokens": m.get("cached_tokens", 0)},
+                }
+                self.svc.metrics.observe_response(m)
+            self.send(self.session.on_done(rid, events.done.reason, m, usage))
+
+    # ------------------------------------------------------------------ lifecycle
+
+    @property
+    def busy(self) -> bool:
+        return bool(self.handles) or self.session.response is not None
+
+    def close(self, reason: str = "session_closed") -> None:
+        """Free everything: cancel generation, stop tasks."""
+        if self.closed:
+            return
+        self.closed = True
+        self.send(self.session.cancel(reason))
+        for handle in self.handles.values():
+            handle.cancel()
+        self.handles.clear()
+        self.media.close()
+        self._pump.cancel()
+        for t in list(self._tasks):
+            t.cancel()
+        self.changed.set()
