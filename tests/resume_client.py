@@ -67,13 +67,13 @@ USER_MSG = {
 CREATE = {"type": "response.create", "response": {"scheduler": {"strategy": "fast"}}}
 
 
-async def run_with_drops(addr: str, drop_after: list[tuple[int, str]], timeout: float = 30) -> Stream:
+async def run_with_drops(addr: str, drop_after: list[tuple[int, str]], limit_s: float = 30) -> Stream:
     """One conversation turn; after each listed count of received frames, drop the socket that way."""
     s = Stream()
     plan = list(drop_after)
     sent = False
     received = 0
-    async with asyncio.timeout(timeout):
+    async with asyncio.timeout(limit_s):
         while True:
             ws = await connect(addr, s)
             try:

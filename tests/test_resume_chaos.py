@@ -60,10 +60,10 @@ def test_chaos_500_disconnects_fake_model():
 @pytest.mark.real_model
 def test_chaos_on_the_real_model(real_backend):
     with run_server(load_config(None, **{"audio.enabled": False}), real_backend) as addr:
-        reference = asyncio.run(run_with_drops(addr, [], timeout=120)).text()
+        reference = asyncio.run(run_with_drops(addr, [], limit_s=120)).text()
         drops = 0
         for plan in ([(3, "abort"), (4, "close")], [(1, "close"), (6, "abort"), (2, "abort")]):
-            s = asyncio.run(run_with_drops(addr, plan, timeout=120))
+            s = asyncio.run(run_with_drops(addr, plan, limit_s=120))
             check(s, reference)
             drops += s.drops
     print(f"chaos real model: {drops} drops")

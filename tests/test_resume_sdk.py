@@ -1,0 +1,100 @@
+"""The official openai SDK resumes a session through its on_reconnecting hook; slow consumers; drain."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+
+import websockets
+from openai import AsyncOpenAI
+
+from tests.fake_backend import FakeBackend
+from tests.resume_client import run_with_drops
+
+
+def _kick(addr, code: int) -> None:
+    def do():
+        for live in addr.services.registry.sessions.values():
+            if live.attached is not None:
+                live.attached.kick(code, "test: server-side close")
+
+    addr.call(do)
+
+
+async def test_openai_sdk_on_reconnecting_resumes_the_stream(server_factory):
+    fake = FakeBackend(answer_tokens=120, step_s=0.003)
+    with server_factory(fake, **{"audio.enabled": False}) as addr:
+        reference = (await run_with_drops(addr, [])).text()
+        seen = {"token": None, "last": -1, "reconnects": 0}
+
+        def on_reconnecting(ev):
+            seen["reconnects"] += 1
+            query = {**ev.extra_query, "resume_token": seen["token"], "last_seq": str(seen["last"])}
+            return {"extra_query": query}
+
+        client = AsyncOpenAI(base_url=f"http://{addr}/v1", api_key="unused")
+        text, kicked, dup = "", False, 0
+        async with client.realtime.connect(model="fake", on_reconnecting=on_reconnecting) as conn:
+            async for event in conn:
+                extra = event.model_extra or {}
+                if event.type == "session.created":
+                    seen["token"] = extra["resume"]["token"]
+                    await conn.conversation.item.create(
+                        item={"type": "message", "role": "user", "content": [{"type": "input_text", "text": "tell me"}]}
+                    )
+                    await conn.response.create(response={"scheduler": {"strategy": "fast"}})
+                seq = extra.get("seq")
+                if seq is None:
+                    continue
+                if seq <= seen["last"]:
+                    dup += 1
+                    continue
+                assert seq == seen["last"] + 1
+                seen["last"] = seq
+                if event.type == "response.output_text.delta":
+                    text += event.delta
+                    if not kicked and len(text) > 20:
+                        kicked = True
+                        _kick(addr, 1012)  # service restart: the SDK treats it as recoverable
+                if event.type == "response.done":
+                    break
+        assert seen["reconnects"] >= 1 and kicked
+        assert text == reference and dup == 0
+
+
+async def test_slow_consumer_is_closed_1013_and_resumes_losslessly(server_factory):
+    fake = FakeBackend(answer_tokens=6000, step_s=0.0)
+    conf = {"audio.enabled": False, "limits.outbound_queue": 64, "session.max_output_tokens": 8000,
+            "limits.replay_max_events": 20000, "limits.replay_max_bytes": 64 * 1024 * 1024}
+    with server_factory(fake, **conf) as addr:
+        ws = await websockets.connect(f"ws://{addr}/v1/realtime", max_size=None, max_queue=1)
+        created = json.loads(await ws.recv())
+        token = created["resume"]["token"]
+        await ws.send(json.dumps({"type": "conversation.item.create", "item": {
+            "type": "message", "role": "user", "content": [{"type": "input_text", "text": "go"}]}}))
+        await ws.send(json.dumps({"type": "response.create", "response": {
+            "max_output_tokens": 6000, "scheduler": {"strategy": "fast"}}}))
+        other = await websockets.connect(f"ws://{addr}/v1/realtime")  # an unaffected neighbour
+        await other.recv()
+        await asyncio.sleep(3.0)  # stop reading while the response streams
+        last, code = 0, None
+        try:
+            while True:
+                ev = json.loads(await asyncio.wait_for(ws.recv(), 10))
+                last = ev["seq"]
+        except websockets.ConnectionClosed as exc:
+            code = exc.rcvd.code if exc.rcvd else None
+        assert code in (1013, None)  # 1013 sent; None when the close frame could not get through
+        resumed = await websockets.connect(
+            f"ws://{addr}/v1/realtime?resume_token={token}&last_seq={last}", max_size=None
+        )
+        assert json.loads(await resumed.recv())["type"] == "session.resumed"
+        nxt = json.loads(await resumed.recv())
+        assert nxt["seq"] == last + 1
+        while nxt["type"] != "response.done":
+            nxt = json.loads(await resumed.recv())
+        assert nxt["response"]["status"] == "incomplete" or nxt["response"]["status"] == "completed"
+        await other.send(json.dumps({"type": "session.update", "session": {"instructions": "hi"}}))
+        assert json.loads(await other.recv())["type"] == "session.updated"
+        await resumed.close()
+        await other.close()
