@@ -41,6 +41,7 @@ def serve(args: argparse.Namespace) -> int:
 
     from .app import create_app, default_loader
     from .config import ConfigError, load_config
+    from .server import DrainingServer
 
     try:
         config = load_config(args.config, **{"server.host": args.host, "server.port": args.port})
@@ -65,7 +66,8 @@ def serve(args: argparse.Namespace) -> int:
     auth = "API keys required" if s.api_keys else "no API keys: loopback only"
     print(f"stream-omni: serving {backend.name} on http://{s.host}:{s.port} ({auth})", file=sys.stderr)
     app = create_app(config, backend_loader=lambda _cfg: backend)
-    uvicorn.run(app, host=s.host, port=s.port, **uvicorn_config_kwargs(config))  # type: ignore[arg-type]
+    uv = uvicorn.Config(app, host=s.host, port=s.port, **uvicorn_config_kwargs(config))  # type: ignore[arg-type]
+    DrainingServer(uv, app, s.shutdown_timeout_s).run()
     return 0
 
 

@@ -92,7 +92,6 @@ class ServerAddr(str):
 
     def call(self, fn: Callable[[], Any], timeout: float = 10) -> Any:
         """Run ``fn`` on the server's event loop thread and return its result."""
-        import asyncio
         import concurrent.futures
 
         fut: concurrent.futures.Future[Any] = concurrent.futures.Future()
@@ -125,7 +124,10 @@ def run_server(config: Any, backend: Any) -> Iterator[ServerAddr]:
     app = create_app(config, backend_loader=lambda _cfg: backend)
     kwargs = uvicorn_config_kwargs(config)
     kwargs["log_level"] = "warning"
-    server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, lifespan="on", **kwargs))
+    from gateway.server import DrainingServer
+
+    uv = uvicorn.Config(app, host="127.0.0.1", port=port, lifespan="on", **kwargs)
+    server = DrainingServer(uv, app, config.server.shutdown_timeout_s)
     def serve() -> None:
         import asyncio
 

@@ -98,3 +98,26 @@ async def test_slow_consumer_is_closed_1013_and_resumes_losslessly(server_factor
         assert json.loads(await other.recv())["type"] == "session.updated"
         await resumed.close()
         await other.close()
+
+
+async def test_shutdown_drains_running_responses_then_closes_1012(server_factory):
+    fake = FakeBackend(answer_tokens=80, step_s=0.01)
+    with server_factory(fake, **{"audio.enabled": False, "server.shutdown_timeout_s": 10}) as addr:
+        ws = await websockets.connect(f"ws://{addr}/v1/realtime")
+        await ws.recv()
+        await ws.send(json.dumps({"type": "conversation.item.create", "item": {
+            "type": "message", "role": "user", "content": [{"type": "input_text", "text": "go"}]}}))
+        await ws.send(json.dumps({"type": "response.create"}))
+        while json.loads(await ws.recv())["type"] != "response.output_text.delta":
+            pass
+        addr.server.should_exit = True  # what uvicorn's SIGTERM handler does
+        done, code = None, None
+        try:
+            while True:
+                ev = json.loads(await asyncio.wait_for(ws.recv(), 20))
+                if ev["type"] == "response.done":
+                    done = ev
+        except websockets.ConnectionClosed as exc:
+            code = exc.rcvd.code if exc.rcvd else None
+        assert done is not None and done["response"]["status"] == "completed"  # finished, not cut
+        assert code == 1012

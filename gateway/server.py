@@ -1,0 +1,26 @@
+"""uvicorn with a drain: on SIGTERM, stop new sessions, let running responses finish, then close."""
+
+from __future__ import annotations
+
+import socket
+from typing import Any
+
+import uvicorn
+
+
+class DrainingServer(uvicorn.Server):
+    """``shutdown`` first stops accepting, then waits (bounded) for in-flight responses, then lets
+    uvicorn close the sockets; our sessions end with close code 1012 (service restart)."""
+
+    def __init__(self, config: uvicorn.Config, app: Any, drain_timeout_s: float):
+        super().__init__(config)
+        self._app = app
+        self.drain_timeout_s = drain_timeout_s  # longest wait for running responses
+
+    async def shutdown(self, sockets: list[socket.socket] | None = None) -> None:
+        for server in self.servers:
+            server.close()  # no new connections while we drain
+        services = getattr(self._app.state, "services", None)
+        if services is not None:
+            await services.registry.drain(self.drain_timeout_s)
+        await super().shutdown(sockets)
