@@ -47,6 +47,8 @@ class Services:
     metrics: Metrics = field(default_factory=Metrics)
     drafter_factory: Callable[[], tuple[Any, Any]] | None = None  # → (drafter, verifier) per response
     asr: Any = None  # processors.asr Transcriber, or None when audio is disabled
+    image_describer: Callable[[str], str] | None = None  # data URL → text for the LLM (CLIP/VLM)
+    image_gen: Any = None  # models.image_gen.ImageGenerator, or None when image output is off
     registry: SessionRegistry = field(default_factory=lambda: SessionRegistry(30.0, 64))
     started: float = field(default_factory=time.time)
 
@@ -74,6 +76,8 @@ class Services:
         d = self.config.scheduler.model_dump(exclude_none=True)
         d.update({k: v for k, v in opts.items() if v is not None})
         strategy = d.pop("strategy", "balanced")
+        if self.image_gen is not None:
+            d.setdefault("intercept", ("<image>", "</image>"))
         if "lookahead_tokens" not in d and self.drafter_factory is None:
             d["lookahead_tokens"] = 0
         return SchedulerConfig.for_strategy(strategy, **d)
@@ -111,14 +115,25 @@ def create_app(config: Config, backend_loader: Callable[[Config], Backend] | Non
         backend = await asyncio.to_thread(loader, config)
         engine = Engine(config.engine.max_running, config.engine.max_waiting)
         asr = await asyncio.to_thread(load_audio, config) if config.audio.enabled else None
+        describer, image_gen = await asyncio.to_thread(load_vision, config)
         registry = SessionRegistry(config.server.grace_period_s, config.limits.max_sessions)
-        state["svc"] = Services(config=config, backend=backend, engine=engine, asr=asr, registry=registry)
+        state["svc"] = Services(
+            config=config,
+            backend=backend,
+            engine=engine,
+            asr=asr,
+            registry=registry,
+            image_describer=describer,
+            image_gen=image_gen,
+        )
         app.state.services = state["svc"]
         try:
             yield
         finally:
             await registry.drain(0)
             engine.close()
+            if image_gen is not None:
+                image_gen.close()
 
     async def health(request: Request) -> Response:
         return JSONResponse({"status": "ok"})
@@ -212,6 +227,51 @@ def load_audio(config: Config) -> Any:
     asr = load_asr(AsrConfig(engine=a.engine, model=a.model, language=a.language))
     SileroVad()  # load the ONNX model now, not on the first frame
     return asr
+
+
+def load_vision(config: Config) -> tuple[Callable[[str], str] | None, Any]:
+    """The configured image understanding (CLIP labels or a VLM caption) and image generator."""
+    from processors.image import ImageLimits, load_image_url
+
+    v = config.vision
+    limits = ImageLimits(max_bytes=v.max_image_bytes, max_pixels=v.max_image_pixels, max_side=v.max_side)
+    describer: Callable[[str], str] | None = None
+    if v.mode == "clip":
+        from models.clip import ClipConfig, ClipLabeler
+
+        kw: dict[str, Any] = {"labels": tuple(v.clip_labels)} if v.clip_labels else {}
+        labeler = ClipLabeler(ClipConfig(model=v.clip_model, pretrained=v.clip_pretrained, **kw))
+
+        def describer(url: str) -> str:
+            return str(labeler.rank(load_image_url(url, limits).image).description)
+
+    elif v.mode == "vlm":
+        from models.vlm import VisionLanguageModel, VLMConfig
+
+        vlm = VisionLanguageModel(VLMConfig(model=v.vlm_model))
+
+        def describer(url: str) -> str:
+            img = load_image_url(url, limits).image
+            content = [{"type": "image", "image": img}, {"type": "text", "text": v.vlm_prompt}]
+            msg = [{"role": "user", "content": content}]
+            return f"[image: {vlm.generate(msg, max_new_tokens=64).strip()}]"
+
+    gen = None
+    g = config.image_gen
+    if g.model:
+        from models.image_gen import ImageGenConfig, ImageGenerator
+
+        gen = ImageGenerator(
+            ImageGenConfig(
+                model=g.model,
+                steps=g.steps,
+                dtype=g.dtype,
+                device=g.device,
+                preview_every=g.preview_every,
+                guidance_scale=g.guidance_scale,
+            )
+        )
+    return describer, gen
 
 
 def default_loader(config: Config) -> Backend:

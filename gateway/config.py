@@ -64,6 +64,27 @@ class AudioConfig(_Frozen):
     max_buffer_s: float = 600.0  # buffered input audio per turn
 
 
+class VisionConfig(_Frozen):
+    mode: Literal["none", "clip", "vlm"] = "none"  # how images are understood (no weights ship offline)
+    clip_model: str = "ViT-B-32"  # open_clip name | "local-dir:/path" | "hf-hub:org/repo"
+    clip_pretrained: str | None = "laion2b_s34b_b79k"  # open_clip tag or checkpoint file
+    clip_labels: tuple[str, ...] | None = None  # zero-shot vocabulary (None: the built-in list)
+    vlm_model: str = "HuggingFaceTB/SmolVLM-256M-Instruct"  # AutoModelForImageTextToText id or folder
+    vlm_prompt: str = "Describe this image in one or two sentences."  # asked of the VLM per image
+    max_image_bytes: int = 20_000_000  # encoded size of one image
+    max_image_pixels: int = 40_000_000  # declared width × height
+    max_side: int = 1024  # images are downscaled to this before the model sees them
+
+
+class ImageGenSettings(_Frozen):
+    model: str | None = None  # diffusers id or folder; None disables image output
+    steps: int = 4  # denoising steps
+    dtype: Literal["float32", "bfloat16", "float16"] = "float32"  # pipeline dtype
+    device: str = "cpu"  # cpu | cuda
+    preview_every: int = 1  # a partial_image every N steps (0: none)
+    guidance_scale: float | None = None  # None: the pipeline default (sd-turbo wants 0.0)
+
+
 class LimitsConfig(_Frozen):
     max_text_frame_bytes: int = 16 * 1024 * 1024  # one WS text frame (an image data URL fits)
     max_binary_frame_bytes: int = 1024 * 1024  # one WS binary (pcm16) frame
@@ -82,6 +103,8 @@ class Config(_Frozen):
     scheduler: SchedulerDefaults = SchedulerDefaults()
     session: SessionConfig = SessionConfig()
     audio: AudioConfig = AudioConfig()
+    vision: VisionConfig = VisionConfig()
+    image_gen: ImageGenSettings = ImageGenSettings()
     limits: LimitsConfig = LimitsConfig()
 
 

@@ -12,17 +12,19 @@ import asyncio
 import hashlib
 import logging
 import secrets
+import threading
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from models.decode import ContextOverflow, DecodeJob, JobEvents
 from models.engine import AsyncSink, EngineBusy, Handle
 from processors.audio import AudioError
+from processors.image import ImageError
 
 from . import protocol as p
 from .media import MediaInput
 from .replay import ReplayBuffer
-from .session import CancelResponse, Output, Session, StartResponse
+from .session import CancelResponse, Output, Session, StartImage, StartResponse
 
 if TYPE_CHECKING:
     from .app import Services
@@ -48,6 +50,8 @@ class LiveSession:
         self.media = MediaInput(self.session, services, self.send)
         self.media.svc_start = self._create_response
         self._tasks: set[asyncio.Task[None]] = set()
+        self._media_lock = asyncio.Lock()
+        self.image_cancels: dict[str, list[threading.Event]] = {}  # response id → its image jobs
         self.token = secrets.token_urlsafe(32)
         self.key = key_digest(api_key)
         self.attached: Any = None  # the Connection currently serving this session
@@ -77,8 +81,29 @@ class LiveSession:
             if handle is not None:
                 handle.cancel()
                 self.svc.metrics.cancels.inc()
+            for flag in self.image_cancels.pop(action.response_id, []):
+                flag.set()  # denoising stops within one step
         elif isinstance(action, StartResponse):
             self._start(action)
+        elif isinstance(action, StartImage):
+            self._start_image(action)
+
+    def _start_image(self, action: StartImage) -> None:
+        rid, item_id = action.response_id, action.item_id
+        gen = self.svc.image_gen
+        if gen is None:
+            self.send(self.session._error("image_generation_disabled", "image output is not enabled on this server"))
+            self.send(self.session.on_image(rid, item_id, {"kind": "failed"}))
+            return
+        loop = asyncio.get_running_loop()
+        cancel = threading.Event()
+        self.image_cancels.setdefault(rid, []).append(cancel)
+
+        def on_event(ev: dict[str, Any]) -> None:  # from the generator's worker thread
+            if not loop.is_closed():
+                loop.call_soon_threadsafe(self.model_q.put_nowait, (rid, ("image", item_id, ev)))
+
+        gen.submit(action.prompt, None, on_event, cancel)
 
     def _start(self, action: StartResponse) -> None:
         svc = self.svc
@@ -137,7 +162,20 @@ class LiveSession:
         self.send(self.session.handle(ev))
 
     async def _item_with_media(self, ev: p.ItemCreate) -> None:
-        """Resolve audio parts to transcripts, then add the item (order kept per connection)."""
+        """Resolve audio parts to transcripts and images to descriptions, then add the item.
+
+        Items keep their order, and a response.create that arrives meanwhile waits for them.
+        """
+        key = f"media-{id(ev)}"
+        self.media.pending.add(key)
+        try:
+            async with self._media_lock:
+                await self._resolve_item(ev)
+        finally:
+            self.media.pending.discard(key)
+            self.media._release()
+
+    async def _resolve_item(self, ev: p.ItemCreate) -> None:
         parts: list[p.InputText | p.InputImage | p.InputAudio] = []
         try:
             for part in ev.item.content:
@@ -145,10 +183,16 @@ class LiveSession:
                     text = part.transcript or await self.media.resolve_audio_part(part.audio)
                     parts.append(p.InputText(type="input_text", text=text))
                 elif isinstance(part, p.InputImage):
-                    raise AudioError("unsupported_content", "image input is not enabled on this server")
+                    describe = self.svc.image_describer
+                    if describe is None:
+                        raise ImageError(
+                            "unsupported_content", "image input is not enabled on this server (config: vision.mode)"
+                        )
+                    parts.append(p.InputText(type="input_text", text=await asyncio.to_thread(describe, part.image_url)))
                 else:
                     parts.append(part)
-        except AudioError as exc:
+        except (AudioError, ImageError) as exc:
+            self.svc.metrics.errors.labels(code=exc.code).inc()
             self.send(self.session._error(exc.code, exc.message, ev.event_id, "item.content"))
             return
         resolved = ev.model_copy(update={"item": ev.item.model_copy(update={"content": parts})})
@@ -177,9 +221,21 @@ class LiveSession:
             except Exception:  # never lose the pump: later responses depend on it
                 log.exception("handling model events failed")
 
-    def _on_model(self, rid: str, events: JobEvents) -> None:
+    def _on_model(self, rid: str, events: Any) -> None:
+        if isinstance(events, tuple):  # ("image", item_id, progress dict)
+            _, item_id, ev = events
+            if ev.get("kind") == "failed":
+                log.warning("image generation failed: %s", ev.get("message"))
+            if ev.get("kind") in ("completed", "failed", "cancelled"):
+                flags = self.image_cancels.get(rid, [])
+                if flags:
+                    flags.pop(0)
+            self.send(self.session.on_image(rid, item_id, ev))
+            return
         for chunk in events.chunks:
             self.send(self.session.on_chunk(rid, chunk.text))
+        for prompt in events.requests:  # the model asked for an image: never shown as text
+            self.send(self.session.image_request(rid, prompt))
         if events.done is not None:
             self.handles.pop(rid, None)
             m = events.done.metrics

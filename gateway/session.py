@@ -50,6 +50,15 @@ class CancelResponse:
 
 
 @dataclass
+class StartImage:
+    """Action: generate an image for ``response_id`` as output item ``item_id``."""
+
+    response_id: str
+    item_id: str
+    prompt: str
+
+
+@dataclass
 class Output:
     events: list[dict[str, Any]] = field(default_factory=list)
     actions: list[Any] = field(default_factory=list)
@@ -68,6 +77,12 @@ class _Response:
     store: bool  # conversation "auto" (True) or "none"
     text: str = ""  # delivered text only
     started: bool = False  # item/part events sent
+    images: dict[str, dict[str, Any]] = field(default_factory=dict)  # image_generation_call items by id
+    ending: tuple[Any, ...] | None = None  # text finished; response.done waits for images
+
+    @property
+    def images_pending(self) -> bool:
+        return any(i["status"] == "in_progress" for i in self.images.values())
 
 
 class Session:
@@ -341,7 +356,11 @@ class Session:
                 "usage": None,
             },
         )
-        return self._out(created, actions=[action])
+        out = self._out(created, actions=[action])
+        if "image" in modalities:
+            prompt = next((m["content"] for m in reversed(action.messages) if m["role"] == "user"), "")
+            out.extend(self.image_request(rid, prompt))
+        return out
 
     def _on_response_cancel(self, ev: p.ResponseCancel) -> Output:
         r = self.response
@@ -408,6 +427,64 @@ class Session:
         )
         return self._out(*events)
 
+    # ------------------------------------------------------------------ generated images
+
+    def image_request(self, response_id: str, prompt: str) -> Output:
+        """Start an image output item (modality "image", or a request the scheduler intercepted)."""
+        r = self.response
+        if r is None or r.id != response_id:
+            return Output()
+        item_id = _new_id("ig")
+        index = 1 + len(r.images)
+        item = {"id": item_id, "type": "image_generation_call", "status": "in_progress", "output_index": index}
+        r.images[item_id] = item
+        view = {k: v for k, v in item.items() if k != "output_index"}
+        return self._out(
+            p.server_event("response.output_item.added", response_id=r.id, output_index=index, item=view),
+            p.server_event("response.image_generation_call.in_progress", item_id=item_id, output_index=index),
+            actions=[StartImage(r.id, item_id, prompt)],
+        )
+
+    def on_image(self, response_id: str, item_id: str, ev: dict[str, Any]) -> Output:
+        """A progress event from the image generator (models.image_gen's dicts)."""
+        r = self.response
+        if r is None or r.id != response_id or item_id not in r.images:
+            return Output()  # late event of a cancelled/finished response
+        item = r.images[item_id]
+        idx = item["output_index"]
+        kind = ev.get("kind")
+        if kind == "generating":
+            return self._out(
+                p.server_event("response.image_generation_call.generating", item_id=item_id, output_index=idx)
+            )
+        if kind == "partial_image":
+            return self._out(
+                p.server_event(
+                    "response.image_generation_call.partial_image",
+                    item_id=item_id,
+                    output_index=idx,
+                    partial_image_index=ev.get("index", 0),
+                    partial_image_b64=ev["png_b64"],
+                )
+            )
+        if kind not in ("completed", "cancelled", "failed"):
+            return Output()
+        item["status"] = "completed" if kind == "completed" else "failed"
+        done_item = {"id": item_id, "type": "image_generation_call", "status": item["status"]}
+        if kind == "completed":
+            done_item["result"] = ev["png_b64"]
+            item["result"] = ev["png_b64"]
+        events = []
+        if kind == "completed":
+            events.append(
+                p.server_event("response.image_generation_call.completed", item_id=item_id, output_index=idx)
+            )
+        events.append(p.server_event("response.output_item.done", response_id=r.id, output_index=idx, item=done_item))
+        out = self._out(*events)
+        if r.ending is not None and not r.images_pending:
+            out.extend(self._finish(r, *r.ending))
+        return out
+
     def on_done(self, response_id: str, reason: str, metrics: dict[str, Any], usage: dict[str, Any]) -> Output:
         r = self.response
         if r is None or r.id != response_id:
@@ -429,6 +506,9 @@ class Session:
         metrics: dict[str, Any] | None,
         usage: dict[str, Any],
     ) -> Output:
+        if status != "cancelled" and r.images_pending:  # text is done; images still denoising
+            r.ending = (status, details, metrics, usage)
+            return Output()
         if self.response is not r:
             raise RuntimeError(f"expected active response {r.id}, found {self.response and self.response.id}")
         self.response = None
@@ -446,6 +526,16 @@ class Session:
             output.append(item)
             if r.store:  # the conversation keeps exactly the delivered text
                 self.items.append(item)
+        for img in r.images.values():
+            if img["status"] == "in_progress":  # cancelled with the response
+                img["status"] = "incomplete"
+                view = {"id": img["id"], "type": "image_generation_call", "status": "incomplete"}
+                events.append(
+                    p.server_event(
+                        "response.output_item.done", response_id=r.id, output_index=img["output_index"], item=view
+                    )
+                )
+            output.append({k: v for k, v in img.items() if k != "output_index"})
         events.append(
             p.server_event(
                 "response.done",

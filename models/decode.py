@@ -53,6 +53,7 @@ class Done:
 class JobEvents:
     chunks: list[Chunk] = field(default_factory=list)
     done: Done | None = None
+    requests: list[str] = field(default_factory=list)  # intercepted model requests (e.g. image prompts)
 
 
 class DecodeJob:
@@ -166,6 +167,7 @@ class DecodeJob:
         self.generated.extend(toks)
         out = JobEvents(chunks=self.scheduler.feed(toks, self.clock()))
         self._note_chunks(out.chunks)
+        out.requests, self.scheduler.requests = self.scheduler.requests, []
         if next_row is not None:
             self._next_logits = next_row
         reason = final

@@ -40,6 +40,7 @@ class SchedulerConfig:
     lookahead_tokens: int = 8  # most draft tokens verified per step (0: no drafting)
     task_hint: str = "chat"  # chat | code | summarize | creative | …
     stop: tuple[str, ...] = ()  # stop sequences (never shown)
+    intercept: tuple[str, str] | None = None  # (open, close) tags of a model request (e.g. an image) to cut out
 
     @classmethod
     def for_strategy(cls, strategy: str = "balanced", **overrides: object) -> SchedulerConfig:
@@ -111,6 +112,9 @@ class ChunkScheduler:
         self._chunks = 0
         self.stopped = False  # a stop sequence matched: the response is over
         self.delivered = ""  # all text handed out so far
+        self._hidden: list[tuple[int, int]] = []  # intercepted spans of _text, never shown
+        self._scan = 0  # where the next intercept search starts
+        self.requests: list[str] = []  # intercepted request bodies, taken by the caller
 
     # -- text bookkeeping -------------------------------------------------------------------
 
@@ -120,6 +124,17 @@ class ChunkScheduler:
         while text.endswith("\ufffd"):
             text = text[:-1]
         return text
+
+    def _visible(self, start: int, end: int) -> str:
+        """``_text[start:end]`` without intercepted spans."""
+        out, pos = [], start
+        for a, b in self._hidden:
+            if b <= pos or a >= end:
+                continue
+            out.append(self._text[pos:max(a, pos)])
+            pos = max(pos, min(b, end))
+        out.append(self._text[pos:end])
+        return "".join(out)
 
     def _tokens_up_to(self, pos: int) -> int:
         n = self._emitted_tokens
@@ -131,10 +146,17 @@ class ChunkScheduler:
         return self._text.count("```", 0, pos) % 2 == 1
 
     def _stop_limit(self) -> int:
-        """Text beyond this index might be the start of a stop sequence: hold it back."""
+        """Text beyond this index might be the start of a stop sequence or a request: hold it back."""
         text = self._text
         limit = len(text)
-        for stop in self.config.stop:
+        holds = list(self.config.stop)
+        if self.config.intercept:
+            opener = self.config.intercept[0]
+            holds.append(opener)
+            idx = text.find(opener, self._scan)
+            if idx >= 0:  # an open request not closed yet
+                limit = min(limit, idx)
+        for stop in holds:
             for k in range(min(len(stop) - 1, len(text)), 0, -1):
                 if text.endswith(stop[:k]):
                     limit = min(limit, len(text) - k)
@@ -160,13 +182,29 @@ class ChunkScheduler:
             self._offsets[i] = len(text)
         if self._pending_since is None:
             self._pending_since = now
+        self._intercept()
         for stop in self.config.stop:
             idx = text.find(stop, self._emitted)
             if idx >= 0:
                 self._text = text[:idx]
                 self.stopped = True
-                return self._flush()
-        return self._cut(now)
+                return [c for c in self._flush() if c.text]
+        return [c for c in self._cut(now) if c.text]
+
+    def _intercept(self) -> None:
+        if not self.config.intercept:
+            return
+        opener, closer = self.config.intercept
+        while True:
+            i = self._text.find(opener, self._scan)
+            if i < 0:
+                return
+            j = self._text.find(closer, i + len(opener))
+            if j < 0:
+                return
+            self.requests.append(self._text[i + len(opener) : j].strip())
+            self._hidden.append((i, j + len(closer)))
+            self._scan = j + len(closer)
 
     def finish(self) -> list[Chunk]:
         """The response ended (eos, length, cancel): hand out everything still pending."""
@@ -177,8 +215,12 @@ class ChunkScheduler:
                 idx = self._text.find(stop, self._emitted)
                 if idx >= 0:
                     limit = min(limit, idx)
+            if self.config.intercept:  # an unclosed request at the end is dropped, never shown
+                idx = self._text.find(self.config.intercept[0], self._scan)
+                if idx >= 0:
+                    limit = min(limit, idx)
             self._text = self._text[:limit]
-        return self._flush()
+        return [c for c in self._flush() if c.text]
 
     @property
     def tokens(self) -> list[int]:
@@ -195,7 +237,7 @@ class ChunkScheduler:
         ntok = self._tokens_up_to(pos) - self._emitted_tokens
         if quality == 0:  # end of response: every remaining token belongs to this chunk
             ntok = len(self._ids) - self._emitted_tokens
-        chunk = Chunk(self._text[self._emitted : pos], ntok, quality)
+        chunk = Chunk(self._visible(self._emitted, pos), ntok, quality)
         self._emitted = pos
         self._emitted_tokens += ntok
         self.delivered += chunk.text

@@ -108,3 +108,25 @@ def test_chunks_concatenate_to_the_decoded_text(ids, strategy):
     assert "".join(c.text for c in chunks) == full
     assert sum(c.tokens for c in chunks) == (len(ids) if chunks else sum(c.tokens for c in chunks))
     assert all(c.text for c in chunks)
+
+
+def test_intercepted_request_is_cut_out_and_reported():
+    ids = list(b"Here you go. <image>a red fox in snow</image> Enjoy it. ")
+    cfg = SchedulerConfig.for_strategy("fast", intercept=("<image>", "</image>"))
+    s = ChunkScheduler(cfg, decode)
+    chunks, requests = [], []
+    for i, t in enumerate(ids):
+        chunks += s.feed([t], now=i * 0.01)
+        requests += s.requests
+        s.requests = []
+    chunks += s.finish()
+    text = "".join(c.text for c in chunks)
+    assert requests == ["a red fox in snow"]
+    assert "<" not in text and "fox" not in text and "image" not in text
+    assert text.replace(" ", "") == "Hereyougo.Enjoyit."
+
+
+def test_unclosed_request_at_the_end_is_never_shown():
+    ids = list(b"Sure. <image>half a req")
+    s, chunks = run(ids, SchedulerConfig.for_strategy("fast", intercept=("<image>", "</image>")))
+    assert "".join(c.text for c in chunks) == "Sure. " and s.requests == []
