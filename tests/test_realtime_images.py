@@ -14,7 +14,6 @@ import io
 import pytest
 from PIL import Image
 
-from tests.image_fixtures import tiny_clip_dir, tiny_sd_dir  # noqa: F401
 from tests.wsclient import RealtimeClient
 
 # diffusers' Euler scheduler calls np.array(torch tensor, copy=False), which numpy 2 flags (torch's
@@ -136,7 +135,9 @@ async def test_cancel_stops_denoising(tiny_backend, server_factory, tiny_sd_dir)
         c = await RealtimeClient.connect(addr)
         await c.until("session.created")
         await c.say("a lighthouse")
-        await c.send({"type": "response.create", "response": {"output_modalities": ["image"], "max_output_tokens": 400}})
+        await c.send(
+            {"type": "response.create", "response": {"output_modalities": ["image"], "max_output_tokens": 400}}
+        )
         await c.until("response.image_generation_call.partial_image")
         await c.send({"type": "response.cancel"})
         done = await c.until("response.done")

@@ -1,0 +1,70 @@
+"""OpenAI response objects: ``chat.completion``, ``chat.completion.chunk``, ``usage``. Pure functions."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+FINISH = {"stop": "stop", "length": "length"}  # Done.reason → finish_reason
+STATUS = {"stop": "completed", "length": "incomplete", "cancelled": "cancelled", "error": "failed"}
+
+
+@dataclass(frozen=True)
+class Header:
+    id: str
+    created: int
+    model: str
+
+
+def usage(m: dict[str, Any]) -> dict[str, Any]:
+    cached = int(m.get("cached_tokens", 0))
+    prompt = int(m.get("prompt_tokens", 0)) + cached
+    out = int(m.get("tokens", 0))
+    return {
+        "prompt_tokens": prompt,
+        "completion_tokens": out,
+        "total_tokens": prompt + out,
+        "prompt_tokens_details": {"cached_tokens": cached},
+    }
+
+
+def chunk(h: Header, delta: dict[str, Any], finish: str | None = None, with_usage: bool = False) -> dict[str, Any]:
+    out: dict[str, Any] = {
+        "id": h.id,
+        "object": "chat.completion.chunk",
+        "created": h.created,
+        "model": h.model,
+        "choices": [{"index": 0, "delta": delta, "logprobs": None, "finish_reason": finish}],
+    }
+    if with_usage:
+        out["usage"] = None  # as OpenAI: null on every chunk but the last
+    return out
+
+
+def usage_chunk(h: Header, m: dict[str, Any]) -> dict[str, Any]:
+    return {
+        "id": h.id,
+        "object": "chat.completion.chunk",
+        "created": h.created,
+        "model": h.model,
+        "choices": [],
+        "usage": usage(m),
+    }
+
+
+def completion(h: Header, text: str, finish: str, m: dict[str, Any]) -> dict[str, Any]:
+    return {
+        "id": h.id,
+        "object": "chat.completion",
+        "created": h.created,
+        "model": h.model,
+        "choices": [
+            {
+                "index": 0,
+                "message": {"role": "assistant", "content": text, "refusal": None},
+                "logprobs": None,
+                "finish_reason": finish,
+            }
+        ],
+        "usage": usage(m),
+    }
