@@ -154,7 +154,8 @@ def decode_wav(data: bytes, limits: AudioLimits = DEFAULT_LIMITS) -> np.ndarray:
     try:
         info = sf.info(io.BytesIO(data))
     except (sf.LibsndfileError, RuntimeError, TypeError) as exc:
-        raise AudioError("invalid_audio", f"not a readable WAV file: {exc}") from None
+        # libsndfile's message names the Python object it read from (an address): never echo it
+        raise AudioError("invalid_audio", "not a readable WAV file") from exc
     if info.format != "WAV" and info.format != "WAVEX":
         raise AudioError("invalid_audio", f"expected a WAV file, got {info.format}")
     lo, hi = limits.wav_rate_range
@@ -164,7 +165,7 @@ def decode_wav(data: bytes, limits: AudioLimits = DEFAULT_LIMITS) -> np.ndarray:
     try:
         samples, rate = sf.read(io.BytesIO(data), dtype="float32", always_2d=True)
     except (sf.LibsndfileError, RuntimeError) as exc:
-        raise AudioError("invalid_audio", f"WAV file could not be decoded: {exc}") from None
+        raise AudioError("invalid_audio", "WAV file could not be decoded") from exc
     if samples.shape[0] == 0:
         raise AudioError("empty_audio", "WAV file holds no samples")
     if not np.isfinite(samples).all():

@@ -16,6 +16,7 @@ import pytest
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
 from tests.image_fixtures import tiny_clip_dir, tiny_sd_dir, tiny_vlm_dir  # noqa: E402, F401  (shared fixtures)
+
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
 
