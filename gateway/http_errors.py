@@ -5,10 +5,11 @@ Messages are written for the client: never a stack trace, a path or an object ad
 
 from __future__ import annotations
 
-import re
 from typing import Any
 
 from starlette.responses import JSONResponse
+
+from .protocol import clean  # one sanitizer for WS and HTTP errors
 
 _TYPES = {
     400: "invalid_request_error",
@@ -19,8 +20,6 @@ _TYPES = {
 }
 
 # things a library message may carry that a client must not see
-_ADDRESS = re.compile(r"<[^<>]*\bat 0x[0-9a-fA-F]+>")
-_PATH = re.compile(r"(?<![\w/])/(?:[\w.-]+/)+[\w.-]*")
 
 
 class ApiError(Exception):
@@ -38,11 +37,6 @@ class ApiError(Exception):
 
     def body(self) -> dict[str, Any]:
         return error_body(self.status, self.code, self.message, self.param)
-
-
-def clean(message: str) -> str:
-    """A library's message with object addresses and file paths taken out."""
-    return _PATH.sub("<path>", _ADDRESS.sub("the data", message))
 
 
 def error_body(status: int, code: str, message: str, param: str | None = None) -> dict[str, Any]:

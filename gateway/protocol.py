@@ -10,6 +10,7 @@ them has the same envelope (``type``, ``event_id``, ``seq``).
 from __future__ import annotations
 
 import itertools
+import re
 from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError
@@ -270,6 +271,15 @@ def server_event(type_: str, **fields: Any) -> dict[str, Any]:
     return {"type": type_, "event_id": f"event_{next(_event_counter):x}", **fields}
 
 
+_ADDRESS = re.compile(r"<[^<>]*\bat 0x[0-9a-fA-F]+>")
+_PATH = re.compile(r"(?<![\w/])/(?:[\w.-]+/)+[\w.-]*")
+
+
+def clean(message: str) -> str:
+    """An error message fit for a client: no object addresses, no file paths."""
+    return _PATH.sub("<path>", _ADDRESS.sub("the data", message))
+
+
 def error_event(
     code: str,
     message: str,
@@ -279,5 +289,5 @@ def error_event(
 ) -> dict[str, Any]:
     return server_event(
         "error",
-        error={"type": type_, "code": code, "message": message, "param": param, "event_id": event_id},
+        error={"type": type_, "code": code, "message": clean(message), "param": param, "event_id": event_id},
     )
