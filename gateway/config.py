@@ -89,7 +89,11 @@ class LimitsConfig(_Frozen):
     max_text_frame_bytes: int = 16 * 1024 * 1024  # one WS text frame (an image data URL fits)
     max_binary_frame_bytes: int = 1024 * 1024  # one WS binary (pcm16) frame
     max_json_depth: int = 32  # JSON nesting accepted
-    max_sessions: int = 64  # concurrent WebSocket sessions
+    max_sessions: int = 64  # concurrent WebSocket sessions (attached or waiting for a resume)
+    max_sessions_per_key: int = 16  # of those, per API key (when api_keys are configured)
+    messages_per_s: float = 200.0  # client frames per second per connection (token bucket rate)
+    messages_burst: int = 400  # token bucket size
+    flood_close_after: int = 200  # rate-limited frames in a row before the socket is closed (1008)
     max_http_body_bytes: int = 16 * 1024 * 1024  # one HTTP request body
     outbound_queue: int = 1024  # events a client may lag behind before it is closed as slow (1013)
     replay_max_events: int = 4096  # events kept per session for resume

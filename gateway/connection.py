@@ -13,12 +13,14 @@ import asyncio
 import contextlib
 import json
 import logging
+import time
 from typing import Any
 
 from starlette.websockets import WebSocket, WebSocketDisconnect, WebSocketState
 
 from . import protocol as p
 from .live import LiveSession
+from .ratelimit import TokenBucket
 
 log = logging.getLogger("stream_omni.connection")
 
@@ -38,6 +40,8 @@ class Connection:
         self.cursor = last_seq  # the last seq this client has
         self._closing: tuple[int, str] | None = None
         self._tasks: list[asyncio.Task[Any]] = []
+        self.bucket = TokenBucket(self.limits.messages_per_s, self.limits.messages_burst)
+        self._limited = 0  # frames refused in a row
 
     # ------------------------------------------------------------------ control
 
@@ -76,6 +80,16 @@ class Connection:
             msg = await self.ws.receive()
             if msg["type"] == "websocket.disconnect":
                 raise WebSocketDisconnect(msg.get("code", 1000))
+            if not self.bucket.take(time.monotonic()):
+                self._limited += 1
+                self.live.svc.metrics.errors.labels(code="rate_limited").inc()
+                if self._limited >= self.limits.flood_close_after:
+                    self.kick(CLOSE_POLICY, "message flood")
+                    return
+                if self._limited == 1 or self._limited % 50 == 0:  # say it, without amplifying the flood
+                    self.live.send(self.live.session._error("rate_limited", "too many messages; slow down"))
+                continue
+            self._limited = 0
             try:
                 if msg.get("text") is not None:
                     self.live.on_text(msg["text"])
@@ -125,5 +139,13 @@ class Connection:
                 live.on_event = None
                 live.svc.registry.detached(live)
             if self._closing and self.ws.client_state == WebSocketState.CONNECTED:
+                if self._closing[0] in (CLOSE_POLICY, CLOSE_TOO_BIG):  # say why before closing
+                    with contextlib.suppress(Exception):
+                        await asyncio.wait_for(self._flush(), 1.0)
                 with contextlib.suppress(Exception):
                     await asyncio.wait_for(self.ws.close(*self._closing), 2.0)
+
+    async def _flush(self) -> None:
+        for seq, text in self.live.outbox.since(self.cursor) or []:
+            await self.ws.send_text(text)
+            self.cursor = seq

@@ -35,6 +35,11 @@ class SessionRegistry:
             raise TooManySessions("server is shutting down")
         if len(self.sessions) >= self.max_sessions:
             raise TooManySessions("too many sessions")
+        digest = key_digest(api_key)
+        per_key = services.config.limits.max_sessions_per_key
+        keyed = bool(services.config.server.api_keys)
+        if keyed and sum(1 for s in self.sessions.values() if s.key == digest) >= per_key:
+            raise TooManySessions("too many sessions for this API key")
         live = LiveSession(services, api_key)
         self.sessions[live.token] = live
         return live
