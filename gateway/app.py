@@ -78,8 +78,10 @@ class Services:
         strategy = d.pop("strategy", "balanced")
         if self.image_gen is not None:
             d.setdefault("intercept", ("<image>", "</image>"))
-        if "lookahead_tokens" not in d and self.drafter_factory is None:
-            d["lookahead_tokens"] = 0
+        if self.drafter_factory is None:
+            d["lookahead_tokens"] = 0  # nothing drafts
+        else:
+            d.setdefault("lookahead_tokens", self.config.speculative.k_max)
         return SchedulerConfig.for_strategy(strategy, **d)
 
     def drafting(self) -> tuple[Any, Any]:
@@ -117,6 +119,7 @@ def create_app(config: Config, backend_loader: Callable[[Config], Backend] | Non
         asr = await asyncio.to_thread(load_audio, config) if config.audio.enabled else None
         describer, image_gen = await asyncio.to_thread(load_vision, config)
         registry = SessionRegistry(config.server.grace_period_s, config.limits.max_sessions)
+        spec = await asyncio.to_thread(load_speculator, config, backend)
         state["svc"] = Services(
             config=config,
             backend=backend,
@@ -125,6 +128,7 @@ def create_app(config: Config, backend_loader: Callable[[Config], Backend] | Non
             registry=registry,
             image_describer=describer,
             image_gen=image_gen,
+            drafter_factory=None if spec is None else (lambda: (lambda s: (s, s))(spec.for_job())),
         )
         app.state.services = state["svc"]
         try:
@@ -227,6 +231,21 @@ def load_audio(config: Config) -> Any:
     asr = load_asr(AsrConfig(engine=a.engine, model=a.model, language=a.language))
     SileroVad()  # load the ONNX model now, not on the first frame
     return asr
+
+
+def load_speculator(config: Config, backend: Backend) -> Any:
+    """Speculative decoding for every response (None when drafter is 'none'); measures the verify cost once."""
+    s = config.speculative
+    if s.drafter == "none":
+        return None
+    from models.speculative import SpecConfig, Speculator
+
+    return Speculator(
+        backend,
+        SpecConfig(
+            drafter=s.drafter, k_max=s.k_max, draft_model=s.draft_model, self_layers=s.self_layers, adaptive=s.adaptive
+        ),
+    )
 
 
 def load_vision(config: Config) -> tuple[Callable[[str], str] | None, Any]:

@@ -48,6 +48,14 @@ class SchedulerDefaults(_Frozen):
     task_hint: str | None = None  # chat | code | summarize | creative
 
 
+class SpeculativeConfig(_Frozen):
+    drafter: Literal["none", "prompt_lookup", "draft_model", "self"] = "prompt_lookup"  # who drafts
+    k_max: int = Field(default=16, ge=1, le=32)  # most draft tokens verified per step
+    draft_model: str | None = None  # for drafter=draft_model: an HF id / folder / .gguf sharing the tokenizer
+    self_layers: int = 6  # for drafter=self: leading layers of the main model that draft
+    adaptive: bool = True  # choose k each step from acceptance and the measured verify cost
+
+
 class SessionConfig(_Frozen):
     instructions: str | None = None  # default system prompt (None: the model's own default)
     temperature: float = 0.0  # default sampling temperature (0: greedy)
@@ -105,6 +113,7 @@ class Config(_Frozen):
     model: ModelConfig = ModelConfig()
     engine: EngineConfig = EngineConfig()
     scheduler: SchedulerDefaults = SchedulerDefaults()
+    speculative: SpeculativeConfig = SpeculativeConfig()
     session: SessionConfig = SessionConfig()
     audio: AudioConfig = AudioConfig()
     vision: VisionConfig = VisionConfig()
