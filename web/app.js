@@ -1,0 +1,842 @@
+// Stream-Omni browser chat client: the page's behaviour. Speaks only PROTOCOL.md.
+
+import { dragHasFiles, imageDataUrl, imageFiles, prepareImage } from "./attachments.js";
+import { renderMarkdown } from "./markdown.js";
+import { Microphone } from "./mic.js";
+import { CLOSE_TOO_BIG, CLOSE_TRY_AGAIN, RealtimeClient, realtimeUrl } from "./protocol.js";
+
+const $ = (id) => document.getElementById(id);
+const ui = {
+  log: $("log"),
+  empty: $("empty"),
+  conn: $("conn"),
+  connLabel: $("conn-label"),
+  model: $("model"),
+  form: $("composer"),
+  input: $("input"),
+  send: $("send"),
+  stop: $("stop"),
+  attach: $("attach"),
+  file: $("file"),
+  mic: $("mic"),
+  micLabel: $("mic-label"),
+  imageMode: $("image-mode"),
+  attachments: $("attachments"),
+  voice: $("voice"),
+  dropzone: $("dropzone"),
+  hint: $("hint"),
+};
+
+// Words for error codes a person is likely to meet. The server's own message, which names the
+// specific problem ("image input is not enabled on this server"), follows them.
+const ERROR_WORDS = {
+  server_busy: "The server is busy right now. Please try again in a moment.",
+  conversation_already_has_active_response: "A reply is still being written. Wait for it, or press Stop first.",
+  context_length_exceeded: "The conversation is now too long for the model. Reload the page to start a new one.",
+  audio_disabled: "Voice input is not enabled on this server.",
+  unsupported_content: "The server cannot take that kind of input",
+  invalid_image: "The server could not read that image",
+  image_too_large: "That image is too large for the server",
+  rate_limit_exceeded: "Too many requests. Please wait a moment.",
+  transcription_failed: "Your speech could not be transcribed.",
+  server_error: "The server hit an internal error handling that.",
+  generation_failed: "The model failed while writing the reply.",
+};
+
+function errorWords(code, message) {
+  const base = ERROR_WORDS[code];
+  const msg = (message || "").trim();
+  if (!base) return msg ? msg[0].toUpperCase() + msg.slice(1) : `The server reported an error (${code || "unknown"}).`;
+  if (!msg || base.toLowerCase().includes(msg.toLowerCase())) return base;
+  return `${base.replace(/\.$/, "")}: ${msg}`;
+}
+
+function rid(prefix) {
+  const a = new Uint8Array(8);
+  crypto.getRandomValues(a);
+  return prefix + Array.from(a, (b) => b.toString(16).padStart(2, "0")).join("");
+}
+
+function h(tag, cls, textContent) {
+  const n = document.createElement(tag);
+  if (cls) n.className = cls;
+  if (textContent !== undefined) n.textContent = textContent;
+  return n;
+}
+
+// ---------------------------------------------------------------------------- scrolling
+
+let follow = true; // keep the newest message in view unless the person scrolled up
+ui.log.addEventListener("scroll", () => {
+  follow = ui.log.scrollHeight - ui.log.scrollTop - ui.log.clientHeight < 48;
+});
+
+function append(node) {
+  if (ui.empty) ui.empty.hidden = true;
+  ui.log.append(node);
+  stick();
+  return node;
+}
+
+function stick() {
+  if (follow) ui.log.scrollTop = ui.log.scrollHeight;
+}
+
+function notice(text, kind = "info") {
+  const n = h("div", `notice notice-${kind}`);
+  if (kind === "error") n.setAttribute("role", "alert");
+  n.append(h("span", "notice-text", text));
+  return append(n);
+}
+
+// ---------------------------------------------------------------------------- render batching
+
+const dirty = new Set();
+let frameQueued = false;
+
+function markDirty(block) {
+  dirty.add(block);
+  if (frameQueued) return;
+  frameQueued = true;
+  const run = () => {
+    frameQueued = false;
+    for (const b of dirty) b.render();
+    dirty.clear();
+    stick();
+  };
+  if (document.hidden) setTimeout(run, 50);
+  else requestAnimationFrame(run);
+}
+
+// ---------------------------------------------------------------------------- messages
+
+class TextBlock {
+  constructor(itemId, outputIndex) {
+    this.itemId = itemId;
+    this.outputIndex = outputIndex;
+    this.text = "";
+    this.el = h("div", "md");
+    this.el.dataset.itemId = itemId;
+    this.el.rawText = "";
+  }
+  append(delta) {
+    this.text += delta;
+    this.el.rawText = this.text;
+    markDirty(this);
+  }
+  done(text) {
+    if (typeof text === "string" && text !== this.text) {
+      // the deltas did not add up to the final text: show the server's text, and say so
+      console.warn(`stream-omni: text of ${this.itemId} repaired from output_text.done`);
+      this.el.dataset.repaired = "true";
+      this.text = text;
+      this.el.rawText = text;
+      markDirty(this);
+    }
+  }
+  render() {
+    this.el.replaceChildren(renderMarkdown(this.text));
+  }
+}
+
+class ImageBlock {
+  constructor(itemId, outputIndex) {
+    this.itemId = itemId;
+    this.outputIndex = outputIndex;
+    this.el = h("figure", "gen");
+    this.el.dataset.itemId = itemId;
+    this.frame = h("div", "gen-frame");
+    this.img = h("img");
+    this.img.alt = "Generated image (preview)";
+    this.img.hidden = true;
+    this.frame.append(this.img);
+    this.caption = h("figcaption", "gen-caption", "Generating an image…");
+    this.el.append(this.frame, this.caption);
+    this.el.dataset.state = "generating";
+  }
+  status(words) {
+    this.caption.textContent = words;
+  }
+  preview(b64, index) {
+    const url = imageDataUrl(b64);
+    if (!url) return;
+    this.img.src = url;
+    this.img.hidden = false;
+    this.img.alt = `Preview of the generated image, step ${index + 1}`;
+    this.el.dataset.state = "preview";
+    this.el.dataset.previews = String(index + 1);
+    this.caption.textContent = `Generating an image… preview ${index + 1}`;
+  }
+  done(item) {
+    const url = item.result ? imageDataUrl(item.result) : null;
+    if (!url || (item.status && item.status !== "completed")) {
+      this.el.dataset.state = "failed";
+      this.caption.textContent = item.status === "cancelled" ? "Image stopped." : "The image could not be made.";
+      return;
+    }
+    this.img.src = url;
+    this.img.hidden = false;
+    this.img.alt = "Generated image";
+    this.el.dataset.state = "done";
+    this.caption.textContent = "Generated image · ";
+    const a = h("a", "", "save");
+    a.href = url;
+    a.download = `${this.itemId}.png`;
+    this.caption.append(a);
+  }
+  render() {}
+}
+
+const STATUS_WORDS = {
+  in_progress: "",
+  completed: "",
+  cancelled: "Stopped.",
+  incomplete: "Cut short: the reply reached its length limit.",
+  failed: "The reply failed.",
+  interrupted: "Cut off: the connection was lost and the reply could not be recovered.",
+};
+
+class ResponseView {
+  constructor(id) {
+    this.id = id;
+    this.blocks = new Map(); // item id → TextBlock | ImageBlock
+    this.el = h("article", "msg assistant");
+    this.el.dataset.responseId = id;
+    this.el.dataset.status = "in_progress";
+    this.el.setAttribute("aria-busy", "true");
+    this.el.setAttribute("aria-label", "Assistant reply");
+    this.body = h("div", "body");
+    this.waiting = h("div", "typing");
+    this.waiting.setAttribute("aria-label", "The assistant is writing");
+    this.waiting.append(h("span"), h("span"), h("span"));
+    this.body.append(this.waiting);
+    this.meta = h("footer", "meta");
+    this.statusEl = h("span", "status");
+    this.figures = h("span", "figures");
+    this.meta.append(this.statusEl, this.figures);
+    this.el.append(this.body, this.meta);
+    append(this.el);
+  }
+
+  _insert(block) {
+    if (block instanceof ImageBlock) this.waiting.remove(); // text blocks: on their first text
+    this.blocks.set(block.itemId, block);
+    const after = [...this.blocks.values()].find((b) => b !== block && b.outputIndex > block.outputIndex);
+    if (after) this.body.insertBefore(block.el, after.el);
+    else this.body.append(block.el);
+    return block;
+  }
+
+  text(itemId, outputIndex = 0) {
+    const b = this.blocks.get(itemId);
+    return b instanceof TextBlock ? b : this._insert(new TextBlock(itemId, outputIndex));
+  }
+
+  image(itemId, outputIndex = 0) {
+    const b = this.blocks.get(itemId);
+    return b instanceof ImageBlock ? b : this._insert(new ImageBlock(itemId, outputIndex));
+  }
+
+  get rawText() {
+    return [...this.blocks.values()].map((b) => (b instanceof TextBlock ? b.text : "")).join("");
+  }
+
+  setStatus(status, words) {
+    this.el.dataset.status = status;
+    this.statusEl.textContent = words ?? STATUS_WORDS[status] ?? "";
+    const ended = status !== "in_progress" && status !== "resuming";
+    this.el.setAttribute("aria-busy", ended ? "false" : "true");
+    this.el.classList.toggle("ended", ended);
+    if (ended) {
+      this.waiting.remove();
+      if (this.blocks.size === 0 && status !== "completed") this.body.append(h("p", "empty-reply", "(no text)"));
+    }
+  }
+
+  setFigures(m) {
+    if (!m) return;
+    const parts = [];
+    const titles = [];
+    if (typeof m.ttft_ms === "number") {
+      parts.push(`first text ${Math.round(m.ttft_ms)} ms`);
+      titles.push("time from the request to the first text");
+    }
+    if (typeof m.tokens_per_s === "number") {
+      parts.push(`${m.tokens_per_s >= 100 ? Math.round(m.tokens_per_s) : m.tokens_per_s.toFixed(1)} tok/s`);
+      titles.push("decoding speed");
+    }
+    if (typeof m.draft_acceptance === "number") {
+      const pct = m.draft_acceptance <= 1 ? m.draft_acceptance * 100 : m.draft_acceptance;
+      parts.push(`drafts ${Math.round(pct)}% accepted`);
+      titles.push("share of speculative draft tokens the model accepted");
+    }
+    if (typeof m.tokens === "number") parts.push(`${m.tokens} tokens`);
+    this.figures.textContent = parts.join(" · ");
+    this.figures.title = titles.join("; ");
+  }
+}
+
+function userMessage({ text = "", images = [], voice = false }) {
+  const el = h("article", "msg user" + (voice ? " voice" : ""));
+  el.setAttribute("aria-label", voice ? "You said" : "You wrote");
+  const body = h("div", "body");
+  if (images.length) {
+    const thumbs = h("div", "thumbs");
+    for (const im of images) {
+      const img = h("img");
+      img.src = im.dataUrl;
+      img.alt = `Image: ${im.name}`;
+      thumbs.append(img);
+    }
+    body.append(thumbs);
+  }
+  const p = h("p", "text", text); // the person's own words are shown exactly as typed
+  body.append(p);
+  const meta = h("footer", "meta");
+  const status = h("span", "status");
+  meta.append(status);
+  el.append(body, meta);
+  append(el);
+  return { el, p, status };
+}
+
+// ---------------------------------------------------------------------------- state
+
+const state = {
+  client: null,
+  responses: new Map(), // response id → ResponseView
+  active: null, // the ResponseView in progress
+  owners: new Map(), // output item id → ResponseView
+  pending: new Map(), // item id we sent → {eventId, view, modalities}
+  awaitingResponse: null, // event_id of a response.create not yet answered
+  voiceTurns: new Map(), // input audio item id → view
+  attachments: [], // {key, name, dataUrl, chip}
+  stopAfterResume: false,
+  mic: null,
+};
+
+function busy() {
+  return state.active !== null || state.awaitingResponse !== null || state.pending.size > 0;
+}
+
+function refreshControls() {
+  const open = state.client !== null && state.client.state === "open";
+  ui.send.disabled = !open || busy();
+  ui.stop.disabled = state.active === null || state.active.stopping === true;
+  ui.stop.classList.toggle("armed", state.active !== null);
+  ui.stop.textContent = state.active && state.active.stopping ? "Stopping…" : "Stop";
+}
+
+// ---------------------------------------------------------------------------- connection indicator
+
+const CONN_WORDS = {
+  idle: "Not connected",
+  connecting: "Connecting…",
+  open: "Connected",
+  reconnecting: "Reconnecting…",
+  resuming: "Resuming…",
+  refused: "Refused",
+  superseded: "Open in another tab",
+  closed: "Disconnected",
+};
+
+function showConnection(detail) {
+  const s = detail.state;
+  ui.conn.dataset.state = s;
+  let words = CONN_WORDS[s] || s;
+  if (s === "refused" && detail.reason) words = `Refused: ${detail.reason}`;
+  ui.connLabel.textContent = words;
+  const c = state.client;
+  ui.conn.title =
+    s === "open" && c ? `session ${c.sessionId || "?"} · last event #${c.lastSeq}${c.resume ? " · resumable" : ""}` : words;
+  refreshControls();
+}
+
+// ---------------------------------------------------------------------------- sending
+
+function sendMessage() {
+  const c = state.client;
+  const text = ui.input.value.trim();
+  const images = state.attachments.slice();
+  if (!text && images.length === 0) return;
+  if (!c || c.state !== "open") {
+    flashHint("Not connected yet. Your message is still in the box.");
+    return;
+  }
+  if (busy()) {
+    flashHint("A reply is still being written. Press Stop (or Esc) first.");
+    return;
+  }
+  const itemId = rid("item_web_");
+  const eventId = rid("evt_");
+  const content = [];
+  if (text) content.push({ type: "input_text", text });
+  for (const im of images) content.push({ type: "input_image", image_url: im.dataUrl });
+  const view = userMessage({ text, images });
+  view.status.textContent = "Sending…";
+  const modalities = ui.imageMode.getAttribute("aria-pressed") === "true" ? ["text", "image"] : null;
+  state.pending.set(itemId, { eventId, view, modalities });
+  c.send({
+    type: "conversation.item.create",
+    event_id: eventId,
+    item: { id: itemId, type: "message", role: "user", content },
+  });
+  ui.input.value = "";
+  autosize();
+  clearAttachments();
+  refreshControls();
+}
+
+function onItemAdded(item) {
+  if (!item) return;
+  const p = state.pending.get(item.id);
+  if (p) {
+    // the server has our message: now ask for the reply
+    state.pending.delete(item.id);
+    p.view.status.textContent = "";
+    p.view.el.dataset.itemId = item.id;
+    const eventId = rid("evt_");
+    state.awaitingResponse = eventId;
+    const response = p.modalities ? { output_modalities: p.modalities } : {};
+    state.client.send({ type: "response.create", event_id: eventId, response });
+    refreshControls();
+    return;
+  }
+  if (item.role === "user" && item.content && item.content.some((c) => c.type === "input_audio")) {
+    voiceTurn(item.id);
+  }
+}
+
+function stopReply() {
+  const r = state.active;
+  if (!r || r.stopping) return;
+  r.stopping = true;
+  r.setStatus("in_progress", "Stopping…");
+  if (!state.client.send({ type: "response.cancel", response_id: r.id })) state.stopAfterResume = true;
+  refreshControls();
+}
+
+let hintTimer = null;
+function flashHint(words) {
+  ui.hint.textContent = words;
+  ui.hint.classList.add("flash");
+  clearTimeout(hintTimer);
+  hintTimer = setTimeout(() => {
+    ui.hint.textContent = ui.hint.dataset.default;
+    ui.hint.classList.remove("flash");
+  }, 4000);
+}
+
+// ---------------------------------------------------------------------------- server events
+
+function responseFor(ev) {
+  return (
+    (ev.response_id && state.responses.get(ev.response_id)) || (ev.item_id && state.owners.get(ev.item_id)) || state.active
+  );
+}
+
+function onServerEvent(ev) {
+  switch (ev.type) {
+    case "session.created":
+      if (ev.session && ev.session.model) ui.model.textContent = ev.session.model;
+      break;
+    case "conversation.item.added":
+      onItemAdded(ev.item);
+      break;
+    case "input_audio_buffer.speech_started":
+      voiceTurn(ev.item_id);
+      voiceStatus("Hearing you…");
+      break;
+    case "input_audio_buffer.speech_stopped":
+      voiceStatus("Transcribing…");
+      break;
+    case "input_audio_buffer.committed":
+      voiceTurn(ev.item_id);
+      break;
+    case "conversation.item.input_audio_transcription.delta": {
+      const v = voiceTurn(ev.item_id);
+      v.transcript += ev.delta || "";
+      v.p.textContent = v.transcript;
+      v.el.classList.remove("pending");
+      stick();
+      break;
+    }
+    case "conversation.item.input_audio_transcription.completed": {
+      const v = voiceTurn(ev.item_id);
+      v.transcript = ev.transcript || "";
+      v.p.textContent = v.transcript || "(no words recognised)";
+      v.el.classList.remove("pending");
+      v.el.dataset.final = "true";
+      voiceStatus(state.mic && state.mic.active ? "Listening…" : "");
+      stick();
+      break;
+    }
+    case "conversation.item.input_audio_transcription.failed": {
+      const v = voiceTurn(ev.item_id);
+      v.el.classList.remove("pending");
+      v.p.textContent = "(could not transcribe)";
+      v.status.textContent = errorWords(ev.error && ev.error.code, ev.error && ev.error.message);
+      break;
+    }
+    case "response.created": {
+      const r = new ResponseView(ev.response.id);
+      state.responses.set(r.id, r);
+      state.active = r;
+      state.awaitingResponse = null;
+      refreshControls();
+      break;
+    }
+    case "response.output_item.added": {
+      const r = responseFor(ev);
+      if (!r || !ev.item) break;
+      state.owners.set(ev.item.id, r);
+      if (ev.item.type === "image_generation_call") r.image(ev.item.id, ev.output_index);
+      else r.text(ev.item.id, ev.output_index);
+      break;
+    }
+    case "response.output_text.delta": {
+      const r = responseFor(ev);
+      if (!r) break;
+      r.text(ev.item_id, ev.output_index).append(ev.delta || "");
+      r.waiting.remove();
+      break;
+    }
+    case "response.output_text.done": {
+      const r = responseFor(ev);
+      if (r) r.text(ev.item_id, ev.output_index).done(ev.text);
+      break;
+    }
+    case "response.image_generation_call.in_progress":
+    case "response.image_generation_call.generating": {
+      const r = responseFor(ev);
+      if (r) r.image(ev.item_id, ev.output_index).status("Generating an image…");
+      break;
+    }
+    case "response.image_generation_call.partial_image": {
+      const r = responseFor(ev);
+      if (r) r.image(ev.item_id, ev.output_index).preview(ev.partial_image_b64, ev.partial_image_index ?? 0);
+      stick();
+      break;
+    }
+    case "response.image_generation_call.completed": {
+      const r = responseFor(ev);
+      if (r) r.image(ev.item_id, ev.output_index).status("Finishing the image…");
+      break;
+    }
+    case "response.output_item.done": {
+      const r = responseFor(ev);
+      if (r && ev.item && ev.item.type === "image_generation_call") {
+        r.image(ev.item.id, ev.output_index).done(ev.item);
+        stick();
+      }
+      break;
+    }
+    case "response.done":
+      finishResponse(ev.response);
+      break;
+    case "error":
+      onServerError(ev.error || {});
+      break;
+    default:
+      break;
+  }
+  showConnection({ state: state.client.state });
+}
+
+function finishResponse(resp) {
+  const r = state.responses.get(resp.id);
+  if (!r) return;
+  const d = resp.status_details || {};
+  let words;
+  if (resp.status === "cancelled" && d.reason === "turn_detected") words = "Stopped: you started speaking.";
+  if (resp.status === "failed") {
+    const code = d.error && d.error.code;
+    words = `The reply failed: ${errorWords(code, d.error && d.error.message)}`;
+  }
+  r.setStatus(resp.status, words);
+  r.setFigures(resp.metrics);
+  r.stopping = false;
+  if (state.active === r) state.active = null;
+  if (state.awaitingResponse) state.awaitingResponse = null;
+  refreshControls();
+}
+
+function onServerError(err) {
+  const code = err.code;
+  if (code === "response_cancel_not_active") return; // Stop raced with the end of the reply
+  if (code === "resume_failed") return; // said by the "session" handler
+  for (const [itemId, p] of state.pending) {
+    if (err.event_id && err.event_id === p.eventId) {
+      state.pending.delete(itemId);
+      p.view.el.classList.add("failed");
+      p.view.el.dataset.status = "failed";
+      p.view.status.textContent = `Not sent: ${errorWords(code, err.message)}`;
+      p.view.status.setAttribute("role", "alert");
+      refreshControls();
+      return;
+    }
+  }
+  if (err.event_id && err.event_id === state.awaitingResponse) state.awaitingResponse = null;
+  if (code === "audio_disabled" && state.mic && state.mic.active) stopMic();
+  const n = notice(errorWords(code, err.message), "error");
+  n.dataset.code = code || "";
+  refreshControls();
+}
+
+function interruptAll(words) {
+  for (const r of state.responses.values()) {
+    if (r.el.dataset.status === "in_progress" || r.el.dataset.status === "resuming") {
+      r.setStatus("interrupted", words);
+    }
+  }
+  state.active = null;
+  state.awaitingResponse = null;
+  for (const p of state.pending.values()) {
+    p.view.el.classList.add("failed");
+    p.view.status.textContent = "Not sent: the connection was lost.";
+  }
+  state.pending.clear();
+  state.stopAfterResume = false;
+  refreshControls();
+}
+
+function onSession(d) {
+  if (d.kind === "lost") {
+    const why = d.code === CLOSE_TOO_BIG ? " (the last message was too large for the server)" : "";
+    const busyWhy = d.code === CLOSE_TRY_AGAIN ? ` (${d.reason || "the server asked to try again"})` : "";
+    if (d.code === CLOSE_TOO_BIG || d.code === CLOSE_TRY_AGAIN) notice(`The connection was closed${why}${busyWhy}.`, "warn");
+    if (state.active) state.active.setStatus("resuming", d.resumable ? "Connection lost: resuming…" : "Connection lost…");
+  } else if (d.kind === "resumed") {
+    for (const r of state.responses.values()) {
+      if (r.el.dataset.status === "resuming") r.setStatus("in_progress", r.stopping ? "Stopping…" : "");
+    }
+    notice("Reconnected: the session was resumed where it left off.", "info").classList.add("quiet");
+    if (state.stopAfterResume && state.active) state.client.send({ type: "response.cancel", response_id: state.active.id });
+    state.stopAfterResume = false;
+  } else if (d.kind === "resume-failed") {
+    interruptAll("Cut off: the session could not be resumed.");
+    notice(
+      `Could not resume the session${d.message ? ` (${d.message})` : ""}. A new session has started: ` +
+        "the reply in progress is incomplete, and the model no longer remembers the earlier messages.",
+      "error",
+    );
+    state.resumeFailedShown = true;
+  } else if (d.kind === "new" && d.afterLoss) {
+    if (!state.resumeFailedShown) {
+      interruptAll();
+      notice(
+        "The connection was lost and the session could not be resumed, so a new session has started. " +
+          "The model no longer remembers the earlier messages.",
+        "error",
+      );
+    }
+    state.resumeFailedShown = false;
+  }
+  refreshControls();
+}
+
+// ---------------------------------------------------------------------------- voice
+
+function voiceTurn(itemId) {
+  let v = state.voiceTurns.get(itemId);
+  if (!v) {
+    const view = userMessage({ text: "…", voice: true });
+    view.el.classList.add("pending");
+    view.el.dataset.itemId = itemId;
+    v = { ...view, transcript: "" };
+    state.voiceTurns.set(itemId, v);
+  }
+  return v;
+}
+
+function voiceStatus(words) {
+  ui.voice.textContent = words;
+  ui.voice.hidden = !words;
+}
+
+async function toggleMic() {
+  if (state.mic && state.mic.active) return stopMic();
+  state.mic = new Microphone({
+    onFrame: (buf) => state.client && state.client.sendAudio(buf),
+    onLevel: (rms) => ui.mic.style.setProperty("--level", String(Math.min(1, rms * 6))),
+  });
+  ui.mic.disabled = true;
+  try {
+    await state.mic.start();
+    ui.mic.setAttribute("aria-pressed", "true");
+    ui.mic.setAttribute("aria-label", "Stop microphone");
+    ui.micLabel.textContent = "Mic on";
+    voiceStatus("Listening…");
+  } catch (err) {
+    notice(`The microphone could not start: ${err.message}.`, "error");
+  } finally {
+    ui.mic.disabled = false;
+  }
+}
+
+async function stopMic() {
+  if (state.mic) await state.mic.stop();
+  ui.mic.setAttribute("aria-pressed", "false");
+  ui.mic.setAttribute("aria-label", "Start microphone");
+  ui.micLabel.textContent = "Mic";
+  voiceStatus("");
+}
+
+// ---------------------------------------------------------------------------- attachments
+
+async function addFiles(files) {
+  for (const file of files) {
+    try {
+      const im = await prepareImage(file);
+      const key = rid("att_");
+      const chip = h("figure", "chip");
+      const img = h("img");
+      if (im.decoded) img.src = im.dataUrl;
+      img.alt = `Attached: ${im.name}`;
+      const remove = h("button", "chip-remove", "×");
+      remove.type = "button";
+      remove.setAttribute("aria-label", `Remove ${im.name}`);
+      remove.addEventListener("click", () => {
+        state.attachments = state.attachments.filter((a) => a.key !== key);
+        chip.remove();
+        ui.attachments.hidden = state.attachments.length === 0;
+        ui.input.focus();
+      });
+      chip.append(img, remove);
+      ui.attachments.append(chip);
+      ui.attachments.hidden = false;
+      state.attachments.push({ key, ...im, chip });
+    } catch (err) {
+      notice(`Could not attach: ${err.message}.`, "error");
+    }
+  }
+}
+
+function clearAttachments() {
+  for (const a of state.attachments) a.chip.remove();
+  state.attachments = [];
+  ui.attachments.hidden = true;
+}
+
+// ---------------------------------------------------------------------------- wiring
+
+function autosize() {
+  ui.input.style.height = "auto";
+  ui.input.style.height = `${Math.min(ui.input.scrollHeight, 200)}px`;
+}
+
+ui.hint.dataset.default = ui.hint.textContent;
+ui.form.addEventListener("submit", (e) => {
+  e.preventDefault();
+  sendMessage();
+});
+ui.input.addEventListener("keydown", (e) => {
+  if (e.key === "Enter" && !e.shiftKey && !e.isComposing) {
+    e.preventDefault();
+    sendMessage();
+  }
+});
+ui.input.addEventListener("input", autosize);
+ui.input.addEventListener("paste", (e) => {
+  const files = imageFiles(e.clipboardData).filter((f) => f.type.startsWith("image/"));
+  if (files.length) {
+    e.preventDefault();
+    addFiles(files);
+  }
+});
+document.addEventListener("keydown", (e) => {
+  if (e.key === "Escape" && state.active) {
+    e.preventDefault();
+    stopReply();
+  }
+});
+ui.stop.addEventListener("click", stopReply);
+ui.attach.addEventListener("click", () => ui.file.click());
+ui.file.addEventListener("change", () => {
+  addFiles([...ui.file.files]);
+  ui.file.value = "";
+});
+ui.mic.addEventListener("click", toggleMic);
+ui.imageMode.addEventListener("click", () => {
+  const on = ui.imageMode.getAttribute("aria-pressed") !== "true";
+  ui.imageMode.setAttribute("aria-pressed", String(on));
+});
+
+let dragDepth = 0;
+document.addEventListener("dragenter", (e) => {
+  if (!dragHasFiles(e)) return;
+  dragDepth++;
+  ui.dropzone.hidden = false;
+});
+document.addEventListener("dragleave", () => {
+  dragDepth = Math.max(0, dragDepth - 1);
+  if (dragDepth === 0) ui.dropzone.hidden = true;
+});
+document.addEventListener("dragover", (e) => {
+  if (dragHasFiles(e)) e.preventDefault();
+});
+document.addEventListener("drop", (e) => {
+  if (!dragHasFiles(e)) return;
+  e.preventDefault();
+  dragDepth = 0;
+  ui.dropzone.hidden = true;
+  addFiles(imageFiles(e.dataTransfer).filter((f) => f.type.startsWith("image/")));
+});
+
+async function servedModel() {
+  try {
+    const r = await fetch("/v1/models", { headers: { accept: "application/json" } });
+    if (!r.ok) return null;
+    const body = await r.json();
+    return (body.data && body.data[0] && body.data[0].id) || null;
+  } catch {
+    return null;
+  }
+}
+
+async function main() {
+  const model = await servedModel();
+  if (model) ui.model.textContent = model;
+  const client = new RealtimeClient({ url: realtimeUrl(), model, apiKey: sessionStorage.getItem("stream-omni-key") });
+  state.client = client;
+  client.addEventListener("state", (e) => {
+    showConnection(e.detail);
+    if (e.detail.state === "refused" && /api key/i.test(e.detail.reason || "")) askForKey();
+    else if (e.detail.state === "refused") notice(`The server refused the connection: ${e.detail.reason}.`, "error");
+    if (e.detail.state === "superseded") {
+      interruptAll("This conversation continued in another tab.");
+      notice("This session was resumed in another tab or window; this page has stopped.", "warn");
+    }
+  });
+  client.addEventListener("session", (e) => onSession(e.detail));
+  client.addEventListener("event", (e) => onServerEvent(e.detail));
+  window.streamOmni = { client, state }; // for debugging from the console
+  client.connect();
+  refreshControls();
+}
+
+function askForKey() {
+  const n = notice("This server needs an API key.", "error");
+  const form = h("form", "key-form");
+  const input = h("input");
+  input.type = "password";
+  input.autocomplete = "off";
+  input.setAttribute("aria-label", "API key");
+  input.placeholder = "API key";
+  const go = h("button", "", "Connect");
+  go.type = "submit";
+  form.append(input, go);
+  form.addEventListener("submit", (e) => {
+    e.preventDefault();
+    const key = input.value.trim();
+    if (!key) return;
+    sessionStorage.setItem("stream-omni-key", key);
+    state.client.apiKey = key;
+    form.remove();
+    state.client.connect();
+  });
+  n.append(form);
+  input.focus();
+}
+
+main();
