@@ -15,7 +15,7 @@ from typing import Any, Protocol
 import numpy as np
 
 from .backend import Backend, KVState, sync_prefix
-from .sampling import SamplingParams, choose
+from .sampling import SamplingParams, choose, log_softmax
 from .scheduler import Chunk, ChunkScheduler, SchedulerConfig
 
 
@@ -67,6 +67,7 @@ class DecodeJob:
         drafter: Drafter | None = None,
         verifier: Verifier | None = None,
         clock: Callable[[], float] = time.perf_counter,
+        track_logprobs: bool = False,
     ):
         if len(prompt_ids) + 1 > backend.max_context:
             raise ContextOverflow(
@@ -77,11 +78,15 @@ class DecodeJob:
         self.prompt_ids = prompt_ids
         self.params = params
         self.scheduler = ChunkScheduler(sched, backend.decode)
-        self.drafter = drafter if sched.lookahead_tokens > 0 else None
+        self.beam = sched.beam_width if params.greedy else 1  # beam search only refines greedy decoding
+        self.drafter = drafter if sched.lookahead_tokens > 0 and self.beam == 1 else None
         self.verifier = verifier
         self.clock = clock
         self.rng = np.random.default_rng(params.seed)
         self.generated: list[int] = []
+        self.track_logprobs = track_logprobs or self.beam > 1
+        self.logprobs: list[float] = []  # log p of each generated token under the model (when tracked)
+        self._pending_lp = 0.0
         self.finished = False
         self.t_start = clock()
         self.t_first: float | None = None
@@ -101,11 +106,15 @@ class DecodeJob:
             return JobEvents()
         if self._next_logits is None and self._pending is None:
             return self._prefill()
+        if self.beam > 1 and self._pending is None:
+            return self._beam_block()
         if self._pending is not None:  # chosen by the verifier in the previous step
             tok, self._pending = self._pending, None
+            lp = self._pending_lp
         else:
             assert self._next_logits is not None
             tok = choose(self._next_logits, self.params, self.rng)
+            lp = self._lp(self._next_logits, tok)
         if tok in self.backend.eos_ids:
             return self._finish("stop")
         budget = self.params.max_tokens - len(self.generated) - 1
@@ -133,11 +142,63 @@ class DecodeJob:
             # residual distribution): the next step starts from it
             self._next_logits = None
             self._pending = new[-1]
-            return self._accept([tok, *drafts[:n_ok]])
+            self._pending_lp = self._lp(rows[n_ok], new[-1])
+            lps = [lp, *(self._lp(rows[i], d) for i, d in enumerate(drafts[:n_ok]))]
+            return self._accept([tok, *drafts[:n_ok]], lps=lps)
         rows = self.backend.forward(self.state, [tok], n_logits=1)
         if self.verifier is not None:
             self.verifier.record(0, 0, self.clock() - t0)
-        return self._accept([tok], next_row=rows[0])
+        return self._accept([tok], next_row=rows[0], lps=[lp])
+
+    def _lp(self, row: np.ndarray, tok: int) -> float:
+        return float(log_softmax(row)[tok]) if self.track_logprobs else 0.0
+
+    def _beam_block(self) -> JobEvents:
+        """``quality``: decide the next ``beam_block`` tokens by a beam search of width ``beam``.
+
+        Each candidate's next-token row comes from the shared cache, re-synced to that
+        candidate's prefix (crop + a short batched forward), so no second cache is needed.
+        The block with the best mean log-probability wins and is committed to the cache.
+        """
+        assert self._next_logits is not None
+        base = list(self.state.tokens)
+        budget = self.params.max_tokens - len(self.generated)
+        room = self.backend.max_context - len(base) - 2
+        depth = max(1, min(self.scheduler.config.beam_block, budget, room))
+        width = self.beam
+        eos = self.backend.eos_ids
+        beams: list[tuple[list[int], list[float], np.ndarray]] = [([], [], self._next_logits)]
+        done: list[tuple[list[int], list[float]]] = []
+        for _ in range(depth):
+            cands: list[tuple[float, list[int], list[float]]] = []
+            for suffix, lps, row in beams:
+                lp_row = log_softmax(row)
+                for t in np.argpartition(-lp_row, width)[:width]:
+                    t = int(t)
+                    new_lps = [*lps, float(lp_row[t])]
+                    cands.append((sum(new_lps), [*suffix, t], new_lps))
+            cands.sort(key=lambda c: -c[0])
+            beams = []
+            for _, suffix, lps in cands[:width]:
+                if suffix[-1] in eos:
+                    done.append((suffix, lps))
+                    continue
+                feed = sync_prefix(self.backend, self.state, base + suffix)
+                beams.append((suffix, lps, self.backend.forward(self.state, feed, n_logits=1)[0]))
+            if not beams:
+                break
+        pool = done + [(s, lps) for s, lps, _ in beams]
+        best, best_lps = max(pool, key=lambda c: sum(c[1]) / len(c[1]))
+        if best[-1] in eos:  # the cache may hold another candidate's tail: the next turn re-syncs it
+            out = self._accept(best[:-1], lps=best_lps[:-1])
+            if out.done is None:
+                fin = self._finish("stop")
+                out.chunks.extend(fin.chunks)
+                out.done = fin.done
+            return out
+        feed = sync_prefix(self.backend, self.state, base + best)
+        row = self.backend.forward(self.state, feed, n_logits=1)[0]
+        return self._accept(best, next_row=row, lps=best_lps)
 
     def cancel(self) -> JobEvents:
         return self._finish("cancelled")
@@ -153,7 +214,13 @@ class DecodeJob:
         self.t_prefilled = self.clock()
         return JobEvents()
 
-    def _accept(self, toks: list[int], next_row: np.ndarray | None = None, final: str | None = None) -> JobEvents:
+    def _accept(
+        self,
+        toks: list[int],
+        next_row: np.ndarray | None = None,
+        final: str | None = None,
+        lps: list[float] | None = None,
+    ) -> JobEvents:
         stop_at = None
         for i, t in enumerate(toks):
             if t in self.backend.eos_ids:
@@ -165,6 +232,8 @@ class DecodeJob:
         length_hit = len(toks) >= room
         toks = toks[:room]
         self.generated.extend(toks)
+        if self.track_logprobs:
+            self.logprobs.extend((lps or [0.0] * len(toks))[: len(toks)])
         out = JobEvents(chunks=self.scheduler.feed(toks, self.clock()))
         self._note_chunks(out.chunks)
         out.requests, self.scheduler.requests = self.scheduler.requests, []
@@ -209,4 +278,5 @@ class DecodeJob:
             "draft_acceptance": None if self.drafted == 0 else round(self.accepted / self.drafted, 4),
             "tokens_per_s": round(n / decode_s, 2) if n else 0.0,
             "e2e_s": round(now - self.t_start, 4),
+            "mean_logprob": round(sum(self.logprobs) / len(self.logprobs), 4) if self.logprobs else None,
         }

@@ -41,6 +41,8 @@ class SchedulerConfig:
     task_hint: str = "chat"  # chat | code | summarize | creative | …
     stop: tuple[str, ...] = ()  # stop sequences (never shown)
     intercept: tuple[str, str] | None = None  # (open, close) tags of a model request (e.g. an image) to cut out
+    beam_width: int = 1  # > 1: each block of ``beam_block`` tokens is chosen by a small beam search
+    beam_block: int = 8  # tokens decided per beam search (before they can be shown)
 
     @classmethod
     def for_strategy(cls, strategy: str = "balanced", **overrides: object) -> SchedulerConfig:
@@ -54,6 +56,7 @@ class SchedulerConfig:
             max_chunk_tokens=hi,
             min_boundary=quality,
             latency_budget_s=budget,
+            beam_width=2 if strategy == "quality" else 1,  # quality spends compute on better chunks
         )
         clean = {k: v for k, v in overrides.items() if v is not None}
         cfg = replace(cfg, **clean)  # type: ignore[arg-type]

@@ -1,0 +1,141 @@
+"""`stream-omni bench scheduler`: the evaluation harness for the chunk scheduler.
+
+Same tasks, embedded model, greedy, side by side in one run: naive token streaming (one token
+per delta, no drafting), non-streaming (generate, then send), plain greedy decoding (chunked,
+no drafting: the speed baseline), and the strategies fast / balanced (speculative drafting on)
+and quality (chunk-level beam). Reports TTFT, inter-chunk latency, TPOT, tokens/s, draft
+acceptance and quality proxies (mean log-prob, repetition rate), and whether output is
+identical to plain greedy. Writes bench/results/scheduler.{json,md}.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import time
+from typing import Any
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+
+from bench.common import machine, markdown_table, median, write  # noqa: E402
+
+ARTICLE = (
+    "The city council met on Tuesday to discuss the new bicycle lanes on Main Street. Supporters said the "
+    "lanes would make cycling safer and reduce traffic. Shop owners worried that removing parking spaces "
+    "would hurt their business. The council voted five to two to build the lanes next spring, and promised "
+    "to add a small parking lot behind the library."
+)
+CODE = "def total(xs):\n    t = 0\n    for x in xs:\n        t = t + x\n    return t\n"
+TASKS = {
+    "qa": ("chat", "What is the capital of Japan? Answer in one sentence."),
+    "writing": ("creative", "Write a short story about a lighthouse keeper who finds a message in a bottle."),
+    "code": ("code", "Write a Python function that checks whether a string is a palindrome."),
+    "summarize": ("summarize", f"Summarize this article in two sentences:\n\n{ARTICLE}"),
+    "edit": ("summarize", f"Repeat this text exactly, fixing nothing:\n\n{ARTICLE}"),
+    "rewrite_code": ("code", f"Rewrite this function with a docstring, keeping the code the same:\n\n{CODE}"),
+    "reasoning": ("chat", "If a train leaves at 3 pm and travels for 2 hours and 30 minutes, when does it arrive?"),
+}
+GROUNDED = {"summarize", "edit", "rewrite_code"}
+
+
+def repetition_rate(ids: list[int], n: int = 3) -> float:
+    grams = [tuple(ids[i : i + n]) for i in range(len(ids) - n + 1)]
+    return 0.0 if not grams else 1 - len(set(grams)) / len(grams)
+
+
+def run(backend: Any, spec: Any, prompt: list[int], system: str, hint: str, n: int) -> dict[str, Any]:
+    from models.decode import DecodeJob
+    from models.sampling import SamplingParams
+    from models.scheduler import SchedulerConfig
+
+    if system == "naive":
+        sched = SchedulerConfig.for_strategy(
+            "fast", first_chunk_tokens=1, min_chunk_tokens=1, max_chunk_tokens=1, lookahead_tokens=0
+        )
+    elif system in ("plain", "non_streaming"):
+        sched = SchedulerConfig.for_strategy("balanced", lookahead_tokens=0, task_hint=hint)
+    else:
+        sched = SchedulerConfig.for_strategy(system, task_hint=hint, lookahead_tokens=16)
+    s = spec.for_job() if spec is not None and sched.lookahead_tokens else None
+    job = DecodeJob(
+        backend, backend.new_state(), prompt, SamplingParams(max_tokens=n), sched, s, s, track_logprobs=True
+    )
+    t0 = time.perf_counter()
+    times: list[float] = []
+    while not job.finished:
+        ev = job.step()
+        times += [time.perf_counter()] * len(ev.chunks)
+    end = time.perf_counter()
+    if system == "non_streaming":  # everything is sent at the end, as one message
+        times = [end]
+    toks = len(job.generated)
+    first = times[0] if times else end
+    m = job.metrics()
+    return {
+        "ttft_ms": (first - t0) * 1000,
+        "inter_chunk_ms": 1000 * (times[-1] - times[0]) / (len(times) - 1) if len(times) > 1 else None,
+        "tpot_ms": 1000 * (end - first) / max(toks - 1, 1),
+        "tok_s": toks / max(end - t0, 1e-9),
+        "chunks": len(times),
+        "tokens": toks,
+        "draft_acceptance": m["draft_acceptance"],
+        "mean_logprob": m["mean_logprob"],
+        "repetition": repetition_rate(job.generated),
+        "ids": job.generated,
+    }
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__)
+    ap.add_argument("--tokens", type=int, default=96)
+    ap.add_argument("--tasks", default=",".join(TASKS))
+    args = ap.parse_args()
+
+    from models.llm import LLMConfig, load_backend
+    from models.speculative import SpecConfig, Speculator
+
+    backend = load_backend(LLMConfig())
+    spec = Speculator(backend, SpecConfig(drafter="prompt_lookup", k_max=16))
+    systems = ["naive", "non_streaming", "plain", "fast", "balanced", "quality"]
+    results: dict[str, dict[str, dict[str, Any]]] = {s: {} for s in systems}
+    for name in args.tasks.split(","):
+        hint, text = TASKS[name]
+        prompt = backend.chat_tokens([{"role": "user", "content": text}])
+        run(backend, spec, prompt, "plain", hint, 4)  # warm
+        for system in systems:
+            results[system][name] = run(backend, spec, prompt, system, hint, args.tokens)
+    rows = []
+    for system in systems:
+        r = results[system]
+        plain = results["plain"]
+        grounded = [t for t in r if t in GROUNDED]
+        open_ = [t for t in r if t not in GROUNDED]
+
+        def speed(ts: list[str], r: dict[str, Any] = r, plain: dict[str, Any] = plain) -> float | None:
+            return median([r[t]["tok_s"] / plain[t]["tok_s"] for t in ts]) if ts else None
+
+        acc = [r[t]["draft_acceptance"] for t in r if r[t]["draft_acceptance"] is not None]
+        rows.append({
+            "system": system,
+            "TTFT ms": median([r[t]["ttft_ms"] for t in r]),
+            "inter-chunk ms": median([r[t]["inter_chunk_ms"] for t in r if r[t]["inter_chunk_ms"] is not None]),
+            "TPOT ms": median([r[t]["tpot_ms"] for t in r]),
+            "tok/s": median([r[t]["tok_s"] for t in r]),
+            "× plain (grounded)": speed(grounded),
+            "× plain (open)": speed(open_),
+            "identical to plain": f"{sum(r[t]['ids'] == plain[t]['ids'] for t in r)}/{len(r)}",
+            "draft acc.": median(acc) if acc else None,
+            "mean log-prob": median([r[t]["mean_logprob"] for t in r]),
+            "repetition": median([r[t]["repetition"] for t in r]),
+        })
+    md = f"# bench scheduler — {machine()}\n\nEmbedded SmolLM2-135M (bf16), greedy, {args.tokens} tokens, tasks: "
+    md += ", ".join(f"{t}{' (grounded)' if t in GROUNDED else ''}" for t in args.tasks.split(",")) + "; medians.\n\n"
+    md += markdown_table(rows, list(rows[0]))
+    for r in results.values():
+        for v in r.values():
+            v.pop("ids")
+    write("scheduler", {"machine": machine(), "args": vars(args), "rows": rows, "results": results}, md)
+
+
+if __name__ == "__main__":
+    main()
