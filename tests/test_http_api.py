@@ -23,7 +23,9 @@ from tests.wsclient import RealtimeClient
 
 MODEL = "tiny-llama"
 NO_AUDIO = {"audio.enabled": False}  # no Whisper load for text-only servers
-LONG = {"audio.enabled": False, "session.max_output_tokens": 4000}
+# long responses that must still be running when the test acts: without drafting, whose speed-up on the
+# tiny model's repetitive output would finish them first
+LONG = {"audio.enabled": False, "session.max_output_tokens": 4000, "speculative.drafter": "none"}
 
 
 def user(text: str) -> list[dict[str, Any]]:

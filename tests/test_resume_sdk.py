@@ -63,9 +63,12 @@ async def test_openai_sdk_on_reconnecting_resumes_the_stream(server_factory):
 
 
 async def test_slow_consumer_is_closed_1013_and_resumes_losslessly(server_factory):
-    fake = FakeBackend(answer_tokens=6000, step_s=0.0)
-    conf = {"audio.enabled": False, "limits.outbound_queue": 64, "session.max_output_tokens": 8000,
-            "limits.replay_max_events": 20000, "limits.replay_max_bytes": 64 * 1024 * 1024}
+    # one event per token and far more bytes than the loopback socket buffers hold, so a client that
+    # stops reading really falls behind
+    fake = FakeBackend(answer_tokens=25000, step_s=0.0)
+    conf = {"audio.enabled": False, "limits.outbound_queue": 64, "session.max_output_tokens": 30000,
+            "limits.replay_max_events": 60000, "limits.replay_max_bytes": 64 * 1024 * 1024,
+            "speculative.drafter": "none"}
     with server_factory(fake, **conf) as addr:
         ws = await websockets.connect(f"ws://{addr}/v1/realtime", max_size=None, max_queue=1)
         created = json.loads(await ws.recv())
@@ -73,7 +76,8 @@ async def test_slow_consumer_is_closed_1013_and_resumes_losslessly(server_factor
         await ws.send(json.dumps({"type": "conversation.item.create", "item": {
             "type": "message", "role": "user", "content": [{"type": "input_text", "text": "go"}]}}))
         await ws.send(json.dumps({"type": "response.create", "response": {
-            "max_output_tokens": 6000, "scheduler": {"strategy": "fast"}}}))
+            "max_output_tokens": 25000, "scheduler": {"strategy": "fast", "min_chunk_tokens": 1,
+                                                      "max_chunk_tokens": 1}}}))
         other = await websockets.connect(f"ws://{addr}/v1/realtime")  # an unaffected neighbour
         await other.recv()
         await asyncio.sleep(3.0)  # stop reading while the response streams
