@@ -293,17 +293,40 @@ def load_vision(config: Config) -> tuple[Callable[[str], str] | None, Any]:
     return describer, gen
 
 
+def backend_kind(config: Config) -> str:
+    """``auto``: GGUF models (the embedded default included) run on llama.cpp, others on transformers."""
+    m = config.model
+    if m.backend != "auto":
+        return m.backend
+    is_gguf = m.model == "embedded" or m.model.endswith(".gguf") or bool(m.gguf_file)
+    return "llama_cpp" if is_gguf and m.device == "cpu" else "transformers"
+
+
 def default_loader(config: Config) -> Backend:
     from models.llm import LLMConfig, load_backend
 
     m = config.model
+    if backend_kind(config) == "llama_cpp":
+        from models.llama_cpp import LlamaCppConfig, load_llama_backend
+
+        path = m.model if m.gguf_file is None else str(Path(m.model) / m.gguf_file)
+        return load_llama_backend(  # raises ModelLoadError with the pip command if llama_cpp is missing
+            LlamaCppConfig(
+                model=path,
+                threads=m.threads or 2,
+                n_ctx=m.max_context,
+                n_batch=m.n_batch,
+                n_seq=m.n_seq,
+                served_name=m.served_name,
+            )
+        )
     return load_backend(
         LLMConfig(
             model=m.model,
             gguf_file=m.gguf_file,
             dtype=m.dtype,
             device=m.device,
-            threads=m.threads,
+            threads=m.threads or 1,
             max_context=m.max_context,
             served_name=m.served_name,
         )

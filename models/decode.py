@@ -56,6 +56,13 @@ class JobEvents:
     requests: list[str] = field(default_factory=list)  # intercepted model requests (e.g. image prompts)
 
 
+def _merge(a: JobEvents, b: JobEvents) -> JobEvents:
+    a.chunks.extend(b.chunks)
+    a.requests.extend(b.requests)
+    a.done = b.done or a.done
+    return a
+
+
 class DecodeJob:
     def __init__(
         self,
@@ -98,17 +105,30 @@ class DecodeJob:
         self.accepted = 0
         self._next_logits: np.ndarray | None = None  # [V] distribution of the next position
         self._pending: int | None = None  # the next token, when already chosen
+        self._feed: int | None = None  # the last shown token, not yet fed to the model
 
     # -------------------------------------------------------------------------------------
 
     def step(self) -> JobEvents:
+        """One model forward, then the next token is chosen and shown at once.
+
+        A chosen token is emitted *before* it is fed to the model (it is fed at the start of the
+        next step), so text reaches the client one model step earlier than forward-then-emit.
+        """
         if self.finished:
             return JobEvents()
-        if self._next_logits is None and self._pending is None:
-            return self._prefill()
-        if self.beam > 1 and self._pending is None:
+        out = JobEvents()
+        if self._next_logits is None and self._pending is None and self._feed is None:
+            self._prefill()
+            if self.beam > 1:
+                return self._beam_block()
+        elif self.beam > 1:
             return self._beam_block()
-        if self._pending is not None:  # chosen by the verifier in the previous step
+        elif self._feed is not None:
+            out = self._advance()
+            if self.finished:
+                return out
+        if self._pending is not None:  # chosen by the verifier in _advance
             tok, self._pending = self._pending, None
             lp = self._pending_lp
         else:
@@ -116,39 +136,47 @@ class DecodeJob:
             tok = choose(self._next_logits, self.params, self.rng)
             lp = self._lp(self._next_logits, tok)
         if tok in self.backend.eos_ids:
-            return self._finish("stop")
-        budget = self.params.max_tokens - len(self.generated) - 1
+            return _merge(out, self._finish("stop"))
+        no_room = len(self.state.tokens) + 1 >= self.backend.max_context
+        ev = self._accept([tok], lps=[lp], final="length" if no_room else None)
+        if not self.finished:
+            self._feed = tok
+        return _merge(out, ev)
+
+    def _advance(self) -> JobEvents:
+        """Feed the last shown token, with drafted tokens after it when drafting pays."""
+        assert self._feed is not None
+        tok, self._feed = self._feed, None
+        budget = self.params.max_tokens - len(self.generated)  # tokens we may still show
         room = self.backend.max_context - len(self.state.tokens) - 1
-        k = 0
         drafts: list[int] = []
-        if self.drafter is not None and self.verifier is not None and budget > 0 and room > 1:
-            k = min(self.verifier.lookahead(), budget, room - 1, self.scheduler.config.lookahead_tokens)
+        if self.drafter is not None and self.verifier is not None and budget > 0 and room > 2:
+            # k = budget: when every draft is accepted the response is complete without another forward
+            k = min(self.verifier.lookahead(), budget, room - 2, self.scheduler.config.lookahead_tokens)
             if k > 0:
                 drafts = self.drafter.propose(self.state.tokens + [tok], k)[:k]
         t0 = self.clock()
-        if room < 1:
-            return self._accept([tok], final="length")
         if drafts:
+            assert self.verifier is not None
             base = len(self.state.tokens)
             rows = self.backend.forward(self.state, [tok, *drafts], n_logits=len(drafts) + 1)
-            assert self.verifier is not None
             new, n_ok = self.verifier.accept(rows, drafts, self.params, self.rng)
-            # new = drafts[:n_ok] + [next token chosen from row n_ok]
+            # new = drafts[:n_ok] + [next token chosen from row n_ok]; rejected drafts leave the cache
             self.backend.crop(self.state, base + 1 + n_ok)
             self.drafted += len(drafts)
             self.accepted += n_ok
             self.verifier.record(len(drafts), n_ok, self.clock() - t0)
-            # the token after the accepted drafts is already chosen (for sampling, from the
-            # residual distribution): the next step starts from it
             self._next_logits = None
-            self._pending = new[-1]
+            self._pending = new[-1]  # for sampling chosen from the residual distribution
             self._pending_lp = self._lp(rows[n_ok], new[-1])
-            lps = [lp, *(self._lp(rows[i], d) for i, d in enumerate(drafts[:n_ok]))]
-            return self._accept([tok, *drafts[:n_ok]], lps=lps)
+            if n_ok:
+                return self._accept(drafts[:n_ok], lps=[self._lp(rows[i], d) for i, d in enumerate(drafts[:n_ok])])
+            return JobEvents()
         rows = self.backend.forward(self.state, [tok], n_logits=1)
         if self.verifier is not None:
             self.verifier.record(0, 0, self.clock() - t0)
-        return self._accept([tok], next_row=rows[0], lps=[lp])
+        self._next_logits = rows[0]
+        return JobEvents()
 
     def _lp(self, row: np.ndarray, tok: int) -> float:
         return float(log_softmax(row)[tok]) if self.track_logprobs else 0.0
@@ -205,14 +233,13 @@ class DecodeJob:
 
     # -------------------------------------------------------------------------------------
 
-    def _prefill(self) -> JobEvents:
+    def _prefill(self) -> None:
         to_feed = sync_prefix(self.backend, self.state, self.prompt_ids)
         self.cached_tokens = len(self.prompt_ids) - len(to_feed)
         self.prompt_tokens = len(to_feed)
         rows = self.backend.forward(self.state, to_feed, n_logits=1)
         self._next_logits = rows[0]
         self.t_prefilled = self.clock()
-        return JobEvents()
 
     def _accept(
         self,

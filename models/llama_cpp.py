@@ -1,0 +1,381 @@
+"""The llama.cpp backend: a GGUF model behind ``Backend``, through llama-cpp-python's C API.
+
+One llama context serves every conversation. It holds ``n_seq`` llama.cpp sequences (slots),
+each with its own ``n_ctx``-token KV stream (``kv_unified`` off, so a step of one conversation
+attends over its own cache only). A ``KVState`` is bound to a slot on use:
+
+* while bound, a step only decodes the new tokens (the fast path);
+* a new or evicted state takes a free slot (one whose state was garbage-collected) whose cached
+  tokens share the longest prefix with it, else the least recently used slot. The slot is then
+  re-synced: cropped to the common prefix and the rest of ``state.tokens`` re-prefilled. That
+  costs one prefill of the divergent tail, so keep ``n_seq`` at least the number of
+  conversations that decode concurrently.
+
+Numerics: llama.cpp's CPU kernels are not batch-invariant. The same tokens give logits that
+differ slightly (max ≈ 0.6 on a scale of 30 for SmolLM2 Q4_1) depending on how the prefix was
+split into ``llama_decode`` calls, so a reused prefix (a later turn, a finished conversation's
+cached system prompt, a re-sync after eviction) can flip a greedy near-tie, exactly as
+llama-cpp-python's own prefix cache does. A cold prompt decoded token by token matches
+``Llama.generate`` token for token. ``reset()`` empties every sequence.
+
+``forward`` returns a float32 ``[n_logits, V]`` copy of the logits of the last ``n_logits``
+positions (``logits`` flags set only there); ``crop`` is ``llama_memory_seq_rm``. A prefill
+longer than ``n_batch`` is split into several ``llama_decode`` calls. ``state.tokens`` must only
+change through the backend (``forward``/``crop``).
+
+Tokens: the GGUF's embedded chat template rendered with jinja2 exactly as llama-cpp-python's
+``create_chat_completion`` does, tokenized by llama.cpp with special tokens parsed (the same ids
+as the transformers tokenizer loaded from this GGUF; tests/test_llama_cpp_backend.py checks).
+"""
+
+from __future__ import annotations
+
+import ctypes
+import itertools
+import logging
+import weakref
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from .backend import KVState
+from .llm import EMBEDDED_ID, ModelLoadError, embedded_gguf
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class LlamaCppConfig:
+    model: str = "embedded"  # "embedded" | path to a .gguf file
+    threads: int = 2  # llama.cpp threads, decode and prefill
+    n_ctx: int = 4096  # tokens one conversation's cache may hold (one sequence)
+    n_batch: int = 512  # most tokens per llama_decode call; longer prefills are split
+    n_seq: int = 4  # conversations resident at once (llama.cpp sequences); more re-prefill
+    flash_attn: bool = False  # llama-cpp-python's own default, so greedy output matches it
+    served_name: str | None = None  # the id shown in /v1/models
+
+
+def resolve_gguf(cfg: LlamaCppConfig) -> tuple[Path, str]:
+    """(GGUF path, served name)."""
+    if cfg.model == "embedded":
+        return embedded_gguf(), cfg.served_name or EMBEDDED_ID
+    path = Path(cfg.model)
+    if path.suffix != ".gguf" or not path.is_file():
+        raise ModelLoadError(f"llama.cpp backend needs a .gguf file; not found: {cfg.model}")
+    return path, cfg.served_name or path.stem
+
+
+def _import_llama_cpp() -> Any:
+    try:
+        import llama_cpp
+    except ImportError as exc:
+        raise ModelLoadError(f"llama.cpp backend unavailable ({exc}): `pip install llama-cpp-python==0.3.36`") from None
+    return llama_cpp
+
+
+_LOG_LEVELS = {3: logging.WARNING, 4: logging.ERROR}  # ggml: 1 debug, 2 info, 3 warn, 4 error
+_log_callback: Any = None  # kept alive: llama.cpp holds the pointer
+
+
+def _quiet_llama_log(lc: Any) -> None:
+    """Route llama.cpp's log to ``logging`` (warnings and errors only) instead of stderr."""
+    global _log_callback
+    if _log_callback is not None:
+        return
+
+    @lc.llama_log_callback
+    def _cb(level: int, text: bytes, _user: Any) -> None:
+        if level in _LOG_LEVELS:
+            log.log(_LOG_LEVELS[level], "llama.cpp: %s", text.decode("utf-8", "replace").rstrip())
+
+    _log_callback = _cb
+    lc.llama_log_set(_cb, ctypes.c_void_p(0))
+
+
+class _SeqHandle:
+    """``KVState.cache`` of this backend: which slot the state is bound to (weakly owned)."""
+
+    __slots__ = ("slot", "__weakref__")
+
+    def __init__(self) -> None:
+        self.slot: int | None = None
+
+
+class _Slot:
+    __slots__ = ("seq", "tokens", "owner", "used", "seq_ptrs", "_seq_id")
+
+    def __init__(self, seq: int, n_batch: int) -> None:
+        self.seq = seq
+        self.tokens: list[int] = []  # exactly the ids whose K/V this sequence holds
+        self.owner: weakref.ref[_SeqHandle] | None = None
+        self.used = 0
+        # batch.seq_id for this slot: n_batch pointers, all to one int32 holding ``seq``
+        self._seq_id = (ctypes.c_int32 * 1)(seq)
+        ptr = ctypes.cast(self._seq_id, ctypes.POINTER(ctypes.c_int32))
+        self.seq_ptrs = (ctypes.POINTER(ctypes.c_int32) * n_batch)(*([ptr] * n_batch))
+
+    def owned_by(self, handle: _SeqHandle) -> bool:
+        return self.owner is not None and self.owner() is handle
+
+    def free(self) -> bool:
+        return self.owner is None or self.owner() is None
+
+
+def _common_prefix(a: list[int], b: list[int]) -> int:
+    n = min(len(a), len(b))
+    if n == 0:
+        return 0
+    diff = np.flatnonzero(np.asarray(a[:n], dtype=np.int64) != np.asarray(b[:n], dtype=np.int64))
+    return int(diff[0]) if diff.size else n
+
+
+class LlamaCppBackend:
+    def __init__(self, cfg: LlamaCppConfig):
+        lc = _import_llama_cpp()
+        self._lc = lc
+        self.cfg = cfg
+        path, self.name = resolve_gguf(cfg)
+        if cfg.n_seq < 1 or cfg.n_batch < 1 or cfg.n_ctx < 16:
+            raise ModelLoadError(f"bad llama.cpp settings: n_seq={cfg.n_seq} n_batch={cfg.n_batch}")
+        _quiet_llama_log(lc)
+        lc.llama_backend_init()
+        mparams = lc.llama_model_default_params()
+        self._model = lc.llama_model_load_from_file(str(path).encode(), mparams)
+        if not self._model:
+            raise ModelLoadError(f"llama.cpp cannot load {path}")
+        self._vocab = lc.llama_model_get_vocab(self._model)
+        n_train = int(lc.llama_model_n_ctx_train(self._model))
+        per_seq = min(cfg.n_ctx, n_train) if n_train > 0 else cfg.n_ctx
+        self.n_batch = min(cfg.n_batch, per_seq)
+
+        cparams = lc.llama_context_default_params()
+        cparams.n_ctx = per_seq * cfg.n_seq
+        cparams.n_batch = self.n_batch
+        cparams.n_ubatch = self.n_batch
+        cparams.n_seq_max = cfg.n_seq
+        cparams.kv_unified = False
+        cparams.n_threads = cfg.threads
+        cparams.n_threads_batch = cfg.threads
+        cparams.flash_attn_type = (
+            lc.LLAMA_FLASH_ATTN_TYPE_ENABLED if cfg.flash_attn else lc.LLAMA_FLASH_ATTN_TYPE_DISABLED
+        )
+        cparams.no_perf = True
+        self._ctx = lc.llama_init_from_model(self._model, cparams)
+        if not self._ctx:
+            lc.llama_model_free(self._model)
+            raise ModelLoadError(f"llama.cpp cannot create a context (n_ctx={cparams.n_ctx}, n_seq={cfg.n_seq})")
+        self._mem = lc.llama_get_memory(self._ctx)
+        self.max_context = min(per_seq, int(lc.llama_n_ctx_seq(self._ctx)))
+        self.vocab_size = int(lc.llama_vocab_n_tokens(self._vocab))
+        self.eos_ids = frozenset(t for t in range(self.vocab_size) if lc.llama_vocab_is_eog(self._vocab, t))
+
+        # one batch, reused: numpy arrays own the memory, the struct points into them
+        n = self.n_batch
+        self._tok = np.zeros(n, dtype=np.int32)
+        self._pos = np.zeros(n, dtype=np.int32)
+        self._nseq = np.ones(n, dtype=np.int32)
+        self._want = np.zeros(n, dtype=np.int8)
+        self._batch = lc.llama_batch()
+        self._batch.token = self._tok.ctypes.data_as(ctypes.POINTER(lc.llama_token))
+        self._batch.embd = None
+        self._batch.pos = self._pos.ctypes.data_as(ctypes.POINTER(lc.llama_pos))
+        self._batch.n_seq_id = self._nseq.ctypes.data_as(ctypes.POINTER(ctypes.c_int32))
+        self._batch.logits = self._want.ctypes.data_as(ctypes.POINTER(ctypes.c_int8))
+        self._arange = np.arange(n, dtype=np.int32)
+        self._text_buf = ctypes.create_string_buffer(1 << 14)  # decode's output, grown on demand
+        self._slots = [_Slot(i, n) for i in range(cfg.n_seq)]
+        self._clock = itertools.count(1)
+
+        self._template = self._meta("tokenizer.chat_template")
+        self.has_chat_template = bool(self._template)
+        self._formatters: dict[bool, Any] = {}
+        self._closed = False
+
+    # ---------------------------------------------------------------- Backend
+
+    def new_state(self) -> KVState:
+        return KVState(tokens=[], cache=_SeqHandle())
+
+    def forward(self, state: KVState, tokens: list[int], n_logits: int = 1) -> np.ndarray:
+        if not tokens:
+            raise ValueError("forward needs at least one token")
+        full_len = len(state.tokens) + len(tokens)
+        if not 1 <= n_logits <= full_len:
+            raise ValueError(f"n_logits={n_logits} outside 1..{full_len}")
+        if full_len > self.max_context:
+            raise ValueError(f"{full_len} tokens exceed the context of {self.max_context}")
+        slot, fresh = self._bind(state, tokens)
+        if not fresh and len(slot.tokens) == len(state.tokens) and n_logits <= len(tokens):
+            start, todo = len(state.tokens), tokens  # fast path: the slot mirrors the state
+        else:
+            full = state.tokens + tokens
+            start = min(_common_prefix(slot.tokens, full), full_len - n_logits)
+            todo = full[start:]
+        self._crop_slot(slot, start)
+        out = self._decode(slot, todo, n_logits)
+        state.tokens.extend(tokens)
+        return out
+
+    def crop(self, state: KVState, length: int) -> None:
+        if length >= len(state.tokens):
+            return
+        length = max(length, 0)
+        handle = state.cache
+        if isinstance(handle, _SeqHandle) and handle.slot is not None:
+            slot = self._slots[handle.slot]
+            if slot.owned_by(handle):
+                self._crop_slot(slot, min(length, len(slot.tokens)))
+        del state.tokens[length:]
+
+    def chat_tokens(self, messages: list[dict[str, str]], add_generation_prompt: bool = True) -> list[int]:
+        if self.has_chat_template:
+            text = self._formatter(add_generation_prompt)(messages=messages).prompt
+            return self.tokenize(text, special=True)
+        text = "".join(f"{m['role']}: {m['content']}\n" for m in messages)  # same fallback as llm.py
+        if add_generation_prompt:
+            text += "assistant:"
+        return self.tokenize(text, special=True, add_bos=True)
+
+    def decode(self, ids: list[int]) -> str:
+        if not ids:
+            return ""
+        arr = np.asarray(ids, dtype=np.int32)
+        ptr = arr.ctypes.data_as(ctypes.POINTER(self._lc.llama_token))
+        for _ in range(2):
+            buf = self._text_buf
+            # remove_special: drop a leading BOS / trailing EOS; unparse_special=False: no control text
+            n = self._lc.llama_detokenize(self._vocab, ptr, len(arr), buf, len(buf), True, False)
+            if n >= 0:
+                return buf.raw[:n].decode("utf-8", errors="replace")
+            self._text_buf = ctypes.create_string_buffer(max(-n, 2 * len(buf)))
+        raise RuntimeError("llama_detokenize failed")
+
+    # ---------------------------------------------------------------- extras
+
+    def tokenize(self, text: str, special: bool = False, add_bos: bool = False) -> list[int]:
+        lc = self._lc
+        data = text.encode("utf-8")
+        cap = len(data) + 8
+        for _ in range(2):
+            buf = (lc.llama_token * cap)()
+            n = lc.llama_tokenize(self._vocab, data, len(data), buf, cap, add_bos, special)
+            if n >= 0:
+                return list(buf[:n])
+            cap = -n
+        raise RuntimeError("llama_tokenize failed")
+
+    def reset(self) -> None:
+        """Empty every sequence. Live states stay valid: their next step re-prefills them."""
+        self._lc.llama_memory_clear(self._mem, True)
+        for slot in self._slots:
+            slot.tokens.clear()
+            slot.owner = None
+
+    def close(self) -> None:
+        if self._closed:
+            return
+        self._closed = True
+        self._lc.llama_free(self._ctx)
+        self._lc.llama_model_free(self._model)
+
+    def __del__(self) -> None:
+        try:
+            self.close()
+        except Exception:  # interpreter shutdown: the library may be gone already
+            pass
+
+    # ---------------------------------------------------------------- internals
+
+    def _bind(self, state: KVState, tokens: list[int]) -> tuple[_Slot, bool]:
+        """The slot of ``state`` and whether it was just (re)bound, i.e. may hold other tokens."""
+        handle = state.cache
+        if not isinstance(handle, _SeqHandle):
+            handle = state.cache = _SeqHandle()
+        fresh = False
+        if handle.slot is not None and self._slots[handle.slot].owned_by(handle):
+            slot = self._slots[handle.slot]
+        else:
+            fresh = True
+            free = [s for s in self._slots if s.free()]
+            if free:  # reuse the cached prefix of a finished conversation where there is one
+                target = state.tokens + tokens
+                slot = max(free, key=lambda s: (_common_prefix(s.tokens, target), -s.used))
+            else:
+                slot = min(self._slots, key=lambda s: s.used)
+                log.debug("llama.cpp: slot %d evicted (%d tokens); raise n_seq", slot.seq, len(slot.tokens))
+            slot.owner = weakref.ref(handle)
+            handle.slot = slot.seq
+        slot.used = next(self._clock)
+        return slot, fresh
+
+    def _crop_slot(self, slot: _Slot, length: int) -> None:
+        if length < len(slot.tokens):
+            if not self._lc.llama_memory_seq_rm(self._mem, slot.seq, length, -1):
+                raise RuntimeError(f"llama.cpp could not remove positions {length}.. of sequence {slot.seq}")
+            del slot.tokens[length:]
+
+    def _decode(self, slot: _Slot, todo: list[int], n_logits: int) -> np.ndarray:
+        """Decode ``todo`` after ``slot.tokens``; logits of its last ``n_logits`` positions."""
+        lc, batch = self._lc, self._batch
+        out = np.empty((n_logits, self.vocab_size), dtype=np.float32)
+        first_out = len(todo) - n_logits  # index in todo of the first position with logits
+        row = 0
+        batch.seq_id = slot.seq_ptrs
+        for lo in range(0, len(todo), self.n_batch):
+            chunk = todo[lo : lo + self.n_batch]
+            n = len(chunk)
+            base = len(slot.tokens)
+            self._tok[:n] = chunk
+            np.add(self._arange[:n], base, out=self._pos[:n])
+            k = min(n, max(0, lo + n - first_out))  # outputs in this chunk (always its tail)
+            self._want[: n - k] = 0
+            self._want[n - k : n] = 1
+            batch.n_tokens = n
+            rc = lc.llama_decode(self._ctx, batch)
+            if rc != 0:
+                lc.llama_memory_seq_rm(self._mem, slot.seq, base, -1)  # leave the slot consistent
+                raise RuntimeError(f"llama_decode returned {rc} (sequence {slot.seq}, {base}+{n} tokens)")
+            slot.tokens.extend(chunk)
+            for i in range(n - k, n):
+                ptr = lc.llama_get_logits_ith(self._ctx, i)
+                out[row] = np.ctypeslib.as_array(ptr, shape=(self.vocab_size,))
+                row += 1
+        return out
+
+    def _meta(self, key: str) -> str:
+        lc = self._lc
+        size = 1 << 16
+        for _ in range(2):
+            buf = ctypes.create_string_buffer(size)
+            n = lc.llama_model_meta_val_str(self._model, key.encode(), buf, size)
+            if n < 0:
+                return ""
+            if n < size:
+                return buf.value.decode("utf-8", errors="replace")
+            size = n + 1
+        return ""
+
+    def _token_text(self, tid: int) -> str:
+        if tid < 0:
+            return ""
+        return self._lc.llama_vocab_get_text(self._vocab, tid).decode("utf-8", errors="replace")
+
+    def _formatter(self, add_generation_prompt: bool) -> Any:
+        fmt = self._formatters.get(add_generation_prompt)
+        if fmt is None:
+            from llama_cpp.llama_chat_format import Jinja2ChatFormatter
+
+            fmt = Jinja2ChatFormatter(
+                template=self._template,
+                eos_token=self._token_text(self._lc.llama_vocab_eos(self._vocab)),
+                bos_token=self._token_text(self._lc.llama_vocab_bos(self._vocab)),
+                add_generation_prompt=add_generation_prompt,
+            )
+            self._formatters[add_generation_prompt] = fmt
+        return fmt
+
+
+def load_llama_backend(cfg: LlamaCppConfig) -> LlamaCppBackend:
+    return LlamaCppBackend(cfg)
