@@ -94,14 +94,21 @@ async def ws_turns(addr: str, prompts: list[str], n: int, strategy: str) -> list
                 json.dumps(
                     {
                         "type": "conversation.item.create",
-                        "item": {"type": "message", "role": "user", "content": [{"type": "input_text", "text": prompt}]},
+                        "item": {
+                            "type": "message",
+                            "role": "user",
+                            "content": [{"type": "input_text", "text": prompt}],
+                        },
                     }
                 )
             )
             t0 = time.perf_counter()
             await ws.send(
                 json.dumps(
-                    {"type": "response.create", "response": {"max_output_tokens": n, "scheduler": {"strategy": strategy}}}
+                    {
+                        "type": "response.create",
+                        "response": {"max_output_tokens": n, "scheduler": {"strategy": strategy}},
+                    }
                 )
             )
             first = None
@@ -144,7 +151,8 @@ def main() -> None:
     torch.set_num_threads(args.threads)
     fast = load_backend(LLMConfig(threads=args.threads))
     slow = load_backend(LLMConfig(threads=args.threads, fast_path=False))
-    cfg = load_config(None, **{"model.threads": args.threads})
+    # the WebSocket run decodes exactly like the in-process loop: same backend, no drafting
+    cfg = load_config(None, **{"model.threads": args.threads, "speculative.drafter": "none", "audio.enabled": False})
     systems: dict[str, list[dict[str, float]]] = {k: [] for k in ("stock", "ours_hf", "ours", "ws")}
     with run_server(cfg, fast) as addr:
         for p in PROMPTS:  # warm-up
@@ -157,8 +165,12 @@ def main() -> None:
                 systems["ours"].append(our_loop(fast, p, args.tokens, args.strategy))
                 systems["ws"].extend(asyncio.run(ws_turns(addr, [p], args.tokens, args.strategy)))
         turns = asyncio.run(
-            ws_turns(addr, [f"Question {i + 1}: name one fact about the number {i + 7}." for i in range(10)], 32,
-                     args.strategy)
+            ws_turns(
+                addr,
+                [f"Question {i + 1}: name one fact about the number {i + 7}." for i in range(10)],
+                32,
+                args.strategy,
+            )
         )
     base = median([r["tok_s"] for r in systems["stock"]])
     base_ttft = median([r["ttft_ms"] for r in systems["ours"]])
@@ -187,7 +199,10 @@ def main() -> None:
     md += markdown_table(rows, ["system", "TTFT ms", "tok/s", "× stock tok/s", "TTFT − in-process ms"])
     md += "\nGrowing conversation over one WebSocket (10 turns):\n\n"
     md += markdown_table(
-        [{"turn": i + 1, **{k: t[k] for k in ("ttft_ms", "prompt_tokens", "cached_tokens")}} for i, t in enumerate(turns)],
+        [
+            {"turn": i + 1, **{k: t[k] for k in ("ttft_ms", "prompt_tokens", "cached_tokens")}}
+            for i, t in enumerate(turns)
+        ],
         ["turn", "ttft_ms", "prompt_tokens", "cached_tokens"],
     )
     md += f"\nturn-10 TTFT / turn-1 TTFT = {t10 / t1:.2f}\n"

@@ -18,6 +18,12 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
 from bench.common import machine, markdown_table, median, write  # noqa: E402
 
+WATCH = (
+    "input_audio_buffer.speech_stopped",
+    "conversation.item.input_audio_transcription.completed",
+    "response.output_text.delta",
+    "response.done",
+)
 SENTENCES = ["Please open the kitchen window.", "My favorite color is blue.", "Turn on the lights in the kitchen."]
 
 
@@ -43,8 +49,7 @@ async def one(addr: str, sentence: str) -> dict[str, float]:
             while True:
                 ev = json.loads(await ws.recv())
                 now = time.perf_counter()
-                for key in ("input_audio_buffer.speech_stopped", "conversation.item.input_audio_transcription.completed",
-                            "response.output_text.delta", "response.done"):
+                for key in WATCH:
                     if ev["type"] == key and key not in marks:
                         marks[key] = now
                 if ev["type"] == "response.done":
