@@ -104,7 +104,8 @@ class LimitsConfig(_Frozen):
     messages_burst: int = 400  # token bucket size
     flood_close_after: int = 200  # rate-limited frames in a row before the socket is closed (1008)
     max_http_body_bytes: int = 16 * 1024 * 1024  # one HTTP request body
-    outbound_queue: int = 1024  # events a client may lag behind before it is closed as slow (1013)
+    outbound_queue: int = 1024  # events a client may lag behind before it counts as slow …
+    send_stall_s: float = 5.0  # … and a send blocked this long (it stopped reading): closed 1013
     replay_max_events: int = 4096  # events kept per session for resume
     replay_max_bytes: int = 8 * 1024 * 1024  # bytes kept per session for resume
 

@@ -42,6 +42,7 @@ class Connection:
         self._tasks: list[asyncio.Task[Any]] = []
         self.bucket = TokenBucket(self.limits.messages_per_s, self.limits.messages_burst)
         self._limited = 0  # frames refused in a row
+        self._sending_since: float | None = None  # when the send in progress started
 
     # ------------------------------------------------------------------ control
 
@@ -53,7 +54,11 @@ class Connection:
             t.cancel()
 
     def _check_lag(self) -> None:
-        if self.live.outbox.next_seq - 1 - self.cursor > self.limits.outbound_queue:
+        """Slow consumer: far behind *and* a send stuck for a while (a replaying client that reads is fine)."""
+        if self.live.outbox.next_seq - 1 - self.cursor <= self.limits.outbound_queue:
+            return
+        since = self._sending_since
+        if since is not None and time.monotonic() - since > self.limits.send_stall_s:
             self.kick(CLOSE_TRY_AGAIN, "client is not reading; resume to continue")
 
     # ------------------------------------------------------------------ tasks
@@ -67,7 +72,9 @@ class Connection:
                 self.kick(CLOSE_TRY_AGAIN, "client fell too far behind")
                 return
             for seq, text in events:
+                self._sending_since = time.monotonic()
                 await self.ws.send_text(text)
+                self._sending_since = None
                 self.cursor = seq
             if live.closed:
                 self._closing = self._closing or (CLOSE_RESTART if live.svc.registry.draining else CLOSE_NORMAL,

@@ -33,6 +33,7 @@ class MediaInput:
         self.pending: set[str] = set()  # items whose transcript is still being made
         self.deferred: list[p.ResponseCreate] = []  # response.create waiting for those transcripts
         self.tasks: set[asyncio.Task[None]] = set()
+        self._asr_lock = asyncio.Lock()  # one transcription at a time per session: turns finish in order
 
     # ------------------------------------------------------------------ configuration
 
@@ -134,7 +135,8 @@ class MediaInput:
         asr = self.svc.asr
         assert asr is not None
         try:
-            text = await asyncio.to_thread(asr.transcribe, turn.audio)
+            async with self._asr_lock:
+                text = await asyncio.to_thread(asr.transcribe, turn.audio)
         except Exception as exc:  # a failed transcription ends this item only
             log.error("transcription failed: %s", type(exc).__name__)
             self.send(self.session.transcript_failed(item_id, "transcription_failed", "could not transcribe audio"))

@@ -108,13 +108,17 @@ class ChunkScheduler:
         self._decode = decode
         self._ids: list[int] = []
         self._text = ""  # stable decoded text of all ids
+        self._base = ""  # the incremental detokenizer's text so far
+        self._prefix_off = 0  # ids[prefix_off:read_off] are context already decoded into _base
+        self._read_off = 0
         self._offsets: list[int] = []  # stable-text length after each token (for token counts)
         self._emitted = 0  # characters of _text already handed out
         self._emitted_tokens = 0
         self._pending_since: float | None = None
         self._chunks = 0
         self.stopped = False  # a stop sequence matched: the response is over
-        self.delivered = ""  # all text handed out so far
+        self._fences = 0  # code fences in _text[:_fence_pos] (kept incrementally: O(1) per token)
+        self._fence_pos = 0
         self._hidden: list[tuple[int, int]] = []  # intercepted spans of _text, never shown
         self._scan = 0  # where the next intercept search starts
         self.requests: list[str] = []  # intercepted request bodies, taken by the caller
@@ -122,11 +126,22 @@ class ChunkScheduler:
     # -- text bookkeeping -------------------------------------------------------------------
 
     def _stable(self) -> str:
-        text = self._decode(self._ids)
-        # an incomplete UTF-8 sequence decodes to U+FFFD at the end: hold it back
-        while text.endswith("\ufffd"):
-            text = text[:-1]
-        return text
+        """Decoded text of all ids so far, without an incomplete UTF-8 sequence at the end.
+
+        Incremental (as vLLM/TGI do): only ``ids[prefix_off:]`` is decoded each time, with a few
+        already-final tokens in front as context, so a long response costs O(1) per token.
+        """
+        ids = self._ids
+        prefix_text = self._decode(ids[self._prefix_off : self._read_off])
+        new_text = self._decode(ids[self._prefix_off :])
+        if new_text.endswith("\ufffd"):  # an incomplete UTF-8 sequence: wait for the rest
+            return self._base
+        if new_text.startswith(prefix_text):
+            self._base += new_text[len(prefix_text) :]
+        else:  # a tokenizer that rewrote its context: re-decode everything once
+            self._base = self._decode(ids).rstrip("\ufffd")
+        self._prefix_off, self._read_off = self._read_off, len(ids)
+        return self._base
 
     def _visible(self, start: int, end: int) -> str:
         """``_text[start:end]`` without intercepted spans."""
@@ -146,7 +161,8 @@ class ChunkScheduler:
         return n
 
     def _in_code(self, pos: int) -> bool:
-        return self._text.count("```", 0, pos) % 2 == 1
+        """Inside a fenced code block at ``pos`` (pos ≥ the last emitted position)."""
+        return (self._fences + self._text.count("```", self._fence_pos, pos)) % 2 == 1
 
     def _stop_limit(self) -> int:
         """Text beyond this index might be the start of a stop sequence or a request: hold it back."""
@@ -243,7 +259,8 @@ class ChunkScheduler:
         chunk = Chunk(self._visible(self._emitted, pos), ntok, quality)
         self._emitted = pos
         self._emitted_tokens += ntok
-        self.delivered += chunk.text
+        self._fences += self._text.count("```", self._fence_pos, pos)
+        self._fence_pos = pos
         self._chunks += 1
         self._pending_since = None
         return chunk
