@@ -55,20 +55,23 @@ def stock_generate(backend: Any, prompt: str, n: int) -> dict[str, float]:
     return {"ttft_ms": (first - t0) * 1000, "tok_s": (tokens - 1) / max(end - first, 1e-9), "tokens": tokens}
 
 
-def our_loop(backend: Any, prompt: str, n: int, strategy: str) -> dict[str, float]:
+def our_loop(backend: Any, prompt: str, n: int, strategy: str, spec: Any = None) -> dict[str, float]:
     from models.decode import DecodeJob
     from models.sampling import SamplingParams
     from models.scheduler import SchedulerConfig
 
+    t0 = time.perf_counter()  # like the WebSocket path, TTFT includes rendering + tokenizing the prompt
     ids = backend.chat_tokens([{"role": "user", "content": prompt}])
+    s = spec.for_job() if spec is not None else None
     job = DecodeJob(
         backend,
         backend.new_state(),
         ids,
         SamplingParams(max_tokens=n),
-        SchedulerConfig.for_strategy(strategy, lookahead_tokens=0),
+        SchedulerConfig.for_strategy(strategy, lookahead_tokens=16 if s else 0),
+        s,
+        s,
     )
-    t0 = time.perf_counter()
     first = None
     first_tokens = 1
     while not job.finished:
@@ -151,9 +154,12 @@ def main() -> None:
     torch.set_num_threads(args.threads)
     fast = load_backend(LLMConfig(threads=args.threads))
     slow = load_backend(LLMConfig(threads=args.threads, fast_path=False))
+    from models.speculative import SpecConfig, Speculator
+
+    spec = Speculator(fast, SpecConfig(drafter="prompt_lookup", k_max=16))
     # the WebSocket run decodes exactly like the in-process loop: same backend, no drafting
     cfg = load_config(None, **{"model.threads": args.threads, "speculative.drafter": "none", "audio.enabled": False})
-    systems: dict[str, list[dict[str, float]]] = {k: [] for k in ("stock", "ours_hf", "ours", "ws")}
+    systems: dict[str, list[dict[str, float]]] = {k: [] for k in ("stock", "ours_hf", "ours", "ours_spec", "ws")}
     with run_server(cfg, fast) as addr:
         for p in PROMPTS:  # warm-up
             our_loop(fast, p, 4, args.strategy)
@@ -163,6 +169,7 @@ def main() -> None:
                 systems["stock"].append(stock_generate(slow, p, args.tokens))
                 systems["ours_hf"].append(our_loop(slow, p, args.tokens, args.strategy))
                 systems["ours"].append(our_loop(fast, p, args.tokens, args.strategy))
+                systems["ours_spec"].append(our_loop(fast, p, args.tokens, args.strategy, spec))
                 systems["ws"].extend(asyncio.run(ws_turns(addr, [p], args.tokens, args.strategy)))
         turns = asyncio.run(
             ws_turns(
@@ -177,7 +184,8 @@ def main() -> None:
     names = {
         "stock": "transformers generate + TextIteratorStreamer",
         "ours_hf": "our loop, transformers forward",
-        "ours": "our loop, fast Llama path (default)",
+        "ours": "our loop, fast Llama path",
+        "ours_spec": "our loop, fast path + prompt-lookup drafting (default config)",
         "ws": "WebSocket round trip (default backend)",
     }
     rows = []

@@ -99,10 +99,8 @@ class FastLlama:
                 cache.v.append(v)
 
     def _norm(self, x: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
-        """RMSNorm exactly as transformers' LlamaRMSNorm rounds it (float32 math, cast, then scale)."""
-        xf = x.float()
-        xf = xf * torch.rsqrt(xf.pow(2).mean(-1, keepdim=True) + self.eps)
-        return w * xf.to(x.dtype)
+        """RMSNorm as one fused op (transformers' takes seven; in bf16 they round a little differently)."""
+        return F.rms_norm(x, (x.shape[-1],), w, self.eps)
 
     @staticmethod
     def _rope(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
@@ -121,8 +119,8 @@ class FastLlama:
         self._ensure(cache, end)
         ids = torch.tensor(tokens, dtype=torch.long, device=self.device)
         x = F.embedding(ids, self.embed)  # [T, hidden]
-        cos = self.cos[start:end].unsqueeze(0).unsqueeze(0)  # [1, 1, T, D]
-        sin = self.sin[start:end].unsqueeze(0).unsqueeze(0)
+        cos = self.cos[start:end]  # [T, D], broadcast over heads
+        sin = self.sin[start:end]
         mask = None
         if t > 1:  # query i sees every cached position and new positions ≤ i
             mask = torch.ones(t, end, dtype=torch.bool, device=self.device).tril(start)
@@ -130,12 +128,12 @@ class FastLlama:
         for i, (ln1, wqkv, wo, ln2, wgu, wdown) in enumerate(self.layers):
             h = self._norm(x, ln1)
             qkv = F.linear(h, wqkv)  # [T, (H + 2 KVH) D]
-            q = qkv[:, : self.q_size].view(t, H, D).transpose(0, 1).unsqueeze(0)
-            k = qkv[:, self.q_size : self.q_size + self.kv_size].view(t, KVH, D).transpose(0, 1).unsqueeze(0)
+            # RoPE on q and k together: [H + KVH, T, D]
+            qk = self._rope(qkv[:, : self.q_size + self.kv_size].view(t, H + KVH, D).transpose(0, 1), cos, sin)
+            q = qk[:H].unsqueeze(0)
             v = qkv[:, self.q_size + self.kv_size :].view(t, KVH, D).transpose(0, 1).unsqueeze(0)
-            q = self._rope(q, cos, sin)
             kc, vc = cache.k[i], cache.v[i]
-            kc[:, :, start:end] = self._rope(k, cos, sin)
+            kc[0, :, start:end] = qk[H:]
             vc[:, :, start:end] = v
             att = F.scaled_dot_product_attention(
                 q, kc[:, :, :end], vc[:, :, :end], attn_mask=mask, scale=self.scale, enable_gqa=True
