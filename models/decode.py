@@ -150,7 +150,10 @@ class DecodeJob:
         budget = self.params.max_tokens - len(self.generated)  # tokens we may still show
         room = self.backend.max_context - len(self.state.tokens) - 1
         drafts: list[int] = []
-        if self.drafter is not None and self.verifier is not None and budget > 0 and room > 2:
+        # no drafting before the first text is out: a verify batch costs more than one token, and
+        # time to first text matters more than throughput until then
+        first_out = self.t_first is not None or self.scheduler.config.draft_before_first_text
+        if self.drafter is not None and self.verifier is not None and budget > 0 and room > 2 and first_out:
             # k = budget: when every draft is accepted the response is complete without another forward
             k = min(self.verifier.lookahead(), budget, room - 2, self.scheduler.config.lookahead_tokens)
             if k > 0:

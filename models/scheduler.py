@@ -38,6 +38,7 @@ class SchedulerConfig:
     min_boundary: int = CLAUSE  # weakest boundary that ends a chunk once min is reached
     latency_budget_s: float = 0.40  # after this long a pending chunk goes out at any word break
     lookahead_tokens: int = 8  # most draft tokens verified per step (0: no drafting)
+    draft_before_first_text: bool = False  # False: plain steps until the first chunk is out (TTFT first)
     task_hint: str = "chat"  # chat | code | summarize | creative | …
     stop: tuple[str, ...] = ()  # stop sequences (never shown)
     intercept: tuple[str, str] | None = None  # (open, close) tags of a model request (e.g. an image) to cut out

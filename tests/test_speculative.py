@@ -98,7 +98,8 @@ class ListDrafter:
 
 
 def decode(backend, prompt, params, drafter=None, verifier=None, lookahead=8):
-    sched = SchedulerConfig(lookahead_tokens=lookahead if drafter is not None else 0)
+    # draft from the very first token: these tests are about drafting, not time to first text
+    sched = SchedulerConfig(lookahead_tokens=lookahead if drafter is not None else 0, draft_before_first_text=True)
     job = DecodeJob(backend, backend.new_state(), prompt, params, sched, drafter=drafter, verifier=verifier)
     for _ in range(10_000):
         if job.finished:

@@ -78,7 +78,7 @@ def draft(draft_dir):
 
 
 def greedy(backend, prompt, max_tokens, spec=None):
-    sched = SchedulerConfig(lookahead_tokens=8 if spec is not None else 0)
+    sched = SchedulerConfig(lookahead_tokens=8 if spec is not None else 0, draft_before_first_text=True)
     params = SamplingParams(max_tokens=max_tokens)
     job = DecodeJob(backend, backend.new_state(), prompt, params, sched, drafter=spec, verifier=spec)
     steps = 0
