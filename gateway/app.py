@@ -254,10 +254,15 @@ def load_speculator(config: Config, backend: Backend) -> Any:
 
 def load_vision(config: Config) -> tuple[Callable[[str], str] | None, Any]:
     """The configured image understanding (CLIP labels or a VLM caption) and image generator."""
-    from processors.image import ImageLimits, load_image_url
+    from processors.image import ImageLimits, RemoteImagePolicy, load_image_url
 
     v = config.vision
     limits = ImageLimits(max_bytes=v.max_image_bytes, max_pixels=v.max_image_pixels, max_side=v.max_side)
+    remote = (
+        RemoteImagePolicy(allowed_hosts=frozenset(v.remote_image_hosts), timeout_s=v.remote_image_timeout_s)
+        if v.remote_image_hosts
+        else None
+    )
     describer: Callable[[str], str] | None = None
     if v.mode == "clip":
         from models.clip import ClipConfig, ClipLabeler
@@ -266,7 +271,7 @@ def load_vision(config: Config) -> tuple[Callable[[str], str] | None, Any]:
         labeler = ClipLabeler(ClipConfig(model=v.clip_model, pretrained=v.clip_pretrained, **kw))
 
         def describer(url: str) -> str:
-            return str(labeler.rank(load_image_url(url, limits).image).description)
+            return str(labeler.rank(load_image_url(url, limits, remote).image).description)
 
     elif v.mode == "vlm":
         from models.vlm import VisionLanguageModel, VLMConfig
@@ -274,7 +279,7 @@ def load_vision(config: Config) -> tuple[Callable[[str], str] | None, Any]:
         vlm = VisionLanguageModel(VLMConfig(model=v.vlm_model))
 
         def describer(url: str) -> str:
-            img = load_image_url(url, limits).image
+            img = load_image_url(url, limits, remote).image
             content = [{"type": "image", "image": img}, {"type": "text", "text": v.vlm_prompt}]
             msg = [{"role": "user", "content": content}]
             return f"[image: {vlm.generate(msg, max_new_tokens=64).strip()}]"

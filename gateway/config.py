@@ -83,6 +83,8 @@ class VisionConfig(_Frozen):
     max_image_bytes: int = 20_000_000  # encoded size of one image
     max_image_pixels: int = 40_000_000  # declared width × height
     max_side: int = 1024  # images are downscaled to this before the model sees them
+    remote_image_hosts: tuple[str, ...] = ()  # http(s) image URLs allowed from these hosts only (SSRF: off)
+    remote_image_timeout_s: float = 10.0  # whole fetch of one remote image
 
 
 class ImageGenSettings(_Frozen):

@@ -153,3 +153,15 @@ async def test_cancel_stops_denoising(tiny_backend, server_factory, tiny_sd_dir)
             pass
         assert n_before < 400
         await c.close()
+
+
+async def test_remote_image_urls_only_from_configured_hosts(tiny_backend, server_factory, tiny_clip_dir):
+    conf = {**vision(tiny_clip_dir), "vision.remote_image_hosts": ["images.example.com"]}
+    with server_factory(tiny_backend, **conf) as addr:
+        c = await RealtimeClient.connect(addr)
+        await c.until("session.created")
+        await c.send(image_item("https://evil.example.net/x.png"))  # not on the allowlist
+        assert (await c.until("error"))["error"]["code"] == "image_url_not_allowed"
+        await c.send(image_item("http://images.example.com/x.png"))  # allowed host, but plain http
+        assert (await c.until("error"))["error"]["code"] == "image_url_not_allowed"
+        await c.close()
