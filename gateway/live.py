@@ -47,8 +47,7 @@ class LiveSession:
         self.state = services.backend.new_state()
         self.handles: dict[str, Handle] = {}
         self.model_q: asyncio.Queue[tuple[str, JobEvents]] = asyncio.Queue()
-        self.media = MediaInput(self.session, services, self.send)
-        self.media.svc_start = self._create_response
+        self.media = MediaInput(self.session, services, self.send, self._create_response)
         self._tasks: set[asyncio.Task[None]] = set()
         self._media_lock = asyncio.Lock()
         self.image_cancels: dict[str, list[threading.Event]] = {}  # response id → its image jobs
@@ -173,7 +172,7 @@ class LiveSession:
                 await self._resolve_item(ev)
         finally:
             self.media.pending.discard(key)
-            self.media._release()
+            self.media.release()
 
     async def _resolve_item(self, ev: p.ItemCreate) -> None:
         parts: list[p.InputText | p.InputImage | p.InputAudio] = []

@@ -12,7 +12,7 @@ import secrets
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
-from processors.audio import AudioError, decode_base64_pcm16
+from processors.audio import AudioError, b64decode_strict, decode_base64_pcm16
 
 from . import protocol as p
 from .session import Output, Session
@@ -25,10 +25,18 @@ log = logging.getLogger("stream_omni.media")
 
 
 class MediaInput:
-    def __init__(self, session: Session, services: Services, send: Callable[[Output], None]):
+    def __init__(
+        self,
+        session: Session,
+        services: Services,
+        send: Callable[[Output], None],
+        start_response: Callable[[p.ResponseCreate], None],
+    ):
         self.session = session
         self.svc = services
         self.send = send
+        self.start_response = start_response  # runs a response.create held back for transcripts
+        self._current_item: str | None = None  # the user item of the turn being spoken
         self.voice: VoiceInput | None = None
         self.pending: set[str] = set()  # items whose transcript is still being made
         self.deferred: list[p.ResponseCreate] = []  # response.create waiting for those transcripts
@@ -76,8 +84,6 @@ class MediaInput:
         voice = self._voice()
         try:
             if isinstance(raw, str):
-                from processors.audio import b64decode_strict
-
                 raw = b64decode_strict(raw)
             events = voice.append(raw)
         except AudioError as exc:
@@ -105,8 +111,6 @@ class MediaInput:
         self.send(self.session.audio_cleared())
 
     # ------------------------------------------------------------------ turns
-
-    _current_item: str | None = None
 
     def _speech_started(self, start_ms: int) -> None:
         self._current_item = f"item_{secrets.token_hex(8)}"
@@ -149,7 +153,7 @@ class MediaInput:
             self.send(self.session.transcript_done(item_id, text))
         if respond and text:
             self.deferred.append(p.ResponseCreate(type="response.create"))
-        self._release()
+        self.release()
 
     def defer(self, ev: p.ResponseCreate) -> bool:
         """Hold a response.create until pending transcripts are in; True if held."""
@@ -158,14 +162,13 @@ class MediaInput:
             return True
         return False
 
-    def _release(self) -> None:
+    def release(self) -> None:
+        """Start a held response.create once no transcript or media item is pending."""
         if self.pending:
             return
         held, self.deferred = self.deferred, []
         for ev in held[:1]:  # one response per batch of turns
-            self.svc_start(ev)
-
-    svc_start: Callable[[p.ResponseCreate], None] = staticmethod(lambda ev: None)  # set by the connection
+            self.start_response(ev)
 
     # ------------------------------------------------------------------ content parts
 
