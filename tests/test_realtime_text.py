@@ -6,6 +6,10 @@ import asyncio
 
 from tests.wsclient import RealtimeClient
 
+# for tests that act while a response is still decoding: drafting on the tiny model's repetitive
+# text can finish hundreds of tokens before the test acts
+STEADY = {"speculative.drafter": "none"}
+
 
 async def test_session_created_then_response_streams_deltas(tiny_backend, server_factory):
     with server_factory(tiny_backend) as addr:
@@ -48,7 +52,7 @@ async def test_invalid_event_gets_error_and_socket_stays_open(tiny_backend, serv
 
 
 async def test_cancel_stops_and_no_delta_follows_done(tiny_backend, server_factory):
-    with server_factory(tiny_backend) as addr:
+    with server_factory(tiny_backend, **STEADY) as addr:
         c = await RealtimeClient.connect(addr)
         await c.until("session.created")
         await c.say("write a long story")
@@ -101,7 +105,7 @@ async def test_two_sessions_do_not_mix(tiny_backend, server_factory):
 
 
 async def test_second_response_while_active_is_refused(tiny_backend, server_factory):
-    with server_factory(tiny_backend) as addr:
+    with server_factory(tiny_backend, **STEADY) as addr:
         c = await RealtimeClient.connect(addr)
         await c.until("session.created")
         await c.say("go on")
@@ -115,7 +119,8 @@ async def test_second_response_while_active_is_refused(tiny_backend, server_fact
 
 
 async def test_server_busy_past_queue_depth(tiny_backend, server_factory):
-    with server_factory(tiny_backend, **{"engine.max_running": 1, "engine.max_waiting": 0}) as addr:
+    conf = {"engine.max_running": 1, "engine.max_waiting": 0, **STEADY}
+    with server_factory(tiny_backend, **conf) as addr:
         a = await RealtimeClient.connect(addr)
         b = await RealtimeClient.connect(addr)
         await a.until("session.created")

@@ -101,7 +101,7 @@ async def test_manual_commit_at_16k_with_base64_append(tiny_backend, server_fact
 
 
 async def test_speech_during_a_response_barges_in(tiny_backend, server_factory):
-    with server_factory(tiny_backend) as addr:
+    with server_factory(tiny_backend, **{"speculative.drafter": "none"}) as addr:
         c = await RealtimeClient.connect(addr)
         await c.until("session.created")
         await c.say("tell me a very long story")
