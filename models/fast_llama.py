@@ -5,6 +5,16 @@ building, cache bookkeeping, many small ops). This path does the same math with 
 fused QKV and gate|up projections, a pre-allocated KV cache per conversation (crop = set the
 length), RoPE from precomputed tables, and ``scaled_dot_product_attention`` with GQA.
 
+**Batch invariance (bf16 greedy identity).** A verify block of k tokens must give each row
+bit-for-bit the logits a one-token step would give, or speculative greedy output parts from
+plain greedy at near-ties. On CPU two things break that: oneDNN computes an ``M = 1`` matmul
+with a GEMV kernel whose rounding differs from the ``M ≥ 2`` GEMM (measured: the GEMM's row
+results do not depend on ``M`` for 2 ≤ M ≤ 17), and the attention kernel's reductions depend
+on the key length. So a one-token step runs as a 2-row batch (the row duplicated), logits
+always come from at least 2 rows, and short blocks attend over a key length rounded up to a
+bucket of ``_KEY_BUCKET`` positions (masked, zero-initialised cache beyond) — rows of one
+block in different buckets attend in separate calls. Long prefills keep one plain call.
+
 Shapes: hidden ``x [T, hidden]``; per layer ``q [1, H, T, D]``, cache ``k, v [1, KVH, cap, D]``;
 logits ``[n_logits, V]``. Correctness is pinned by tests against transformers' own forward.
 """
@@ -18,6 +28,8 @@ import torch
 import torch.nn.functional as F
 
 _GROW = 256  # cache capacity grows in steps of this many positions
+_KEY_BUCKET = 32  # short blocks attend over key lengths rounded up to this (see module doc)
+_SHORT = 32  # blocks up to this many tokens take the batch-invariant path (decode steps, verify blocks)
 
 
 def supports(model: Any) -> bool:
@@ -87,9 +99,9 @@ class FastLlama:
             return
         new_cap = min(self.max_context, max(need, cap + _GROW))
         shape = (1, self.n_kv, new_cap, self.head_dim)
-        for i in range(len(self.layers)):
-            k = torch.empty(shape, dtype=self.dtype, device=self.device)
-            v = torch.empty(shape, dtype=self.dtype, device=self.device)
+        for i in range(len(self.layers)):  # zeros: masked padding keys must be finite
+            k = torch.zeros(shape, dtype=self.dtype, device=self.device)
+            v = torch.zeros(shape, dtype=self.dtype, device=self.device)
             if cap:
                 k[:, :, : cache.length] = cache.k[i][:, :, : cache.length]
                 v[:, :, : cache.length] = cache.v[i][:, :, : cache.length]
@@ -108,6 +120,25 @@ class FastLlama:
         rotated = torch.cat((-x[..., half:], x[..., :half]), -1)
         return x * cos + rotated * sin
 
+    def _bucket(self, pos: int) -> int:
+        """Key length a query at ``pos`` attends over on the short path (same for every caller)."""
+        return min(-(-(pos + 1) // _KEY_BUCKET) * _KEY_BUCKET, self.max_context)
+
+    def _plan(self, start: int, t: int) -> tuple[list[int], list[tuple[int, list[int], torch.Tensor | None]]]:
+        """Row positions and attention groups ``(key length, row indices, bool mask)`` for one forward."""
+        if t > _SHORT:  # prefill: one call over exactly the keys so far
+            mask = torch.ones(t, start + t, dtype=torch.bool, device=self.device).tril(start)
+            return list(range(start, start + t)), [(start + t, list(range(t)), mask)]
+        pos = list(range(start, start + t)) if t > 1 else [start, start]
+        groups = []
+        for length in sorted({self._bucket(p) for p in pos}):
+            idx = [i for i, p in enumerate(pos) if self._bucket(p) == length]
+            rows = idx if len(idx) > 1 else idx * 2  # a lone row still goes through the 2-row kernels
+            keys = torch.arange(length, device=self.device)
+            qpos = torch.tensor([pos[i] for i in rows], device=self.device)
+            groups.append((length, rows, keys[None, :] <= qpos[:, None]))
+        return pos, groups
+
     @torch.inference_mode()
     def forward(self, cache: FastCache, tokens: list[int], n_logits: int) -> torch.Tensor:
         """Append ``tokens`` at ``cache.length``; return logits ``[n_logits, V]`` (model dtype)."""
@@ -116,32 +147,58 @@ class FastLlama:
         end = start + t
         if end > self.max_context:
             raise ValueError(f"context full: {end} > {self.max_context}")
-        self._ensure(cache, end)
-        ids = torch.tensor(tokens, dtype=torch.long, device=self.device)
-        x = F.embedding(ids, self.embed)  # [T, hidden]
-        cos = self.cos[start:end]  # [T, D], broadcast over heads
-        sin = self.sin[start:end]
-        mask = None
-        if t > 1:  # query i sees every cached position and new positions ≤ i
-            mask = torch.ones(t, end, dtype=torch.bool, device=self.device).tril(start)
+        pos, groups = self._plan(start, t)
+        self._ensure(cache, max(g[0] for g in groups))
+        r = len(pos)  # rows computed: t, or 2 for a one-token step
+        ids = torch.tensor(tokens if r == t else tokens * r, dtype=torch.long, device=self.device)
+        x = F.embedding(ids, self.embed)  # [R, hidden]
+        cos = self.cos[pos]  # [R, D], broadcast over heads
+        sin = self.sin[pos]
         H, KVH, D = self.n_heads, self.n_kv, self.head_dim
         for i, (ln1, wqkv, wo, ln2, wgu, wdown) in enumerate(self.layers):
             h = self._norm(x, ln1)
-            qkv = F.linear(h, wqkv)  # [T, (H + 2 KVH) D]
-            # RoPE on q and k together: [H + KVH, T, D]
-            qk = self._rope(qkv[:, : self.q_size + self.kv_size].view(t, H + KVH, D).transpose(0, 1), cos, sin)
+            qkv = F.linear(h, wqkv)  # [R, (H + 2 KVH) D]
+            # RoPE on q and k together: [H + KVH, R, D]
+            qk = self._rope(qkv[:, : self.q_size + self.kv_size].view(r, H + KVH, D).transpose(0, 1), cos, sin)
             q = qk[:H].unsqueeze(0)
-            v = qkv[:, self.q_size + self.kv_size :].view(t, KVH, D).transpose(0, 1).unsqueeze(0)
+            v = qkv[:t, self.q_size + self.kv_size :].view(t, KVH, D).transpose(0, 1).unsqueeze(0)
             kc, vc = cache.k[i], cache.v[i]
-            kc[0, :, start:end] = qk[H:]
+            kc[0, :, start:end] = qk[H:, :t]
             vc[:, :, start:end] = v
-            att = F.scaled_dot_product_attention(
-                q, kc[:, :, :end], vc[:, :, :end], attn_mask=mask, scale=self.scale, enable_gqa=True
-            )  # [1, H, T, D]
-            x = x + F.linear(att.squeeze(0).transpose(0, 1).reshape(t, H * D), wo)
+            att = self._attend(q, kc, vc, groups, r)  # [1, H, R, D]
+            x = x + F.linear(att.squeeze(0).transpose(0, 1).reshape(r, H * D), wo)
             h = self._norm(x, ln2)
-            gu = F.linear(h, wgu)  # [T, 2 * inter]
+            gu = F.linear(h, wgu)  # [R, 2 * inter]
             x = x + F.linear(F.silu(gu[:, : self.inter]) * gu[:, self.inter :], wdown)
         cache.length = end
-        h = self._norm(x[-n_logits:], self.final_norm)
-        return F.linear(h, self.lm_head)  # [n_logits, V]
+        x = x[:t]
+        last = x[-n_logits:] if n_logits > 1 else x[-1:].expand(2, -1)  # logits always from ≥ 2 rows
+        return F.linear(self._norm(last, self.final_norm), self.lm_head)[-n_logits:]  # [n_logits, V]
+
+    def _attend(self, q: torch.Tensor, kc: torch.Tensor, vc: torch.Tensor, groups: list, r: int) -> torch.Tensor:
+        """Attention for the planned groups. Short blocks use plain batched matmuls with the softmax
+        in float32 (row results independent of the row count, unlike the fused CPU kernel)."""
+        if len(groups) == 1 and groups[0][0] > 0 and r > _SHORT:
+            length, _, mask = groups[0]
+            return F.scaled_dot_product_attention(
+                q, kc[:, :, :length], vc[:, :, :length], attn_mask=mask, scale=self.scale, enable_gqa=True
+            )
+        H, KVH, D = self.n_heads, self.n_kv, self.head_dim
+        g = H // KVH
+        q = q * self.scale  # exact for head_dim 64 (a power of two); consistent for every row anyway
+        if len(groups) == 1 and len(groups[0][1]) == r:  # the usual case: one group, rows in order
+            length, _, mask = groups[0]
+            return self._group(q[0].reshape(KVH, g * r, D), kc, vc, length, mask, r).view(1, H, r, D)
+        out = q.new_empty(q.shape)
+        for length, rows, mask in groups:
+            part = self._group(q[0, :, rows].reshape(KVH, g * len(rows), D), kc, vc, length, mask, len(rows))
+            out[0, :, rows] = part.view(H, len(rows), D)
+        return out
+
+    def _group(self, qg: torch.Tensor, kc: torch.Tensor, vc: torch.Tensor, length: int, mask: torch.Tensor, n: int):
+        """``qg [KVH, g·n, D]`` (the query heads sharing one KV head, stacked) → ``[KVH, g·n, D]``."""
+        kvh = qg.shape[0]
+        s = torch.bmm(qg, kc[0, :, :length].transpose(1, 2))  # [KVH, g n, L]
+        s.view(kvh, -1, n, length).masked_fill_(~mask, float("-inf"))
+        p = torch.softmax(s, -1, dtype=torch.float32).to(qg.dtype)
+        return torch.bmm(p, vc[0, :, :length])

@@ -1,8 +1,8 @@
 """Speculative decoding on real transformers models: tiny random Llamas, and the embedded SmolLM2.
 
 Greedy decoding with any drafter must give exactly the tokens plain greedy decoding gives.
-The tiny models run in float32, where a forward of k tokens and k forwards of one agree to
-~1e-6; the embedded model is bf16 (see the real-model test for what that means).
+The tiny models run in float32; the embedded model runs in bf16, where identity needs the
+batch-invariant fast path (a k-token verify block gives bitwise the logits of k one-token steps).
 """
 
 from __future__ import annotations
@@ -203,11 +203,7 @@ _TEXT = (
 
 @pytest.mark.real_model
 def test_real_model_greedy_with_prompt_lookup_is_identical(real_backend):
-    """bf16: identical here because copying leaves no near-tied logits; see bench/spec_accept.
-
-    A forward of k+1 tokens and k+1 forwards of one round differently in bf16 (logit
-    differences up to ~0.6), so at an exact bf16 tie the two may pick different tokens.
-    """
+    """Copy-heavy text: long accepted runs, and the output is exactly plain greedy's."""
     prompt = real_backend.chat_tokens([{"role": "user", "content": f"Repeat this text exactly: {_TEXT}"}])
     plain = greedy(real_backend, prompt, 48)
     spec = Speculator(real_backend, SpecConfig(cost_curve=DEFAULT_COST_CURVE)).for_job()
@@ -217,3 +213,45 @@ def test_real_model_greedy_with_prompt_lookup_is_identical(real_backend):
     assert "bicycle lanes" in real_backend.decode(plain.generated)
     assert fast.accepted >= 0.6 * fast.drafted > 0
     assert fast.steps <= plain.steps / 2  # at least twice fewer forwards
+
+
+_OPEN = [
+    "Write a short poem about the sea.",
+    "Explain what a hash table is in two sentences.",
+]
+
+
+@pytest.mark.real_model
+def test_real_model_bf16_verify_rows_are_bitwise_single_steps(real_backend):
+    """On the embedded bf16 model, every row of a k-token verify block equals, bit for bit, the
+    logits of plain one-token decoding at that position (across a 32-position key bucket too)."""
+    prompt = real_backend.chat_tokens([{"role": "user", "content": "Name three rivers in Europe."}])
+    ref = real_backend.new_state()
+    last = real_backend.forward(ref, prompt, 1)[0]
+    seq, rows = [], []
+    for _ in range(40):
+        seq.append(int(last.argmax()))
+        last = real_backend.forward(ref, [seq[-1]], 1)[0]
+        rows.append(last)
+    for k in (3, 8, 17):
+        s = real_backend.new_state()
+        real_backend.forward(s, prompt, 1)
+        got = []
+        for j in range(0, len(seq), k):
+            got.extend(real_backend.forward(s, seq[j : j + k], len(seq[j : j + k])))
+        assert all(np.array_equal(a, b) for a, b in zip(got, rows, strict=True)), k
+
+
+@pytest.mark.real_model
+@pytest.mark.parametrize("prompt_text", _OPEN)
+def test_real_model_bf16_greedy_identity_under_many_rejections(real_backend, prompt_text):
+    """bf16, open prompts, a weak self-draft (10 of 30 layers) proposing 4 tokens at every step:
+    verify blocks of every length, mostly rejected and cropped. Exact identity holds because the
+    fast path is batch-invariant (models/fast_llama.py), not because ties happen to be absent."""
+    assert real_backend.fast is not None and real_backend.cfg.dtype == "bfloat16"
+    prompt = real_backend.chat_tokens([{"role": "user", "content": prompt_text}])
+    plain = greedy(real_backend, prompt, 40)
+    spec = Speculation(ModelDrafter(SelfDraftBackend(real_backend, 10)), FixedLookahead(4))
+    fast = greedy(real_backend, prompt, 40, spec)
+    assert 0 < fast.accepted < fast.drafted
+    assert fast.generated == plain.generated
