@@ -118,12 +118,17 @@ def create_app(config: Config, backend_loader: Callable[[Config], Backend] | Non
         # GIL switch interval (default 5 ms) keeps those hand-offs from adding milliseconds of TTFT
         sys.setswitchinterval(0.001)
         loader = backend_loader or default_loader
-        backend = await asyncio.to_thread(loader, config)
+        # the engine's thread is the only one that ever runs the model (see models/engine.py)
         engine = Engine(config.engine.max_running, config.engine.max_waiting)
+        try:
+            backend = await asyncio.wrap_future(engine.call(loader, config))
+            spec = await asyncio.wrap_future(engine.call(load_speculator, config, backend))
+        except BaseException:
+            engine.close()
+            raise
         asr = await asyncio.to_thread(load_audio, config) if config.audio.enabled else None
         describer, image_gen = await asyncio.to_thread(load_vision, config)
         registry = SessionRegistry(config.server.grace_period_s, config.limits.max_sessions)
-        spec = await asyncio.to_thread(load_speculator, config, backend)
         state["svc"] = Services(
             config=config,
             backend=backend,

@@ -116,15 +116,17 @@ class ServerAddr(str):
 
 
 @contextmanager
-def run_server(config: Any, backend: Any) -> Iterator[ServerAddr]:
-    """A real uvicorn serving create_app(config) on a free loopback port; yields 'host:port'."""
+def run_server(config: Any, backend: Any, loader: Callable[[Any], Any] | None = None) -> Iterator[ServerAddr]:
+    """A real uvicorn serving create_app(config) on a free loopback port; yields 'host:port'.
+
+    The app gets ``backend`` (or whatever ``loader(config)`` returns, called on the engine thread)."""
     import uvicorn
 
     from gateway.app import create_app
     from gateway.cli import uvicorn_config_kwargs
 
     port = free_port()
-    app = create_app(config, backend_loader=lambda _cfg: backend)
+    app = create_app(config, backend_loader=loader or (lambda _cfg: backend))
     kwargs = uvicorn_config_kwargs(config)
     kwargs["log_level"] = "warning"
     from gateway.server import DrainingServer

@@ -100,3 +100,60 @@ def test_a_failing_job_ends_only_itself():
     assert da.wait(5) and db.wait(5)
     assert ga[-1].done.reason == "error" and gb[-1].done.reason == "stop"
     eng.close()
+
+
+def test_call_runs_on_the_worker_thread_between_steps_and_returns_or_raises():
+    """Start-up work that touches the model (loading, probes) runs on the thread that decodes."""
+    engine = Engine()
+    try:
+        log: list[str] = []
+        threads: set[int] = set()
+
+        class Recording(FakeJob):
+            def step(self) -> JobEvents:
+                threads.add(threading.get_ident())
+                return super().step()
+
+        _, _, sink = collector()
+        engine.submit(Recording("a", 5, log, delay=0.005), sink)
+        worker = engine.call(threading.get_ident).result(5)
+        assert worker != threading.get_ident()
+        assert engine.call(lambda x, y: x + y, 2, 3).result(5) == 5
+        with pytest.raises(ZeroDivisionError):
+            engine.call(lambda: 1 / 0).result(5)
+        assert engine.call(lambda: "still alive").result(5) == "still alive"
+        deadline = time.monotonic() + 5
+        while len(log) < 5 and time.monotonic() < deadline:
+            time.sleep(0.01)
+        assert log == ["a"] * 5 and threads == {worker}
+    finally:
+        engine.close()
+
+
+def test_the_app_loads_and_probes_the_model_on_the_engine_thread(tiny_backend):
+    """gateway.app runs the backend loader and the speculator's cost probe on the engine's thread
+    (llama.cpp slows ≈ 2× once a second thread has run it; see models/engine.py)."""
+    from gateway.config import load_config
+    from tests.conftest import run_server
+
+    seen: dict[str, int] = {}
+
+    def loader(_cfg):
+        seen["loader"] = threading.get_ident()
+        return tiny_backend
+
+    original = tiny_backend.forward
+
+    def forward(state, tokens, n_logits=1):
+        seen.setdefault("first_forward", threading.get_ident())
+        return original(state, tokens, n_logits)
+
+    cfg = load_config(None, **{"audio.enabled": False, "speculative.drafter": "prompt_lookup"})
+    tiny_backend.forward = forward
+    try:
+        with run_server(cfg, None, loader=loader) as addr:
+            worker = addr.services.engine.call(threading.get_ident).result(5)
+    finally:
+        del tiny_backend.forward
+    assert seen["loader"] == worker
+    assert seen["first_forward"] == worker  # the verify-cost probe at start-up
