@@ -2,13 +2,22 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import platform
+import socket
 import statistics
+import subprocess
+import sys
+import tempfile
 import time
+import urllib.request
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
+
+import yaml
 
 RESULTS = Path(__file__).resolve().parent / "results"
 
@@ -43,3 +52,52 @@ def write(name: str, data: dict[str, Any], markdown: str) -> None:
     (RESULTS / f"{name}.md").write_text(markdown)
     print(markdown)
     print(f"wrote {RESULTS / name}.json and .md")
+
+
+@contextlib.contextmanager
+def server_process(overrides: dict[str, Any], timeout_s: float = 180.0) -> Iterator[str]:
+    """``stream-omni serve`` in its own process (as users run it) with dotted config overrides;
+    yields ``host:port`` once /ready answers.
+
+    Benchmarks keep the server out of their own process: both llama.cpp and torch run their
+    kernels on a libgomp team per calling thread, and two teams in one process outnumber the 2
+    cores, which makes libgomp throttle its spin-waits and slows every system (≈ 2× here).
+    """
+    data: dict[str, dict[str, Any]] = {}
+    for dotted, value in overrides.items():
+        section, _, key = dotted.partition(".")
+        data.setdefault(section, {})[key] = value
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    with tempfile.NamedTemporaryFile("w", suffix=".yaml", delete=False) as f:
+        yaml.safe_dump(data, f)
+    cmd = [sys.executable, "-m", "gateway.cli", "serve", "--config", f.name, "--port", str(port)]
+    root = str(Path(__file__).resolve().parent.parent)
+    env = {**os.environ, "HF_HUB_OFFLINE": "1", "PYTHONPATH": root}
+    log = tempfile.TemporaryFile()  # a file, not a pipe: a chatty server never blocks on it
+    proc = subprocess.Popen(cmd, env=env, stdout=log, stderr=log, cwd=root)
+    try:
+        deadline = time.monotonic() + timeout_s
+        while True:
+            if proc.poll() is not None:
+                log.seek(0)
+                raise RuntimeError(f"server exited: {log.read().decode(errors='replace')[-2000:]}")
+            try:
+                with urllib.request.urlopen(f"http://127.0.0.1:{port}/ready", timeout=2) as r:
+                    if r.status == 200:
+                        break
+            except OSError:
+                pass
+            if time.monotonic() > deadline:
+                raise RuntimeError("server did not become ready")
+            time.sleep(0.2)
+        yield f"127.0.0.1:{port}"
+    finally:
+        proc.terminate()
+        try:
+            proc.wait(30)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+        log.close()
+        os.unlink(f.name)

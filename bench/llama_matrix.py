@@ -6,7 +6,8 @@ systems so load bursts hit all alike:
 * llama-cpp-python's own ``create_chat_completion(stream=True)`` — the anchor;
 * our llama.cpp backend through the chunk scheduler, drafting off and on (prompt lookup, adaptive);
 * our transformers backend (bf16, fast Llama path), drafting off;
-* the full WebSocket round trip on the default server (llama.cpp, drafting on).
+* the full WebSocket round trip on the default server (llama.cpp, drafting on), run as
+  ``stream-omni serve`` in its own process (see bench.common.server_process for why).
 
 Open-chat and input-grounded prompts are reported separately. Writes bench/results/llama_matrix.*.
 """
@@ -22,7 +23,7 @@ from typing import Any
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
-from bench.common import machine, markdown_table, median, write  # noqa: E402
+from bench.common import machine, markdown_table, median, server_process, write  # noqa: E402
 
 TEXT = (
     "The city council met on Tuesday to discuss the new bicycle lanes on Main Street. Supporters said the lanes "
@@ -127,21 +128,17 @@ def main() -> None:
 
     import llama_cpp
 
-    from gateway.config import load_config
     from models.llama_cpp import LlamaCppConfig, load_llama_backend
     from models.llm import LLMConfig, embedded_gguf, load_backend
     from models.speculative import SpecConfig, Speculator
-    from tests.conftest import run_server
 
     llm = llama_cpp.Llama(model_path=str(embedded_gguf()), n_ctx=4096, n_threads=2, verbose=False)
     lb = load_llama_backend(LlamaCppConfig(threads=2))
-    tb = load_backend(LLMConfig(threads=1))
+    tb = load_backend(LLMConfig(threads=2))
     lspec = Speculator(lb, SpecConfig(drafter="prompt_lookup", k_max=16))
     systems = ["llama-cpp-python", "ours llama.cpp", "ours llama.cpp + drafting", "ours transformers", "WebSocket"]
     res: dict[str, dict[str, list[dict[str, Any]]]] = {s: {"chat": [], "grounded": []} for s in systems}
-    cfg = load_config(None, **{"audio.enabled": False})
-    server_backend = load_llama_backend(LlamaCppConfig(threads=2))
-    with run_server(cfg, server_backend) as addr:
+    with server_process({"audio.enabled": False}) as addr:
         asyncio.run(ws(addr, "hi", 4))
         theirs(llm, "hi", 4)
         for _ in range(args.rounds):
