@@ -89,21 +89,32 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__)
     ap.add_argument("--tokens", type=int, default=96)
     ap.add_argument("--tasks", default=",".join(TASKS))
+    ap.add_argument("--threads", type=int, default=2, help="torch threads (this box has 2 cores)")
+    ap.add_argument("--rounds", type=int, default=1, help="runs per system and task (medians)")
     args = ap.parse_args()
 
     from models.llm import LLMConfig, load_backend
     from models.speculative import SpecConfig, Speculator
 
-    backend = load_backend(LLMConfig())
+    backend = load_backend(LLMConfig(threads=args.threads))
     spec = Speculator(backend, SpecConfig(drafter="prompt_lookup", k_max=16))
     systems = ["naive", "non_streaming", "plain", "fast", "balanced", "quality"]
-    results: dict[str, dict[str, dict[str, Any]]] = {s: {} for s in systems}
+    results: dict[str, dict[str, Any]] = {s: {} for s in systems}
     for name in args.tasks.split(","):
         hint, text = TASKS[name]
         prompt = backend.chat_tokens([{"role": "user", "content": text}])
         run(backend, spec, prompt, "plain", hint, 4)  # warm
+        for _ in range(args.rounds):  # systems interleaved, so a noisy neighbour hits them all alike
+            for system in systems:
+                results[system].setdefault(name, []).append(run(backend, spec, prompt, system, hint, args.tokens))
         for system in systems:
-            results[system][name] = run(backend, spec, prompt, system, hint, args.tokens)
+            runs = results[system][name]
+            keep = dict(runs[0])
+            for key in ("ttft_ms", "inter_chunk_ms", "tpot_ms", "tok_s"):
+                vals = [r[key] for r in runs if r[key] is not None]
+                keep[key] = median(vals) if vals else None
+            keep["identical_runs"] = all(r["ids"] == runs[0]["ids"] for r in runs)
+            results[system][name] = keep
     rows = []
     for system in systems:
         r = results[system]
@@ -128,9 +139,26 @@ def main() -> None:
             "mean log-prob": median([r[t]["mean_logprob"] for t in r]),
             "repetition": median([r[t]["repetition"] for t in r]),
         })
-    md = f"# bench scheduler — {machine()}\n\nEmbedded SmolLM2-135M (bf16), greedy, {args.tokens} tokens, tasks: "
+    md = f"# bench scheduler — {machine()}\n\nEmbedded SmolLM2-135M (bf16, {args.threads} torch threads), greedy, "
+    md += f"{args.tokens} tokens, {args.rounds} round(s), tasks: "
     md += ", ".join(f"{t}{' (grounded)' if t in GROUNDED else ''}" for t in args.tasks.split(",")) + "; medians.\n\n"
     md += markdown_table(rows, list(rows[0]))
+    md += "\nPer task, `fast` against `plain` (tokens/s over the whole response, TTFT included):\n\n"
+    md += markdown_table(
+        [
+            {
+                "task": t + (" (grounded)" if t in GROUNDED else ""),
+                "tokens": results["plain"][t]["tokens"],
+                "plain tok/s": results["plain"][t]["tok_s"],
+                "fast tok/s": results["fast"][t]["tok_s"],
+                "× plain": results["fast"][t]["tok_s"] / results["plain"][t]["tok_s"],
+                "draft acc.": results["fast"][t]["draft_acceptance"],
+                "identical": results["fast"][t]["ids"] == results["plain"][t]["ids"],
+            }
+            for t in results["plain"]
+        ],
+        ["task", "tokens", "plain tok/s", "fast tok/s", "× plain", "draft acc.", "identical"],
+    )
     for r in results.values():
         for v in r.values():
             v.pop("ids")
