@@ -41,9 +41,9 @@ def main() -> None:
         from tests.fake_backend import FakeBackend
 
         backend = FakeBackend(answer_tokens=60, step_s=args.step_ms / 1000)
-    else:
-        backend = default_loader(cfg)
-    app = create_app(cfg, backend_loader=lambda _c: backend)
+        app = create_app(cfg, backend_loader=lambda _c: backend)
+    else:  # loaded by the app, on its engine thread
+        app = create_app(cfg, backend_loader=default_loader)
     kw = uvicorn_config_kwargs(cfg)
     kw["log_level"] = "warning"
     DrainingServer(uvicorn.Config(app, host="127.0.0.1", port=args.port, **kw), app, 5).run()

@@ -105,9 +105,13 @@ class Services:
         return running < self.engine.max_running or waiting < self.engine.max_waiting
 
 
-def create_app(config: Config, backend_loader: Callable[[Config], Backend] | None = None) -> Starlette:
-    """The ASGI app. ``backend_loader`` defaults to the configured backend (see models/)."""
+def create_app(
+    config: Config, backend_loader: Callable[[Config], Backend] | None = None, engine: Engine | None = None
+) -> Starlette:
+    """The ASGI app. ``backend_loader`` defaults to the configured backend (see models/); it runs on
+    the engine's thread. Pass ``engine`` when the model was already loaded on that engine's thread."""
     state: dict[str, Services] = {}
+    given_engine = engine
 
     def svc() -> Services:
         return state["svc"]
@@ -119,7 +123,7 @@ def create_app(config: Config, backend_loader: Callable[[Config], Backend] | Non
         sys.setswitchinterval(0.001)
         loader = backend_loader or default_loader
         # the engine's thread is the only one that ever runs the model (see models/engine.py)
-        engine = Engine(config.engine.max_running, config.engine.max_waiting)
+        engine = given_engine or Engine(config.engine.max_running, config.engine.max_waiting)
         try:
             backend = await asyncio.wrap_future(engine.call(loader, config))
             spec = await asyncio.wrap_future(engine.call(load_speculator, config, backend))

@@ -37,6 +37,7 @@ def serve(args: argparse.Namespace) -> int:
     os.environ.setdefault("HF_HUB_OFFLINE", "1")  # the embedded default never needs a hub
     import uvicorn
 
+    from models.engine import Engine
     from models.llm import ModelLoadError
 
     from .app import create_app, default_loader
@@ -58,14 +59,17 @@ def serve(args: argparse.Namespace) -> int:
         return 2
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     print(f"stream-omni: loading model {config.model.model!r} ({config.model.backend}) …", file=sys.stderr)
+    # loaded on the engine's worker thread, the one that will decode (see models/engine.py)
+    engine = Engine(config.engine.max_running, config.engine.max_waiting)
     try:
-        backend = default_loader(config)
+        backend = engine.call(default_loader, config).result()
     except ModelLoadError as exc:
+        engine.close()
         print(f"stream-omni: {exc}", file=sys.stderr)
         return 1
     auth = "API keys required" if s.api_keys else "no API keys: loopback only"
     print(f"stream-omni: serving {backend.name} on http://{s.host}:{s.port} ({auth})", file=sys.stderr)
-    app = create_app(config, backend_loader=lambda _cfg: backend)
+    app = create_app(config, backend_loader=lambda _cfg: backend, engine=engine)
     uv = uvicorn.Config(app, host=s.host, port=s.port, **uvicorn_config_kwargs(config))  # type: ignore[arg-type]
     DrainingServer(uv, app, s.shutdown_timeout_s).run()
     return 0

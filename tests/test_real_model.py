@@ -40,3 +40,16 @@ def test_missing_model_is_one_clear_line(tmp_path):
         load_backend(LLMConfig(model=str(tmp_path / "nope")))
     msg = str(info.value)
     assert "\n" not in msg and "nope" in msg and "Traceback" not in msg
+
+
+def test_serve_with_a_missing_model_prints_one_line_and_exits_1(tmp_path, capsys):
+    """`stream-omni serve` loads the model on the engine thread, before uvicorn starts; a failure
+    is one clear line on stderr and exit status 1."""
+    from gateway.cli import main as cli_main
+
+    cfg = tmp_path / "c.yaml"
+    cfg.write_text(f"model:\n  model: {tmp_path / 'nope.gguf'}\naudio:\n  enabled: false\n")
+    assert cli_main(["serve", "--config", str(cfg), "--port", "1"]) == 1
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err[-1].startswith("stream-omni: ") and "nope.gguf" in err[-1], err
+    assert not any("Traceback" in line for line in err)
