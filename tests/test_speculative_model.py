@@ -245,13 +245,13 @@ def test_real_model_bf16_verify_rows_are_bitwise_single_steps(real_backend):
 @pytest.mark.real_model
 @pytest.mark.parametrize("prompt_text", _OPEN)
 def test_real_model_bf16_greedy_identity_under_many_rejections(real_backend, prompt_text):
-    """bf16, open prompts, a weak self-draft (10 of 30 layers) proposing 4 tokens at every step:
+    """bf16, open prompts, a weak self-draft (20 of 30 layers) proposing 4 tokens at every step:
     verify blocks of every length, mostly rejected and cropped. Exact identity holds because the
     fast path is batch-invariant (models/fast_llama.py), not because ties happen to be absent."""
     assert real_backend.fast is not None and real_backend.cfg.dtype == "bfloat16"
     prompt = real_backend.chat_tokens([{"role": "user", "content": prompt_text}])
     plain = greedy(real_backend, prompt, 40)
-    spec = Speculation(ModelDrafter(SelfDraftBackend(real_backend, 10)), FixedLookahead(4))
+    spec = Speculation(ModelDrafter(SelfDraftBackend(real_backend, 20)), FixedLookahead(4))
     fast = greedy(real_backend, prompt, 40, spec)
     assert 0 < fast.accepted < fast.drafted
     assert fast.generated == plain.generated
