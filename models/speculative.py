@@ -75,6 +75,18 @@ def load_draft_backend(main: Any, cfg: SpecConfig) -> Backend:
     return draft
 
 
+def lookup_priors(ngram_min: int, ngram_max: int) -> tuple[tuple[int, float], ...]:
+    """Prior per-draft acceptance of a prompt-lookup proposal by the length of its n-gram match.
+
+    Measured on the embedded model (llama.cpp, 128 tokens, 4 drafts per try, 13 prompts): a
+    3-gram match was accepted 0.96 of the time on input-grounded tasks and 0.62 in open chat,
+    2-gram 0.75 / 0.46, 1-gram 0.35 / 0.20. Long matches start trusted, so drafting begins at
+    once where the verify cost is steep (llama.cpp); the running rates take over after a few tries.
+    """
+    table = {1: 0.25, 2: 0.55}
+    return tuple((n, table.get(n, 0.8)) for n in range(ngram_min, ngram_max + 1))
+
+
 class Speculator:
     """Per-process speculative-decoding setup; ``for_job()`` per response."""
 
@@ -99,7 +111,11 @@ class Speculator:
             self.cost_curve = measure_cost_curve(backend, k_max=cfg.k_max, clock=clock)
         else:
             self.cost_curve = DEFAULT_COST_CURVE
-        self.lookahead = LookaheadConfig(k_max=cfg.k_max, probe_every=cfg.probe_every)
+        self.lookahead = LookaheadConfig(
+            k_max=cfg.k_max,
+            probe_every=cfg.probe_every,
+            class_priors=lookup_priors(cfg.ngram_min, cfg.ngram_max) if cfg.drafter == "prompt_lookup" else (),
+        )
 
     def with_config(self, **changes: Any) -> Speculator:
         """Same backends and cost curve, other settings (e.g. per-request k_max)."""

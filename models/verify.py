@@ -143,6 +143,7 @@ class LookaheadConfig:
     decay: float = 0.85  # weight kept by the acceptance history at each drafting step
     prior_accept: float = 0.5  # acceptance assumed before any evidence
     prior_weight: float = 2.0  # how many draft tries that prior is worth
+    class_priors: tuple[tuple[int, float], ...] = ()  # (class, prior acceptance) overriding prior_accept
     min_gain: float = 1.03  # drafting must beat plain decoding by this factor to be chosen
     probe_every: int = 24  # plain steps between probes once drafting is off
     probe_k: int = 3  # drafts in a probe
@@ -206,12 +207,15 @@ class AdaptiveLookahead:
         st = self._classes.get(cls)
         if st is None:
             c = self.config
-            st = self._classes[cls] = _ClassStats(c.prior_accept * c.prior_weight, c.prior_weight)
+            st = self._classes[cls] = _ClassStats(self._prior(cls) * c.prior_weight, c.prior_weight)
         return st
+
+    def _prior(self, cls: int) -> float:
+        return dict(self.config.class_priors).get(cls, self.config.prior_accept)
 
     def acceptance(self, cls: int = 0) -> float:
         st = self._classes.get(cls)
-        return self.config.prior_accept if st is None else st.hits / st.tries
+        return self._prior(cls) if st is None else st.hits / st.tries
 
     def draft_cost(self) -> float:
         """Drafting cost per token in units of one plain step."""
@@ -240,7 +244,7 @@ class AdaptiveLookahead:
         if not self._classes or self.draft_seconds() <= 0.0:
             # a class not met yet starts at the prior; when drafting is free (prompt lookup) it
             # costs nothing to ask, and ``limit`` cuts proposals of classes that do not pay
-            ks.append(self.best(self.config.prior_accept)[0])
+            ks.append(self.best(max([self.config.prior_accept, *(p for _, p in self.config.class_priors)]))[0])
         k = max(ks)
         if k > 0:
             return k

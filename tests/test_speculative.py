@@ -429,6 +429,22 @@ def test_acceptance_is_kept_per_class():
     assert [pol.limit(1, 8) for _ in range(4)] == [0, 0, 0, 1]  # refused, then a probe
 
 
+LLAMA_CPP_CURVE = (1.0, 1.85, 2.2, 2.6, 3.0, 3.5, 3.8, 4.0, 4.2)  # measured shape: verifying is steep
+
+
+def test_class_priors_trust_long_matches_from_the_first_step_on_a_steep_curve():
+    from models.speculative import lookup_priors
+
+    plain = AdaptiveLookahead(LLAMA_CPP_CURVE, LookaheadConfig(probe_every=24))
+    primed = AdaptiveLookahead(LLAMA_CPP_CURVE, LookaheadConfig(probe_every=24, class_priors=lookup_priors(1, 3)))
+    assert plain.limit(3, 8) == 0  # the flat 0.5 prior: a 3-gram match waits for a probe
+    assert primed.limit(3, 8) > 0  # trusted at once
+    assert primed.limit(1, 8) == 0  # a 1-gram match is not
+    for _ in range(3):  # evidence overrides the prior: a 3-gram class that keeps failing turns off
+        primed.record(4, 0, 0.05, cls=3)
+    assert primed.limit(3, 8) == 0
+
+
 def test_draft_cost_shrinks_lookahead():
     free = AdaptiveLookahead(CURVE)
     paid = AdaptiveLookahead(CURVE, draft_seconds=lambda: 0.02)
