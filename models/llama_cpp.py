@@ -6,9 +6,11 @@ attends over its own cache only). A ``KVState`` is bound to a slot on use:
 
 * while bound, a step only decodes the new tokens (the fast path);
 * a new or evicted state takes a free slot (one whose state was garbage-collected) whose cached
-  tokens share the longest prefix with it, else the least recently used slot. The slot is then
-  re-synced: cropped to the common prefix and the rest of ``state.tokens`` re-prefilled. That
-  costs one prefill of the divergent tail, so keep ``n_seq`` at least the number of
+  tokens share the longest prefix with it, else the least recently used slot. If another slot
+  (even one in use) caches a longer prefix — the system prompt and chat template every
+  conversation shares — that sequence is copied in first (``llama_memory_seq_cp``). The slot is
+  then re-synced: cropped to the common prefix and the rest of ``state.tokens`` re-prefilled.
+  That costs one prefill of the divergent tail, so keep ``n_seq`` at least the number of
   conversations that decode concurrently.
 
 Numerics: llama.cpp's CPU kernels are not batch-invariant. The same tokens give logits that
@@ -121,6 +123,9 @@ class _Slot:
 
     def free(self) -> bool:
         return self.owner is None or self.owner() is None
+
+
+_MIN_BORROW = 8  # copy another slot's cached prefix when it is at least this many tokens longer
 
 
 def _common_prefix(a: list[int], b: list[int]) -> int:
@@ -307,8 +312,31 @@ class LlamaCppBackend:
                 log.debug("llama.cpp: slot %d evicted (%d tokens); raise n_seq", slot.seq, len(slot.tokens))
             slot.owner = weakref.ref(handle)
             handle.slot = slot.seq
+            self._borrow_prefix(slot, state.tokens + tokens)
         slot.used = next(self._clock)
         return slot, fresh
+
+    def _borrow_prefix(self, slot: _Slot, target: list[int]) -> None:
+        """Give a newly bound slot the longest cached prefix of ``target`` held by any slot.
+
+        A conversation still resident elsewhere (a live or resumable session) may hold the
+        shared system prompt and chat template while this slot holds less: copying that
+        sequence (llama.cpp copies whole sequences between streams) and cutting it at the
+        common prefix costs far less than prefilling it again; the logits are the same.
+        """
+        own = _common_prefix(slot.tokens, target)
+        donor, best = None, own + _MIN_BORROW
+        for other in self._slots:
+            if other is not slot:
+                n = _common_prefix(other.tokens, target)
+                if n > best:
+                    donor, best = other, n
+        if donor is None:
+            return
+        self._crop_slot(slot, 0)
+        self._lc.llama_memory_seq_cp(self._mem, donor.seq, slot.seq, -1, -1)
+        slot.tokens[:] = donor.tokens
+        self._crop_slot(slot, best)
 
     def _crop_slot(self, slot: _Slot, length: int) -> None:
         if length < len(slot.tokens):

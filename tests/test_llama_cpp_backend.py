@@ -210,6 +210,30 @@ def test_evicted_conversations_resync_from_their_tokens(backend: LlamaCppBackend
     assert len({tuple(s.tokens) for s in states}) == len(states)
 
 
+def test_a_new_conversation_borrows_the_shared_prefix_of_a_live_one(backend: LlamaCppBackend, monkeypatch) -> None:
+    """The system prompt + chat template cached by a conversation still in use is copied into a
+    new conversation's empty sequence: only the rest is prefilled, and the logits are a cold run's."""
+    from models.llama_cpp import _common_prefix
+
+    backend.reset()
+    first, second = (backend.chat_tokens([{"role": "user", "content": q}]) for q in ("Name a river.", "Why?"))
+    common = _common_prefix(first, second)
+    assert common >= 16  # the shared template
+    live = backend.new_state()
+    backend.forward(live, first)  # stays alive: its sequence is not free
+    fed: list[int] = []
+    original = backend._decode
+    monkeypatch.setattr(backend, "_decode", lambda slot, todo, n: fed.append(len(todo)) or original(slot, todo, n))
+    state = backend.new_state()
+    rows = backend.forward(state, second)
+    assert state.cache.slot != live.cache.slot
+    assert fed == [len(second) - common]
+    monkeypatch.undo()
+    del live
+    backend.reset()
+    close(rows, backend.forward(backend.new_state(), second))
+
+
 def test_second_turn_reuses_the_cached_prefix(backend: LlamaCppBackend) -> None:
     state = backend.new_state()
     first = backend.chat_tokens(PROMPTS[0])
