@@ -17,7 +17,7 @@ from typing import Any
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
-from bench.common import machine, markdown_table, median, write  # noqa: E402
+from bench.common import machine, markdown_table, median, server_process, write  # noqa: E402
 
 PROMPTS = [
     "Explain in a short paragraph why the sky is blue.",
@@ -33,25 +33,24 @@ def stock_generate(backend: Any, prompt: str, n: int) -> dict[str, float]:
 
     ids = torch.tensor([backend.chat_tokens([{"role": "user", "content": prompt}])])
     streamer = TextIteratorStreamer(backend.tokenizer, skip_prompt=True, skip_special_tokens=True)
-    out: dict[str, Any] = {}
+    seen: dict[str, float] = {}
 
-    def run() -> None:
-        with torch.inference_mode():
-            out["ids"] = backend.model.generate(
-                ids, max_new_tokens=n, do_sample=False, streamer=streamer, pad_token_id=backend.tokenizer.eos_token_id
-            )
+    def consume() -> None:  # text only; every torch op stays on the calling thread (one libgomp team)
+        for piece in streamer:
+            if piece and "first" not in seen:
+                seen["first"] = time.perf_counter()
 
+    th = threading.Thread(target=consume)
     t0 = time.perf_counter()
-    th = threading.Thread(target=run)
     th.start()
-    first = None
-    for piece in streamer:
-        if piece and first is None:
-            first = time.perf_counter()
+    with torch.inference_mode():
+        out = backend.model.generate(
+            ids, max_new_tokens=n, do_sample=False, streamer=streamer, pad_token_id=backend.tokenizer.eos_token_id
+        )
     th.join()
     end = time.perf_counter()
-    tokens = int(out["ids"].shape[1] - ids.shape[1])
-    first = first or end
+    tokens = int(out.shape[1] - ids.shape[1])
+    first = seen.get("first", end)
     return {"ttft_ms": (first - t0) * 1000, "tok_s": (tokens - 1) / max(end - first, 1e-9), "tokens": tokens}
 
 
@@ -142,14 +141,12 @@ def main() -> None:
     ap.add_argument("--tokens", type=int, default=64, help="new tokens per response")
     ap.add_argument("--rounds", type=int, default=3, help="rounds over the prompt set")
     ap.add_argument("--strategy", default="fast", help="scheduler strategy for our loop and the WS run")
-    ap.add_argument("--threads", type=int, default=1, help="torch threads (same for every system)")
+    ap.add_argument("--threads", type=int, default=2, help="torch threads (same for every system; 2 cores here)")
     args = ap.parse_args()
 
     import torch
 
-    from gateway.config import load_config
     from models.llm import LLMConfig, load_backend
-    from tests.conftest import run_server
 
     torch.set_num_threads(args.threads)
     fast = load_backend(LLMConfig(threads=args.threads))
@@ -157,10 +154,16 @@ def main() -> None:
     from models.speculative import SpecConfig, Speculator
 
     spec = Speculator(fast, SpecConfig(drafter="prompt_lookup", k_max=16))
-    # the WebSocket run decodes exactly like the in-process loop: same backend, no drafting
-    cfg = load_config(None, **{"model.threads": args.threads, "speculative.drafter": "none", "audio.enabled": False})
+    # the WebSocket run decodes exactly like the in-process loop (transformers fast path, no
+    # drafting), served by `stream-omni serve` in its own process (bench.common.server_process)
+    overrides = {
+        "model.backend": "transformers",
+        "model.threads": args.threads,
+        "speculative.drafter": "none",
+        "audio.enabled": False,
+    }
     systems: dict[str, list[dict[str, float]]] = {k: [] for k in ("stock", "ours_hf", "ours", "ours_spec", "ws")}
-    with run_server(cfg, fast) as addr:
+    with server_process(overrides) as addr:
         for p in PROMPTS:  # warm-up
             our_loop(fast, p, 4, args.strategy)
         asyncio.run(ws_turns(addr, PROMPTS[:1], 4, args.strategy))
@@ -186,7 +189,7 @@ def main() -> None:
         "ours_hf": "our loop, transformers forward",
         "ours": "our loop, fast Llama path",
         "ours_spec": "our loop, fast path + prompt-lookup drafting (default config)",
-        "ws": "WebSocket round trip (default backend)",
+        "ws": "WebSocket round trip (`stream-omni serve`, transformers fast path)",
     }
     rows = []
     for key, runs in systems.items():
