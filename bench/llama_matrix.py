@@ -124,6 +124,7 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__)
     ap.add_argument("--tokens", type=int, default=128)
     ap.add_argument("--rounds", type=int, default=2)
+    ap.add_argument("--fresh", type=int, default=10, help="new questions for the TTFT table")
     args = ap.parse_args()
 
     import llama_cpp
@@ -149,6 +150,13 @@ def main() -> None:
                     res["ours llama.cpp + drafting"][kind].append(ours(lb, lspec, p, args.tokens, True))
                     res["ours transformers"][kind].append(ours(tb, None, p, args.tokens, False))
                     res["WebSocket"][kind].append(asyncio.run(ws(addr, p, args.tokens)))
+        # TTFT on questions none of the systems has seen (separate caches: each reuses only the template)
+        fresh: dict[str, list[float]] = {"llama-cpp-python": [], "ours llama.cpp": [], "WebSocket": []}
+        for i in range(args.fresh):
+            q = f"Question {1000 + 37 * i}: tell me one fact about the number {i + 3}."
+            fresh["llama-cpp-python"].append(theirs(llm, q, 8)["ttft_ms"])
+            fresh["ours llama.cpp"].append(ours(lb, None, q, 8, False)["ttft_ms"])
+            fresh["WebSocket"].append(asyncio.run(ws(addr, q, 8))["ttft_ms"])
     rows = []
     for s in systems:
         row: dict[str, Any] = {"system": s}
@@ -164,7 +172,16 @@ def main() -> None:
     md = f"# bench llama_matrix — {machine()}\n\n{args.tokens} tokens, greedy, {args.rounds} rounds, medians; "
     md += "'same text' compares with llama-cpp-python's output on the same run.\n\n"
     md += markdown_table(rows, list(rows[0]))
-    write("llama_matrix", {"machine": machine(), "rows": rows, "results": res}, md)
+    anchor_ttft = median(fresh["llama-cpp-python"])
+    md += f"\nTTFT on {args.fresh} new questions (only the chat template is cached; 8 tokens each):\n\n"
+    md += markdown_table(
+        [
+            {"system": k, "median TTFT ms": median(v), "− llama-cpp-python ms": median(v) - anchor_ttft}
+            for k, v in fresh.items()
+        ],
+        ["system", "median TTFT ms", "− llama-cpp-python ms"],
+    )
+    write("llama_matrix", {"machine": machine(), "rows": rows, "results": res, "fresh_ttft": fresh}, md)
 
 
 if __name__ == "__main__":
