@@ -318,14 +318,14 @@ def markdown(report: dict, names: list[str]) -> str:
         "",
         *tables(report["tasks"], report["summary"], names),
         "",
-        "In bf16 a forward of k+1 tokens and k+1 forwards of one token do not round alike: logits "
-        "differ by up to ~0.6, and once any position's K/V came from a multi-token forward later "
-        "single-token logits differ by as much. bf16 logits are quantized (0.125 apart at their "
-        "magnitude), so exact and near ties are common; where plain greedy meets one, speculative "
-        "greedy may take the other, equally likely token, and the texts part from there (`no (from "
-        "token N, logit gap G)`: G is the target's logit for plain's token minus speculative's at that "
-        "position, recomputed once). No acceptance rule can avoid that; only batch-invariant kernels "
-        "could. In float32 (below) the two agree to ~5e-5 and the outputs are identical.",
+        "bf16 CPU kernels round a one-row product differently from a many-row one, so a forward of "
+        "k+1 tokens and k+1 one-token forwards would not agree and speculative greedy could part from "
+        "plain greedy at bf16 near-ties (logits are 0.125 apart at their magnitude). The transformers "
+        "fast path is batch-invariant (models/fast_llama.py: one-token steps run as a 2-row batch, "
+        "short blocks attend over 32-position key buckets), so every verify row is bitwise the "
+        "one-step logits and `same` must read yes everywhere; where it does not, `no (from token N, "
+        "logit gap G)` gives the first differing position and the target's logit for plain's token "
+        "minus speculative's there.",
     ]
     if "fp32" in report:
         f = report["fp32"]
