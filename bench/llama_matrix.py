@@ -133,7 +133,9 @@ def main() -> None:
     from models.llm import LLMConfig, embedded_gguf, load_backend
     from models.speculative import SpecConfig, Speculator
 
-    llm = llama_cpp.Llama(model_path=str(embedded_gguf()), n_ctx=4096, n_threads=2, verbose=False)
+    # the anchor with the attention kernels our backend uses by default (flash attention: faster
+    # here for both, and what makes llama.cpp batch-invariant), so 'same text' compares like with like
+    llm = llama_cpp.Llama(model_path=str(embedded_gguf()), n_ctx=4096, n_threads=2, flash_attn=True, verbose=False)
     lb = load_llama_backend(LlamaCppConfig(threads=2))
     tb = load_backend(LLMConfig(threads=2))
     lspec = Speculator(lb, SpecConfig(drafter="prompt_lookup", k_max=16))

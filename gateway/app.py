@@ -335,6 +335,7 @@ def default_loader(config: Config) -> Backend:
                 n_ctx=m.max_context,
                 n_batch=m.n_batch,
                 n_seq=m.n_seq,
+                flash_attn=m.flash_attn,
                 served_name=m.served_name,
             )
         )

@@ -13,12 +13,13 @@ attends over its own cache only). A ``KVState`` is bound to a slot on use:
   That costs one prefill of the divergent tail, so keep ``n_seq`` at least the number of
   conversations that decode concurrently.
 
-Numerics: llama.cpp's CPU kernels are not batch-invariant. The same tokens give logits that
-differ slightly (max ≈ 0.6 on a scale of 30 for SmolLM2 Q4_1) depending on how the prefix was
-split into ``llama_decode`` calls, so a reused prefix (a later turn, a finished conversation's
-cached system prompt, a re-sync after eviction) can flip a greedy near-tie, exactly as
-llama-cpp-python's own prefix cache does. A cold prompt decoded token by token matches
-``Llama.generate`` token for token. ``reset()`` empties every sequence.
+Numerics: with flash attention (the default here) a row's logits do not depend on how many
+tokens share its ``llama_decode`` call — measured on SmolLM2 Q4_1, blocks of 1–17 tokens give
+bitwise the logits of one-token steps — so verifying drafts in one batch keeps greedy output
+exactly plain greedy's. Without it (``flash_attn=False``, llama-cpp-python's default) the
+attention kernels of a one-token step round differently from a batch's (max ≈ 1.4 on logits of
+scale ≈ 30) and drafting can flip near-ties. A cold prompt decoded token by token matches
+``Llama.generate`` with the same ``flash_attn`` token for token. ``reset()`` empties every sequence.
 
 ``forward`` returns a float32 ``[n_logits, V]`` copy of the logits of the last ``n_logits``
 positions (``logits`` flags set only there); ``crop`` is ``llama_memory_seq_rm``. A prefill
@@ -55,7 +56,10 @@ class LlamaCppConfig:
     n_ctx: int = 4096  # tokens one conversation's cache may hold (one sequence)
     n_batch: int = 512  # most tokens per llama_decode call; longer prefills are split
     n_seq: int = 4  # conversations resident at once (llama.cpp sequences); more re-prefill
-    flash_attn: bool = False  # llama-cpp-python's own default, so greedy output matches it
+    # flash attention makes llama.cpp batch-invariant (a verify block's rows are bitwise the
+    # one-token logits, so drafting keeps greedy output exact) and is faster here; llama-cpp-python
+    # defaults to off, so compare with Llama(..., flash_attn=True)
+    flash_attn: bool = True
     served_name: str | None = None  # the id shown in /v1/models
 
 

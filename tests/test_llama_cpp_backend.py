@@ -41,7 +41,9 @@ def backend() -> Iterator[LlamaCppBackend]:
 
 @pytest.fixture(scope="module")
 def reference() -> Iterator[Any]:
-    ref = llama_cpp.Llama(str(embedded_gguf()), n_ctx=N_CTX, n_threads=2, n_threads_batch=2, verbose=False)
+    ref = llama_cpp.Llama(  # same attention kernels as our backend's default
+        str(embedded_gguf()), n_ctx=N_CTX, n_threads=2, n_threads_batch=2, flash_attn=True, verbose=False
+    )
     yield ref
     ref.close()
 
@@ -232,6 +234,50 @@ def test_a_new_conversation_borrows_the_shared_prefix_of_a_live_one(backend: Lla
     del live
     backend.reset()
     close(rows, backend.forward(backend.new_state(), second))
+
+
+def test_verify_block_rows_are_bitwise_the_one_token_logits(backend: LlamaCppBackend) -> None:
+    """With flash attention (the default) llama.cpp is batch-invariant: what makes greedy output
+    with drafting exactly plain greedy's."""
+    backend.reset()
+    prompt = backend.chat_tokens([{"role": "user", "content": "Name three rivers in Europe."}])
+    ref = backend.new_state()
+    last = backend.forward(ref, prompt)[0]
+    seq, rows = [], []
+    for _ in range(30):
+        seq.append(int(last.argmax()))
+        last = backend.forward(ref, [seq[-1]])[0]
+        rows.append(last)
+    del ref
+    for k in (2, 5, 17):
+        state = backend.new_state()
+        backend.forward(state, prompt)
+        got = []
+        for j in range(0, len(seq), k):
+            got.extend(backend.forward(state, seq[j : j + k], n_logits=len(seq[j : j + k])))
+        assert all(np.array_equal(a, b) for a, b in zip(got, rows, strict=True)), k
+        del state
+
+
+@pytest.mark.parametrize("text", ["Write a short poem about the sea.", "Explain what a hash table is."])
+def test_greedy_with_drafting_equals_plain_greedy(backend: LlamaCppBackend, text: str) -> None:
+    from models.speculative import SpecConfig, Speculator
+
+    backend.reset()
+    prompt = backend.chat_tokens([{"role": "user", "content": text}])
+    plain = run(greedy_job(backend, prompt, n=64))
+    spec = Speculator(backend, SpecConfig(drafter="prompt_lookup", adaptive=False, k_max=4)).for_job()
+    job = DecodeJob(
+        backend,
+        backend.new_state(),
+        prompt,
+        SamplingParams(temperature=0.0, max_tokens=64),
+        SchedulerConfig(lookahead_tokens=4, draft_before_first_text=True),
+        spec,
+        spec,
+    )
+    assert run(job) == plain
+    assert job.metrics()["draft_acceptance"] is not None  # it did draft
 
 
 def test_second_turn_reuses_the_cached_prefix(backend: LlamaCppBackend) -> None:
