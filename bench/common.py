@@ -54,6 +54,12 @@ def write(name: str, data: dict[str, Any], markdown: str) -> None:
     print(f"wrote {RESULTS / name}.json and .md")
 
 
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
 @contextlib.contextmanager
 def server_process(overrides: dict[str, Any], timeout_s: float = 180.0) -> Iterator[str]:
     """``stream-omni serve`` in its own process (as users run it) with dotted config overrides;
@@ -63,15 +69,11 @@ def server_process(overrides: dict[str, Any], timeout_s: float = 180.0) -> Itera
     kernels on a libgomp team per calling thread, and two teams in one process outnumber the 2
     cores, which makes libgomp throttle its spin-waits and slows every system (≈ 2× here).
     """
-    data: dict[str, dict[str, Any]] = {}
-    for dotted, value in overrides.items():
-        section, _, key = dotted.partition(".")
-        data.setdefault(section, {})[key] = value
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
+    from gateway.config import nest_overrides
+
+    port = free_port()
     with tempfile.NamedTemporaryFile("w", suffix=".yaml", delete=False) as f:
-        yaml.safe_dump(data, f)
+        yaml.safe_dump(nest_overrides(overrides), f)
     cmd = [sys.executable, "-m", "gateway.cli", "serve", "--config", f.name, "--port", str(port)]
     root = str(Path(__file__).resolve().parent.parent)
     env = {**os.environ, "HF_HUB_OFFLINE": "1", "PYTHONPATH": root}

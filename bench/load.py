@@ -17,13 +17,7 @@ import sys
 import time
 from typing import Any
 
-from bench.common import machine, markdown_table, write
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
+from bench.common import free_port, machine, markdown_table, write
 
 
 def rss_mb(pid: int) -> float:

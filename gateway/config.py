@@ -130,6 +130,16 @@ class ConfigError(Exception):
     pass
 
 
+def nest_overrides(overrides: dict[str, Any]) -> dict[str, dict[str, Any]]:
+    """``{"server.port": 9000}`` → ``{"server": {"port": 9000}}``; None values are left out."""
+    data: dict[str, dict[str, Any]] = {}
+    for dotted, value in overrides.items():
+        if value is not None:
+            section, _, key = dotted.partition(".")
+            data.setdefault(section, {})[key] = value
+    return data
+
+
 def load_config(path: str | Path | None = None, **overrides: Any) -> Config:
     """Read YAML (or defaults), apply dotted overrides like ``server.port=9000``."""
     data: dict[str, Any] = {}
@@ -140,11 +150,8 @@ def load_config(path: str | Path | None = None, **overrides: Any) -> Config:
             raise ConfigError(f"cannot read config {path}: {exc}") from None
         if not isinstance(data, dict):
             raise ConfigError(f"config {path} must be a mapping")
-    for dotted, value in overrides.items():
-        if value is None:
-            continue
-        section, _, key = dotted.partition(".")
-        data.setdefault(section, {})[key] = value
+    for section, values in nest_overrides(overrides).items():
+        data.setdefault(section, {}).update(values)
     try:
         return Config.model_validate(data)
     except ValidationError as exc:
