@@ -185,7 +185,7 @@ class FastLlama:
         """Attention for the planned groups. Short blocks use plain batched matmuls (row results
         independent of the row count, unlike the fused CPU kernel)."""
         q = q.to(self.kv_dtype)
-        if len(groups) == 1 and groups[0][0] > 0 and r > _SHORT:
+        if r > _SHORT:  # a long prefill: one group, a bool mask (see _plan)
             length, _, mask = groups[0]
             return F.scaled_dot_product_attention(
                 q, kc[:, :, :length], vc[:, :, :length], attn_mask=mask, scale=self.scale, enable_gqa=True

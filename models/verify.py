@@ -195,6 +195,8 @@ class AdaptiveLookahead:
     ):
         self.cost = tuple(float(c) for c in cost_curve)
         self.config = config
+        self._priors = dict(config.class_priors)
+        self._top_prior = max([config.prior_accept, *self._priors.values()])  # what an unseen class may earn
         self.draft_seconds = draft_seconds
         self._classes: dict[int, _ClassStats] = {}
         self._step_s: float | None = None  # EMA of one plain step's seconds
@@ -211,7 +213,7 @@ class AdaptiveLookahead:
         return st
 
     def _prior(self, cls: int) -> float:
-        return dict(self.config.class_priors).get(cls, self.config.prior_accept)
+        return self._priors.get(cls, self.config.prior_accept)
 
     def acceptance(self, cls: int = 0) -> float:
         st = self._classes.get(cls)
@@ -244,7 +246,7 @@ class AdaptiveLookahead:
         if not self._classes or self.draft_seconds() <= 0.0:
             # a class not met yet starts at the prior; when drafting is free (prompt lookup) it
             # costs nothing to ask, and ``limit`` cuts proposals of classes that do not pay
-            ks.append(self.best(max([self.config.prior_accept, *(p for _, p in self.config.class_priors)]))[0])
+            ks.append(self.best(self._top_prior)[0])
         k = max(ks)
         if k > 0:
             return k
