@@ -34,8 +34,13 @@ def tokenizer_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return out
 
 
-def build_tiny_llama(out: Path, tokenizer_dir: Path, seed: int = 0, layers: int = 2) -> Path:
-    """A random-init LlamaForCausalLM sharing SmolLM2's tokenizer, saved with save_pretrained."""
+def build_tiny_llama(
+    out: Path, tokenizer_dir: Path, seed: int = 0, layers: int = 2, init: float = 0.02, noise: float = 0.0
+) -> Path:
+    """A random-init LlamaForCausalLM sharing SmolLM2's tokenizer, saved with save_pretrained.
+
+    ``init`` is the weight scale (transformers' default 0.02); ``noise`` > 0 then perturbs every
+    weight by that much of its own spread (a draft model close to the seed's target)."""
     import shutil
 
     import torch
@@ -53,8 +58,14 @@ def build_tiny_llama(out: Path, tokenizer_dir: Path, seed: int = 0, layers: int 
         bos_token_id=1,
         eos_token_id=2,
         tie_word_embeddings=True,
+        initializer_range=init,
     )
     model = LlamaForCausalLM(cfg)
+    if noise:
+        gen = torch.Generator().manual_seed(1)
+        with torch.no_grad():
+            for p in model.parameters():
+                p.add_(torch.randn(p.shape, generator=gen) * noise * p.std())
     model.save_pretrained(out)
     for f in tokenizer_dir.iterdir():
         shutil.copy(f, out / f.name)

@@ -82,6 +82,19 @@ class FakeLM:
         return "".join(f" t{i}" for i in ids)
 
 
+def oracle_drafts(backend):
+    """A drafter function that proposes exactly the target's greedy continuation."""
+
+    def oracle(ctx, k):
+        out, c = [], list(ctx)
+        for _ in range(k):
+            out.append(int(np.argmax(backend.logits(c))))
+            c.append(out[-1])
+        return out
+
+    return oracle
+
+
 class ListDrafter:
     """Proposes tokens from a fixed function of the context (``last_class`` 0)."""
 
@@ -317,12 +330,7 @@ def test_oracle_drafts_cut_the_number_of_forwards():
     plain = decode(backend, [1, 2, 3], params)
     n_plain = len(backend.calls)
 
-    def oracle(ctx, k):
-        out, c = [], list(ctx)
-        for _ in range(k):
-            out.append(int(np.argmax(backend.logits(c))))
-            c.append(out[-1])
-        return out
+    oracle = oracle_drafts(backend)
 
     backend.calls.clear()
     s = Speculation(ListDrafter(oracle), FixedLookahead(7))
@@ -470,12 +478,7 @@ def test_adaptive_job_stops_drafting_garbage_but_keeps_good_drafts():
     assert job.accepted == 0
     assert job.drafted <= 50  # a few tries, then only probes every 20 steps
 
-    def oracle(ctx, k):
-        out, c = [], list(ctx)
-        for _ in range(k):
-            out.append(int(np.argmax(backend.logits(c))))
-            c.append(out[-1])
-        return out
+    oracle = oracle_drafts(backend)
 
     good = Speculation(ListDrafter(oracle), AdaptiveLookahead(CURVE, cfg))
     job = decode(backend, [1, 2], params, good, good)

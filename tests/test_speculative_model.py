@@ -7,7 +7,6 @@ batch-invariant fast path (a k-token verify block gives bitwise the logits of k 
 
 from __future__ import annotations
 
-import shutil
 from pathlib import Path
 
 import numpy as np
@@ -21,6 +20,7 @@ from models.sampling import SamplingParams
 from models.scheduler import SchedulerConfig
 from models.speculative import SpecConfig, Speculator
 from models.verify import DEFAULT_COST_CURVE, AdaptiveLookahead, FixedLookahead, LookaheadConfig, Speculation
+from tests.conftest import build_tiny_llama
 
 INIT = 0.1  # weight scale: 0.02 makes a random Llama repeat one token forever, 0.3 makes it chaotic
 DRAFT_NOISE = 0.3  # the draft model is the target plus this much relative weight noise
@@ -28,33 +28,7 @@ DRAFT_NOISE = 0.3  # the draft model is the target plus this much relative weigh
 
 def save_tiny_llama(out: Path, tokenizer_dir: Path, noise: float = 0.0) -> Path:
     """A random 2-layer Llama (SmolLM2's tokenizer); ``noise`` > 0 perturbs it into a draft model."""
-    import torch
-    from transformers import LlamaConfig, LlamaForCausalLM
-
-    torch.manual_seed(0)
-    cfg = LlamaConfig(
-        vocab_size=49152,
-        hidden_size=32,
-        intermediate_size=64,
-        num_hidden_layers=2,
-        num_attention_heads=4,
-        num_key_value_heads=2,
-        max_position_embeddings=2048,
-        bos_token_id=1,
-        eos_token_id=2,
-        tie_word_embeddings=True,
-        initializer_range=INIT,
-    )
-    model = LlamaForCausalLM(cfg)
-    if noise:
-        gen = torch.Generator().manual_seed(1)
-        with torch.no_grad():
-            for p in model.parameters():
-                p.add_(torch.randn(p.shape, generator=gen) * noise * p.std())
-    model.save_pretrained(out)
-    for f in tokenizer_dir.iterdir():
-        shutil.copy(f, out / f.name)
-    return out
+    return build_tiny_llama(out, tokenizer_dir, init=INIT, noise=noise)
 
 
 @pytest.fixture(scope="module")
