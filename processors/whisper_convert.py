@@ -134,36 +134,35 @@ def to_whisper_state(variables: dict[str, np.ndarray]) -> tuple[dict[str, int], 
         for i in range(2):
             linear(f"encoder.conv{i + 1}", f"encoder/conv{i + 1}")
         sd["encoder.positional_embedding"] = v["encoder/position_encodings/encodings"]
-        for i in range(n_enc):
-            src, dst = f"encoder/layer_{i}", f"encoder.blocks.{i}"
+        def self_attention(dst: str, src: str) -> None:
             split(
                 [f"{dst}.attn.query", f"{dst}.attn.key", f"{dst}.attn.value"],
                 f"{src}/self_attention/linear_0",
             )
             linear(f"{dst}.attn.out", f"{src}/self_attention/linear_1")
             norm(f"{dst}.attn_ln", f"{src}/self_attention/layer_norm")
+
+        def mlp(dst: str, src: str) -> None:
             linear(f"{dst}.mlp.0", f"{src}/ffn/linear_0")
             linear(f"{dst}.mlp.2", f"{src}/ffn/linear_1")
             norm(f"{dst}.mlp_ln", f"{src}/ffn/layer_norm")
+
+        for i in range(n_enc):
+            src, dst = f"encoder/layer_{i}", f"encoder.blocks.{i}"
+            self_attention(dst, src)
+            mlp(dst, src)
         norm("encoder.ln_post", "encoder/layer_norm")
 
         sd["decoder.token_embedding.weight"] = v["decoder/embeddings/weight"]
         sd["decoder.positional_embedding"] = v["decoder/position_encodings/encodings"]
         for i in range(n_dec):
             src, dst = f"decoder/layer_{i}", f"decoder.blocks.{i}"
-            split(
-                [f"{dst}.attn.query", f"{dst}.attn.key", f"{dst}.attn.value"],
-                f"{src}/self_attention/linear_0",
-            )
-            linear(f"{dst}.attn.out", f"{src}/self_attention/linear_1")
-            norm(f"{dst}.attn_ln", f"{src}/self_attention/layer_norm")
+            self_attention(dst, src)
             linear(f"{dst}.cross_attn.query", f"{src}/attention/linear_0")
             split([f"{dst}.cross_attn.key", f"{dst}.cross_attn.value"], f"{src}/attention/linear_1")
             linear(f"{dst}.cross_attn.out", f"{src}/attention/linear_2")
             norm(f"{dst}.cross_attn_ln", f"{src}/attention/layer_norm")
-            linear(f"{dst}.mlp.0", f"{src}/ffn/linear_0")
-            linear(f"{dst}.mlp.2", f"{src}/ffn/linear_1")
-            norm(f"{dst}.mlp_ln", f"{src}/ffn/layer_norm")
+            mlp(dst, src)
         norm("decoder.ln", "decoder/layer_norm")
 
         n_audio_state, n_mels, _ = v["encoder/conv1/weight"].shape
