@@ -153,7 +153,8 @@ def main() -> None:
     slow = load_backend(LLMConfig(threads=args.threads, fast_path=False))
     from models.speculative import SpecConfig, Speculator
 
-    spec = Speculator(fast, SpecConfig(drafter="prompt_lookup", k_max=16))
+    lookup = Speculator(fast, SpecConfig(drafter="prompt_lookup", k_max=16))
+    spec = Speculator(fast, SpecConfig(drafter="auto", k_max=16))  # the default: the GGUF through llama.cpp drafts
     # the WebSocket run decodes exactly like the in-process loop (transformers fast path, no
     # drafting), served by `stream-omni serve` in its own process (bench.common.server_process)
     overrides = {
@@ -162,18 +163,23 @@ def main() -> None:
         "speculative.drafter": "none",
         "audio.enabled": False,
     }
-    systems: dict[str, list[dict[str, float]]] = {k: [] for k in ("stock", "ours_hf", "ours", "ours_spec", "ws")}
-    with server_process(overrides) as addr:
+    keys = ("stock", "ours_hf", "ours", "ours_lookup", "ours_spec", "ws", "ws_spec")
+    systems: dict[str, list[dict[str, float]]] = {k: [] for k in keys}
+    default_overrides = {k: v for k, v in overrides.items() if k != "speculative.drafter"}  # drafter: auto
+    with server_process(overrides) as addr, server_process(default_overrides) as addr_spec:
         for p in PROMPTS:  # warm-up
             our_loop(fast, p, 4, args.strategy)
         asyncio.run(ws_turns(addr, PROMPTS[:1], 4, args.strategy))
+        asyncio.run(ws_turns(addr_spec, PROMPTS[:1], 4, args.strategy))
         for _ in range(args.rounds):
             for p in PROMPTS:
                 systems["stock"].append(stock_generate(slow, p, args.tokens))
                 systems["ours_hf"].append(our_loop(slow, p, args.tokens, args.strategy))
                 systems["ours"].append(our_loop(fast, p, args.tokens, args.strategy))
+                systems["ours_lookup"].append(our_loop(fast, p, args.tokens, args.strategy, lookup))
                 systems["ours_spec"].append(our_loop(fast, p, args.tokens, args.strategy, spec))
                 systems["ws"].extend(asyncio.run(ws_turns(addr, [p], args.tokens, args.strategy)))
+                systems["ws_spec"].extend(asyncio.run(ws_turns(addr_spec, [p], args.tokens, args.strategy)))
         turns = asyncio.run(
             ws_turns(
                 addr,
@@ -188,8 +194,10 @@ def main() -> None:
         "stock": "transformers generate + TextIteratorStreamer",
         "ours_hf": "our loop, transformers forward",
         "ours": "our loop, fast Llama path",
-        "ours_spec": "our loop, fast path + prompt-lookup drafting (default config)",
-        "ws": "WebSocket round trip (`stream-omni serve`, transformers fast path)",
+        "ours_lookup": "our loop, fast path + prompt-lookup drafting",
+        "ours_spec": "our loop, fast path + default drafting (same GGUF via llama.cpp, lookup first)",
+        "ws": "WebSocket round trip (`stream-omni serve`, transformers fast path, no drafting)",
+        "ws_spec": "WebSocket round trip (`stream-omni serve`, transformers, default drafting)",
     }
     rows = []
     for key, runs in systems.items():

@@ -3,7 +3,7 @@
 Same tasks, embedded model, greedy, side by side in one run: naive token streaming (one token
 per delta, no drafting), non-streaming (generate, then send), plain greedy decoding (chunked,
 no drafting: the speed baseline), and the strategies fast / balanced (speculative drafting on)
-and quality (chunk-level beam). Reports TTFT, inter-chunk latency, TPOT, tokens/s, draft
+and quality (chunk-level beam); ``fast_lookup`` is fast with prompt lookup as the only drafter. Reports TTFT, inter-chunk latency, TPOT, tokens/s, draft
 acceptance and quality proxies (mean log-prob, repetition rate), and whether output is
 identical to plain greedy. Writes bench/results/scheduler.{json,md}.
 """
@@ -54,8 +54,8 @@ def run(backend: Any, spec: Any, prompt: list[int], system: str, hint: str, n: i
         )
     elif system in ("plain", "non_streaming"):
         sched = SchedulerConfig.for_strategy("balanced", lookahead_tokens=0, task_hint=hint)
-    else:
-        sched = SchedulerConfig.for_strategy(system, task_hint=hint, lookahead_tokens=16)
+    else:  # fast / balanced / quality; fast_lookup: fast with prompt lookup as the only drafter
+        sched = SchedulerConfig.for_strategy(system.removesuffix("_lookup"), task_hint=hint, lookahead_tokens=16)
     s = spec.for_job() if spec is not None and sched.lookahead_tokens else None
     job = DecodeJob(
         backend, backend.new_state(), prompt, SamplingParams(max_tokens=n), sched, s, s, track_logprobs=True
@@ -97,8 +97,10 @@ def main() -> None:
     from models.speculative import SpecConfig, Speculator
 
     backend = load_backend(LLMConfig(threads=args.threads))
-    spec = Speculator(backend, SpecConfig(drafter="prompt_lookup", k_max=16))
-    systems = ["naive", "non_streaming", "plain", "fast", "balanced", "quality"]
+    # the default drafter (auto): the embedded GGUF through llama.cpp, prompt lookup first where it pays
+    spec = Speculator(backend, SpecConfig(drafter="auto", k_max=16))
+    lookup = Speculator(backend, SpecConfig(drafter="prompt_lookup", k_max=16))
+    systems = ["naive", "non_streaming", "plain", "fast_lookup", "fast", "balanced", "quality"]
     results: dict[str, dict[str, Any]] = {s: {} for s in systems}
     for name in args.tasks.split(","):
         hint, text = TASKS[name]
@@ -106,7 +108,8 @@ def main() -> None:
         run(backend, spec, prompt, "plain", hint, 4)  # warm
         for _ in range(args.rounds):  # systems interleaved, so a noisy neighbour hits them all alike
             for system in systems:
-                results[system].setdefault(name, []).append(run(backend, spec, prompt, system, hint, args.tokens))
+                sp = lookup if system == "fast_lookup" else spec
+                results[system].setdefault(name, []).append(run(backend, sp, prompt, system, hint, args.tokens))
         for system in systems:
             runs = results[system][name]
             keep = dict(runs[0])
@@ -141,23 +144,26 @@ def main() -> None:
         })
     md = f"# bench scheduler — {machine()}\n\nEmbedded SmolLM2-135M (bf16, {args.threads} torch threads), greedy, "
     md += f"{args.tokens} tokens, {args.rounds} round(s), tasks: "
-    md += ", ".join(f"{t}{' (grounded)' if t in GROUNDED else ''}" for t in args.tasks.split(",")) + "; medians.\n\n"
+    md += ", ".join(f"{t}{' (grounded)' if t in GROUNDED else ''}" for t in args.tasks.split(",")) + "; medians. "
+    md += f"Drafting in fast / balanced: `{spec.cfg.drafter}` ({spec.cfg.draft_backend}: `{spec.cfg.draft_model}`), "
+    md += "prompt lookup first where it pays; `fast_lookup`: fast with prompt lookup only.\n\n"
     md += markdown_table(rows, list(rows[0]))
-    md += "\nPer task, `fast` against `plain` (tokens/s over the whole response, TTFT included):\n\n"
+    md += "\nPer task against `plain` (tokens/s over the whole response, TTFT included):\n\n"
     md += markdown_table(
         [
             {
                 "task": t + (" (grounded)" if t in GROUNDED else ""),
                 "tokens": results["plain"][t]["tokens"],
                 "plain tok/s": results["plain"][t]["tok_s"],
+                "fast_lookup ×": results["fast_lookup"][t]["tok_s"] / results["plain"][t]["tok_s"],
                 "fast tok/s": results["fast"][t]["tok_s"],
-                "× plain": results["fast"][t]["tok_s"] / results["plain"][t]["tok_s"],
-                "draft acc.": results["fast"][t]["draft_acceptance"],
+                "fast ×": results["fast"][t]["tok_s"] / results["plain"][t]["tok_s"],
+                "fast draft acc.": results["fast"][t]["draft_acceptance"],
                 "identical": results["fast"][t]["ids"] == results["plain"][t]["ids"],
             }
             for t in results["plain"]
         ],
-        ["task", "tokens", "plain tok/s", "fast tok/s", "× plain", "draft acc.", "identical"],
+        ["task", "tokens", "plain tok/s", "fast_lookup ×", "fast tok/s", "fast ×", "fast draft acc.", "identical"],
     )
     for r in results.values():
         for v in r.values():

@@ -1,6 +1,6 @@
 """Speculative decoding on the embedded model: plain vs each drafter (adaptive k), greedy.
 
-    python -m bench.spec_accept [--max-tokens 128] [--k-max 8] [--drafters prompt_lookup,self]
+    python -m bench.spec_accept [--max-tokens 128] [--k-max 16] [--drafters prompt_lookup,self,auto]
                                 [--draft-model PATH] [--only grounded|chat]
 
 Side by side in one run (each task: plain, then every drafter, so background load hits all
@@ -191,9 +191,17 @@ def main(argv: list[str] | None = None) -> dict:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--max-tokens", type=int, default=128)
     ap.add_argument("--k-max", type=int, default=16, help="most drafts per step (also the scheduler's cap)")
-    ap.add_argument("--drafters", default="prompt_lookup,self")
+    ap.add_argument(
+        "--drafters",
+        default="prompt_lookup,self,auto",
+        help="auto: the default (here the embedded GGUF through llama.cpp, prompt lookup first where it pays)",
+    )
     ap.add_argument("--self-layers", type=int, default=6)
-    ap.add_argument("--draft-model", default=None, help="a draft model sharing the tokenizer (adds draft_model)")
+    ap.add_argument(
+        "--draft-model",
+        default=None,
+        help="a draft model sharing the tokenizer, measured alone (adds draft_model); 'embedded' = the GGUF via llama.cpp",
+    )
     ap.add_argument("--only", choices=["grounded", "chat"], default=None)
     ap.add_argument("--no-fp32", action="store_true", help="skip the float32 identity check")
     ap.add_argument("--out", default=str(RESULTS))
@@ -219,6 +227,7 @@ def main(argv: list[str] | None = None) -> dict:
                 k_max=args.k_max,
                 self_layers=args.self_layers,
                 draft_model=args.draft_model if name == "draft_model" else None,
+                lookup_first=name != "draft_model",  # draft_model: the model's own acceptance
                 cost_curve=next(iter(specs.values())).cost_curve if specs else None,  # measure once
             )
             specs[name] = Speculator(backend, cfg)

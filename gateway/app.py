@@ -256,7 +256,13 @@ def load_speculator(config: Config, backend: Backend) -> Any:
     return Speculator(
         backend,
         SpecConfig(
-            drafter=s.drafter, k_max=s.k_max, draft_model=s.draft_model, self_layers=s.self_layers, adaptive=s.adaptive
+            drafter=s.drafter,
+            k_max=s.k_max,
+            draft_model=s.draft_model,
+            draft_backend=s.draft_backend,
+            lookup_first=s.lookup_first,
+            self_layers=s.self_layers,
+            adaptive=s.adaptive,
         ),
     )
 

@@ -51,9 +51,13 @@ class SchedulerDefaults(_Frozen):
 
 
 class SpeculativeConfig(_Frozen):
-    drafter: Literal["none", "prompt_lookup", "draft_model", "self"] = "prompt_lookup"  # who drafts
+    # auto: a configured draft_model; for a transformers model loaded from a .gguf (the embedded
+    # default with backend: transformers) that file through llama.cpp; else prompt_lookup
+    drafter: Literal["auto", "none", "prompt_lookup", "draft_model", "self"] = "auto"  # who drafts
     k_max: int = Field(default=16, ge=1, le=32)  # most draft tokens verified per step
-    draft_model: str | None = None  # for drafter=draft_model: an HF id / folder / .gguf sharing the tokenizer
+    draft_model: str | None = None  # for drafter=draft_model: "embedded" / HF id / folder / .gguf sharing the tokenizer
+    draft_backend: Literal["auto", "transformers", "llama_cpp"] = "auto"  # auto: a .gguf drafts through llama.cpp
+    lookup_first: bool = True  # with a draft model: prompt lookup drafts where its match pays more (free)
     self_layers: int = 6  # for drafter=self: leading layers of the main model that draft
     adaptive: bool = True  # choose k each step from acceptance and the measured verify cost
 

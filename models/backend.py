@@ -60,17 +60,22 @@ class Backend(Protocol):
         ...
 
 
+def common_prefix(a: list[int], b: list[int]) -> int:
+    """Length of the longest common prefix of two id lists."""
+    n = min(len(a), len(b))
+    i = 0
+    while i < n and a[i] == b[i]:
+        i += 1
+    return i
+
+
 def sync_prefix(backend: Backend, state: KVState, target: list[int]) -> list[int]:
     """Reuse the longest cached prefix of ``target``; return the ids still to prefill.
 
     Crops ``state`` where it diverges from ``target``. At least one token is always left to
     feed so the caller gets logits for the next position.
     """
-    common = 0
-    limit = min(len(state.tokens), len(target))
-    cached = state.tokens
-    while common < limit and cached[common] == target[common]:
-        common += 1
+    common = common_prefix(state.tokens, target)
     if common == len(target):  # fully cached: re-feed the last token to get its logits
         common -= 1
     if common < len(state.tokens):

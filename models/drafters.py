@@ -11,6 +11,8 @@ deterministic function of the context, i.e. a one-hot draft distribution) and ``
   on its own ``KVState`` kept in step with the context by common prefix.
 * ``SelfDraftBackend`` — the target's first ``n`` layers + its final norm + LM head (a
   ``Backend`` with its own small cache, no extra weights), used through ``ModelDrafter``.
+* ``LookupFirstDrafter`` — prompt lookup where it has a match worth more than the model's
+  drafts (it is free), else a ``ModelDrafter``; the policy's per-class rates decide.
 """
 
 from __future__ import annotations
@@ -21,7 +23,7 @@ from typing import Any
 
 import numpy as np
 
-from .backend import Backend, KVState, sync_prefix
+from .backend import Backend, KVState, common_prefix, sync_prefix
 
 
 class PromptLookupDrafter:
@@ -94,6 +96,9 @@ class PromptLookupDrafter:
         return []
 
 
+_DRAFT_SAVING = 0.5  # share of a plain step a drafted token saves once a good draft model runs (≈ 2×)
+
+
 class ModelDrafter:
     """Greedy drafts from a small ``Backend`` that shares the target's tokenizer."""
 
@@ -103,12 +108,20 @@ class ModelDrafter:
         state: KVState | None = None,
         min_confidence: float = 0.0,
         clock: Callable[[], float] = time.perf_counter,
+        seconds_per_token: float = 0.0,
+        catch_up: tuple[float, float] = (0.0, 0.0),
     ):
         self.backend = backend
         self.state = state if state is not None else backend.new_state()
         self.min_confidence = min_confidence  # stop drafting once the top probability falls below
         self.clock = clock
-        self._per_token_s = 0.0  # EMA of wall seconds per drafted token
+        self._per_token_s = seconds_per_token  # EMA of wall seconds per drafted token (0: not known yet)
+        # (draft prefill seconds per token, one target step's seconds): when both are known,
+        # catching the draft up on many new tokens (a new prompt or turn) waits until the plain
+        # steps taken meanwhile have lost about as much as the catch-up costs (ski rental), so
+        # a short answer never pays for a long prefill it cannot earn back
+        self.prefill_s, self.step_s = catch_up
+        self._declined = 0
         self.last_class = 0  # one class: acceptance is not split further
 
     def draft_probs(self) -> np.ndarray | None:
@@ -116,6 +129,21 @@ class ModelDrafter:
 
     def seconds_per_token(self) -> float:
         return self._per_token_s
+
+    def _defer(self, context: list[int]) -> bool:
+        """True while the catch-up on ``context`` is not worth it yet (see ``catch_up``)."""
+        if self.prefill_s <= 0.0 or self.step_s <= 0.0:
+            return False
+        have = common_prefix(self.state.tokens, context)
+        cached = getattr(self.backend, "cached_prefix", None)  # a backend that shares prefixes across states
+        if cached is not None:
+            have = max(have, cached(context))
+        pending = len(context) - have
+        if pending > 2 and self._declined * _DRAFT_SAVING * self.step_s < pending * self.prefill_s:
+            self._declined += 1
+            return True
+        self._declined = 0
+        return False
 
     def _confident(self, row: np.ndarray) -> bool:
         if self.min_confidence <= 0.0:
@@ -127,9 +155,12 @@ class ModelDrafter:
     def propose(self, context: list[int], k: int) -> list[int]:
         if k <= 0 or not context or len(context) + k > self.backend.max_context:
             return []
+        if self._defer(context):
+            return []
         t0 = self.clock()
         feed = sync_prefix(self.backend, self.state, context)
         row = self.backend.forward(self.state, feed, n_logits=1)[0]
+        t1 = self.clock()
         drafts: list[int] = []
         while self._confident(row):
             tok = int(np.argmax(row))
@@ -137,9 +168,62 @@ class ModelDrafter:
             if len(drafts) == k or tok in self.backend.eos_ids:
                 break
             row = self.backend.forward(self.state, [tok], n_logits=1)[0]
-        per = (self.clock() - t0) / max(len(drafts), 1)
-        self._per_token_s = per if self._per_token_s == 0.0 else 0.7 * self._per_token_s + 0.3 * per
+        # cost per drafted token: the one-token forwards; the catch-up forward counts only when
+        # it was short (the steady state: last accepted draft + the bonus token), not when it
+        # prefilled a new prompt or turn, which would make drafting look dear for many steps
+        steps, spent = len(drafts) - 1, self.clock() - t1
+        if len(feed) <= 2:
+            steps, spent = steps + 1, spent + (t1 - t0)
+        if steps > 0:
+            per = spent / steps
+            self._per_token_s = per if self._per_token_s == 0.0 else 0.7 * self._per_token_s + 0.3 * per
         return drafts
+
+
+MODEL_CLASS = 0  # LookupFirstDrafter: the class of the model's drafts (prompt lookup's are n >= 1)
+
+
+class LookupFirstDrafter:
+    """Prompt lookup when its n-gram match (``n >= min_ngram``) is expected to pay at least as
+    well as the draft model, else the model's drafts (class ``MODEL_CLASS``).
+
+    ``rate(cls) -> (k, expected speed-up)`` and ``budget(cls) -> drafts worth producing`` come
+    from the lookahead policy (``AdaptiveLookahead.rate`` / ``.budget``), which knows each
+    class's acceptance and that lookup drafts are free while model drafts cost time; they are
+    wired by ``Speculator.for_job``. Without them lookup wins whenever it matches.
+    """
+
+    def __init__(
+        self,
+        lookup: PromptLookupDrafter,
+        model: ModelDrafter,
+        min_ngram: int = 2,
+        rate: Callable[[int], tuple[int, float]] | None = None,
+        budget: Callable[[int], int] | None = None,
+    ):
+        self.lookup = lookup
+        self.model = model
+        self.min_ngram = min_ngram
+        self.rate = rate
+        self.budget = budget
+        self.last_class = MODEL_CLASS
+
+    def draft_probs(self) -> np.ndarray | None:
+        return None  # both are deterministic functions of the context
+
+    def seconds_per_token(self) -> float:
+        return self.model.seconds_per_token()
+
+    def propose(self, context: list[int], k: int) -> list[int]:
+        drafts = self.lookup.propose(context, k)
+        n = self.lookup.last_class
+        if drafts and n >= self.min_ngram and (self.rate is None or self.rate(n)[1] >= self.rate(MODEL_CLASS)[1]):
+            self.last_class = n
+            return drafts
+        self.last_class = MODEL_CLASS
+        if self.budget is not None:
+            k = min(k, self.budget(MODEL_CLASS))
+        return self.model.propose(context, k) if k > 0 else []
 
 
 class SelfDraftBackend:

@@ -295,6 +295,10 @@ class LlamaCppBackend:
         except Exception:  # interpreter shutdown: the library may be gone already
             pass
 
+    def cached_prefix(self, tokens: list[int]) -> int:
+        """The longest prefix of ``tokens`` some sequence holds (a new state borrows it)."""
+        return max((_common_prefix(s.tokens, tokens) for s in self._slots), default=0)
+
     # ---------------------------------------------------------------- internals
 
     def _bind(self, state: KVState, tokens: list[int]) -> tuple[_Slot, bool]:

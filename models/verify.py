@@ -117,6 +117,26 @@ def measure_cost_curve(
     return tuple(curve)
 
 
+def token_seconds(backend: Backend, context: int = 32, steps: int = 6) -> tuple[float, float]:
+    """(prefill seconds per token of a ``context``-token prompt, median seconds of a one-token
+    forward after it), on a fresh state with ids no conversation holds."""
+    vocab = backend.vocab_size
+    warm = backend.new_state()  # first calls allocate (llama.cpp builds its graphs): not timed
+    backend.forward(warm, [(3 + 11 * i) % vocab for i in range(context)], n_logits=1)
+    backend.forward(warm, [5], n_logits=1)
+    del warm
+    state = backend.new_state()
+    t0 = time.perf_counter()
+    backend.forward(state, [(17 + 31 * i + 5 * i * i) % vocab for i in range(context)], n_logits=1)
+    prefill = (time.perf_counter() - t0) / context
+    times = []
+    for i in range(steps):
+        t0 = time.perf_counter()
+        backend.forward(state, [(101 + 7 * i) % vocab], n_logits=1)
+        times.append(time.perf_counter() - t0)
+    return prefill, float(np.median(times))
+
+
 def cost_at(curve: Sequence[float], k: int) -> float:
     """``curve[k]``, extrapolated linearly past its end."""
     if k < len(curve):
@@ -185,6 +205,8 @@ class AdaptiveLookahead:
 
     ``draft_seconds()`` is the drafter's wall time per drafted token (0 for prompt lookup); it
     becomes a cost relative to one plain step through the step time seen in ``record``.
+    Classes in ``free_classes`` cost nothing to draft whatever ``draft_seconds`` says (prompt
+    lookup's classes when it is combined with a draft model, ``LookupFirstDrafter``).
     """
 
     def __init__(
@@ -192,14 +214,17 @@ class AdaptiveLookahead:
         cost_curve: Sequence[float] = DEFAULT_COST_CURVE,
         config: LookaheadConfig = LookaheadConfig(),
         draft_seconds: Callable[[], float] = lambda: 0.0,
+        free_classes: frozenset[int] = frozenset(),
+        step_seconds: float | None = None,
     ):
         self.cost = tuple(float(c) for c in cost_curve)
         self.config = config
+        self.free_classes = free_classes
         self._priors = dict(config.class_priors)
         self._top_prior = max([config.prior_accept, *self._priors.values()])  # what an unseen class may earn
         self.draft_seconds = draft_seconds
         self._classes: dict[int, _ClassStats] = {}
-        self._step_s: float | None = None  # EMA of one plain step's seconds
+        self._step_s: float | None = step_seconds  # EMA of one plain step's seconds (seeded when measured)
         self._plain_steps = 0  # consecutive steps without drafting
         self._probe = False  # a probe is armed (kept until a step actually drafts)
         self._wait = config.probe_every  # plain steps before the next global probe
@@ -226,9 +251,10 @@ class AdaptiveLookahead:
             return 0.0  # not measured yet: the first tries measure it
         return per_token / self._step_s
 
-    def best(self, a: float) -> tuple[int, float]:
-        """(k, expected speed-up over plain decoding) at per-draft acceptance ``a``."""
-        d = self.draft_cost()
+    def best(self, a: float, free: bool = False) -> tuple[int, float]:
+        """(k, expected speed-up over plain decoding) at per-draft acceptance ``a``; ``free``:
+        drafting costs nothing (else it costs ``draft_cost()`` per token)."""
+        d = 0.0 if free else self.draft_cost()
         best_k, best_rate = 0, 1.0  # plain: one token per unit time
         for k in range(1, self.config.k_max + 1):
             rate = expected_tokens(a, k) / (cost_at(self.cost, k) + k * d)
@@ -241,12 +267,29 @@ class AdaptiveLookahead:
     def _probe_k(self) -> int:
         return min(self.config.probe_k, self.config.k_max)
 
+    def rate(self, cls: int) -> tuple[int, float]:
+        """(k, expected speed-up) for class ``cls`` now (its prior when not met yet)."""
+        return self.best(self.acceptance(cls), cls in self.free_classes)
+
+    def budget(self, cls: int) -> int:
+        """How many drafts of class ``cls`` are worth producing now, before paying for them
+        (a draft model): its best ``k``, or ``probe_k`` when it does not pay but its probe is
+        due, else 0 (that skipped chance counts towards the probe)."""
+        k = self.rate(cls)[0]
+        if k > 0:
+            return k
+        st = self._stats(cls)
+        if self._probe or st.off_seen + 1 >= (st.wait or self.config.probe_every):
+            return self._probe_k()
+        st.off_seen += 1
+        return 0
+
     def lookahead(self) -> int:
-        ks = [self.best(st.hits / st.tries)[0] for st in self._classes.values()]
-        if not self._classes or self.draft_seconds() <= 0.0:
+        ks = [self.best(st.hits / st.tries, c in self.free_classes)[0] for c, st in self._classes.items()]
+        if not self._classes or self.draft_seconds() <= 0.0 or self.free_classes:
             # a class not met yet starts at the prior; when drafting is free (prompt lookup) it
             # costs nothing to ask, and ``limit`` cuts proposals of classes that do not pay
-            ks.append(self.best(self._top_prior)[0])
+            ks.append(self.best(self._top_prior, free=self.draft_seconds() <= 0.0 or bool(self.free_classes))[0])
         k = max(ks)
         if k > 0:
             return k
@@ -260,7 +303,7 @@ class AdaptiveLookahead:
         if proposed <= 0:
             return 0
         st = self._stats(cls)
-        k, _ = self.best(st.hits / st.tries)
+        k, _ = self.best(st.hits / st.tries, cls in self.free_classes)
         self._probing_cls = None
         if k == 0:
             st.off_seen += 1
@@ -286,7 +329,7 @@ class AdaptiveLookahead:
         st.tries = keep * st.tries + tries
         st.off_seen = 0
         if self._probing_cls == cls:  # that was a probe: did it turn the class back on?
-            failed = self.best(st.hits / st.tries)[0] == 0
+            failed = self.best(st.hits / st.tries, cls in self.free_classes)[0] == 0
             st.wait = self._backoff(st.wait or self.config.probe_every, failed)
             if self._probe:
                 self._wait = self._backoff(self._wait, failed)

@@ -485,6 +485,78 @@ def test_adaptive_job_stops_drafting_garbage_but_keeps_good_drafts():
     assert job.drafted >= 150 and job.accepted == job.drafted
 
 
+def test_free_classes_draft_longer_than_a_paid_model_at_the_same_acceptance():
+    pol = AdaptiveLookahead(CURVE, draft_seconds=lambda: 0.01, free_classes=frozenset({3}), step_seconds=0.04)
+    assert pol.draft_cost() == pytest.approx(0.25)  # seeded step time: priced from the first step
+    for cls in (0, 3):
+        for _ in range(6):
+            pol.record(4, 3, 0.05, cls=cls)
+    assert pol.acceptance(0) == pytest.approx(pol.acceptance(3))
+    k_free, gain_free = pol.rate(3)
+    k_paid, gain_paid = pol.rate(0)
+    assert k_free > k_paid > 0 and gain_free > gain_paid > 1.0
+
+
+def test_budget_skips_a_paid_class_that_does_not_pay_until_its_probe():
+    pol = AdaptiveLookahead(
+        CURVE, LookaheadConfig(probe_every=5, probe_k=2), draft_seconds=lambda: 0.03, step_seconds=0.04
+    )
+    for _ in range(4):
+        pol.record(4, 0, 0.05, cls=0)  # the model's drafts keep failing
+    budgets = [pol.budget(0) for _ in range(5)]
+    assert budgets == [0, 0, 0, 0, 2]  # nothing drafted (nor paid for) until the probe is due
+    assert pol.limit(0, 2) == 2  # and that probe is verified
+
+
+def test_lookup_first_takes_a_paying_match_and_else_the_model():
+    from models.drafters import MODEL_CLASS, LookupFirstDrafter
+
+    model_calls = []
+
+    class Model:
+        def propose(self, ctx, k):
+            model_calls.append(k)
+            return [99] * k
+
+        def seconds_per_token(self):
+            return 0.01
+
+    ctx = [5, 6, 7, 8, 1, 2, 5, 6, 7]  # "5 6 7" occurred before: a 3-gram match proposing 8 1 2 …
+    d = LookupFirstDrafter(PromptLookupDrafter(), Model())
+    assert d.propose(ctx, 3) == [8, 1, 2] and d.last_class == 3 and model_calls == []
+    assert d.propose([*ctx, 4], 3) == [99] * 3 and d.last_class == MODEL_CLASS  # no match
+    # the policy decides: a match that pays less than the model goes to the model, whose
+    # drafts are capped to what it is worth
+    d.rate = lambda cls: (2, 1.2) if cls != MODEL_CLASS else (5, 2.0)
+    d.budget = lambda cls: 5
+    assert d.propose(ctx, 8) == [99] * 5 and d.last_class == MODEL_CLASS and model_calls[-1] == 5
+    d.rate = lambda cls: (8, 3.0) if cls != MODEL_CLASS else (5, 2.0)
+    assert d.propose(ctx, 8)[:3] == [8, 1, 2] and d.last_class == 3
+    d.rate = lambda cls: (0, 1.0)
+    d.budget = lambda cls: 0
+    n = len(model_calls)
+    assert d.propose([*ctx, 4], 8) == [] and len(model_calls) == n  # nothing paid for
+
+
+def test_model_drafter_catches_up_on_a_long_prompt_only_once_it_pays():
+    from models.drafters import ModelDrafter
+
+    draft = FakeLM(vocab=12)
+    # catching up costs 0.01 s a token; a plain step lost to waiting costs half of 0.04 s
+    d = ModelDrafter(draft, catch_up=(0.01, 0.04))
+    prompt = list(range(1, 11)) * 4  # 40 new tokens, and one more per plain step taken meanwhile:
+    waits = 0  # it waits w steps until 0.02 w >= 0.01 (40 + w), i.e. w = 40
+    while not d.propose(prompt, 3):
+        waits += 1
+        prompt = [*prompt, 1]
+    assert waits == 40 and draft.calls[0] == len(prompt)  # then one prefill of everything
+    assert d.propose([*prompt, 3], 3)  # in step: drafts at once (the catch-up is 2 tokens)
+    other = ModelDrafter(FakeLM(vocab=12), catch_up=(0.01, 0.04))
+    other.backend.cached_prefix = lambda ctx: len(ctx) - 2  # a backend that shares a cached prefix
+    assert other.propose(prompt, 3)  # nothing much to catch up: no wait
+    assert ModelDrafter(FakeLM(vocab=12)).propose(prompt, 3)  # unmeasured costs: never waits
+
+
 # ----------------------------------------------------------------------------- calibration, wiring
 
 
