@@ -220,10 +220,14 @@ class LookupFirstDrafter:
         if drafts and n >= self.min_ngram and (self.rate is None or self.rate(n)[1] >= self.rate(MODEL_CLASS)[1]):
             self.last_class = n
             return drafts
-        self.last_class = MODEL_CLASS
         if self.budget is not None:
             k = min(k, self.budget(MODEL_CLASS))
-        return self.model.propose(context, k) if k > 0 else []
+        guess = self.model.propose(context, k) if k > 0 else []
+        if guess or not drafts:
+            self.last_class = MODEL_CLASS
+            return guess
+        self.last_class = n  # the model has nothing now (not worth it, or waiting to catch up): lookup's
+        return drafts  # match, which the policy still cuts to what its class earns
 
 
 class SelfDraftBackend:

@@ -536,6 +536,9 @@ def test_lookup_first_takes_a_paying_match_and_else_the_model():
     d.budget = lambda cls: 0
     n = len(model_calls)
     assert d.propose([*ctx, 4], 8) == [] and len(model_calls) == n  # nothing paid for
+    # the model has nothing to offer now: the (weaker) match is still proposed, under its class
+    d.rate = lambda cls: (2, 1.2) if cls != MODEL_CLASS else (5, 2.0)
+    assert d.propose(ctx, 8)[:3] == [8, 1, 2] and d.last_class == 3 and len(model_calls) == n
 
 
 def test_model_drafter_catches_up_on_a_long_prompt_only_once_it_pays():
