@@ -227,7 +227,7 @@ def main(argv: list[str] | None = None) -> dict:
                 k_max=args.k_max,
                 self_layers=args.self_layers,
                 draft_model=args.draft_model if name == "draft_model" else None,
-                lookup_first=name != "draft_model",  # draft_model: the model's own acceptance
+                lookup_first=name == "auto",  # the others: each drafter measured alone
                 cost_curve=next(iter(specs.values())).cost_curve if specs else None,  # measure once
             )
             specs[name] = Speculator(backend, cfg)

@@ -53,3 +53,23 @@ def test_serve_with_a_missing_model_prints_one_line_and_exits_1(tmp_path, capsys
     err = capsys.readouterr().err.strip().splitlines()
     assert err[-1].startswith("stream-omni: ") and "nope.gguf" in err[-1], err
     assert not any("Traceback" in line for line in err)
+
+
+async def test_default_drafting_on_transformers_is_exact_over_websocket(real_backend, server_factory):
+    """`model.backend: transformers` on the embedded GGUF: the default drafter (that GGUF through
+    llama.cpp) drafts most tokens, and the streamed text equals the undrafted server's."""
+    pytest.importorskip("llama_cpp")
+    prompt = "Write a short poem about the sea."
+    texts, metrics = {}, {}
+    for drafter in ("none", "auto"):
+        with server_factory(real_backend, **{"speculative.drafter": drafter}) as addr:
+            c = await RealtimeClient.connect(addr, query="model=SmolLM2-135M-Instruct")
+            await c.until("session.created")
+            done = await c.ask(prompt, max_output_tokens=64)
+            assert done["response"]["status"] in ("completed", "incomplete")  # incomplete: 64 tokens reached
+            texts[drafter] = c.text_of(done["response"]["id"])
+            metrics[drafter] = done["response"]["metrics"]
+            await c.close()
+    assert texts["auto"] == texts["none"] and len(texts["none"]) > 100
+    assert metrics["none"]["draft_tokens"] == 0
+    assert metrics["auto"]["draft_tokens"] >= 10 and metrics["auto"]["draft_acceptance"] > 0.5, metrics["auto"]
