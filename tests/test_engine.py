@@ -157,3 +157,18 @@ def test_the_app_loads_and_probes_the_model_on_the_engine_thread(tiny_backend):
         del tiny_backend.forward
     assert seen["loader"] == worker
     assert seen["first_forward"] == worker  # the verify-cost probe at start-up
+
+
+def test_the_app_keeps_its_start_up_heap_out_of_the_cyclic_gc_while_it_serves(tiny_backend):
+    """A full collection over the loaded models' objects takes 100+ ms here; the app freezes them
+    after start-up (so collections never walk them mid-response) and unfreezes them when it stops."""
+    import gc
+
+    from gateway.config import load_config
+    from tests.conftest import run_server
+
+    assert gc.get_freeze_count() == 0
+    cfg = load_config(None, **{"audio.enabled": False, "speculative.drafter": "none"})
+    with run_server(cfg, tiny_backend):
+        assert gc.get_freeze_count() > 10_000
+    assert gc.get_freeze_count() == 0
