@@ -26,9 +26,6 @@ PROMPTS = [
 ]
 
 
-SETTLE_S = 0.3  # idle time before a WebSocket measurement (see ws_turns)
-
-
 def stock_generate(backend: Any, prompt: str, n: int) -> dict[str, float]:
     """transformers' own model.generate + TextIteratorStreamer (the baseline)."""
     import torch
@@ -91,9 +88,6 @@ def our_loop(backend: Any, prompt: str, n: int, strategy: str, spec: Any = None)
 async def ws_turns(addr: str, prompts: list[str], n: int, strategy: str) -> list[dict[str, float]]:
     import websockets
 
-    # this process just ran models itself: let its OpenMP workers stop spin-waiting (libgomp
-    # spins after each parallel region) before timing a server that needs both cores
-    await asyncio.sleep(SETTLE_S)
     out = []
     async with websockets.connect(f"ws://{addr}/v1/realtime", max_size=None) as ws:
         await ws.recv()  # session.created
