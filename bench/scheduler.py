@@ -13,6 +13,7 @@ from __future__ import annotations
 import argparse
 import os
 import time
+from pathlib import Path
 from typing import Any
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
@@ -145,7 +146,8 @@ def main() -> None:
     md = f"# bench scheduler — {machine()}\n\nEmbedded SmolLM2-135M (bf16, {args.threads} torch threads), greedy, "
     md += f"{args.tokens} tokens, {args.rounds} round(s), tasks: "
     md += ", ".join(f"{t}{' (grounded)' if t in GROUNDED else ''}" for t in args.tasks.split(",")) + "; medians. "
-    md += f"Drafting in fast / balanced: `{spec.cfg.drafter}` ({spec.cfg.draft_backend}: `{spec.cfg.draft_model}`), "
+    draft_name = Path(spec.cfg.draft_model).name if spec.cfg.draft_model else None
+    md += f"Drafting in fast / balanced: `{spec.cfg.drafter}` ({spec.cfg.draft_backend}: `{draft_name}`), "
     md += "prompt lookup first where it pays; `fast_lookup`: fast with prompt lookup only.\n\n"
     md += markdown_table(rows, list(rows[0]))
     md += "\nPer task against `plain` (tokens/s over the whole response, TTFT included):\n\n"
