@@ -3,9 +3,9 @@
 Same tasks, embedded model, greedy, side by side in one run: naive token streaming (one token
 per delta, no drafting), non-streaming (generate, then send), plain greedy decoding (chunked,
 no drafting: the speed baseline), and the strategies fast / balanced (speculative drafting on)
-and quality (chunk-level beam); ``fast_lookup`` is fast with prompt lookup as the only drafter. Reports TTFT, inter-chunk latency, TPOT, tokens/s, draft
-acceptance and quality proxies (mean log-prob, repetition rate), and whether output is
-identical to plain greedy. Writes bench/results/scheduler.{json,md}.
+and quality (chunk-level beam); ``fast_lookup`` is fast with prompt lookup as the only drafter.
+Reports TTFT, inter-chunk latency, TPOT, tokens/s, draft acceptance and quality proxies (mean
+log-prob, repetition rate), and whether output is identical to plain greedy. Writes bench/results/scheduler.{json,md}.
 """
 
 from __future__ import annotations

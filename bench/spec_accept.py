@@ -200,7 +200,8 @@ def main(argv: list[str] | None = None) -> dict:
     ap.add_argument(
         "--draft-model",
         default=None,
-        help="a draft model sharing the tokenizer, measured alone (adds draft_model); 'embedded' = the GGUF via llama.cpp",
+        help="a draft model sharing the tokenizer, measured alone (adds draft_model); "
+        "'embedded' = the GGUF via llama.cpp",
     )
     ap.add_argument("--only", choices=["grounded", "chat"], default=None)
     ap.add_argument("--no-fp32", action="store_true", help="skip the float32 identity check")

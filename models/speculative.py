@@ -14,9 +14,9 @@ The drafters live in ``models.drafters``, acceptance and the adaptive lookahead 
 from __future__ import annotations
 
 import time
-from pathlib import Path
 from collections.abc import Callable
 from dataclasses import dataclass, replace
+from pathlib import Path
 from typing import Any
 
 from .backend import Backend
@@ -203,7 +203,8 @@ class Speculator:
         same = cfg.drafter == self.cfg.drafter and cfg.draft_model == self.cfg.draft_model
         if not same:
             return Speculator(self.backend, cfg, clock=self.clock)
-        out = Speculator(self.backend, replace(cfg, calibrate=False), draft_backend=self.draft_backend, clock=self.clock)
+        draft = self.draft_backend
+        out = Speculator(self.backend, replace(cfg, calibrate=False), draft_backend=draft, clock=self.clock)
         out.draft_prefill_s, out.draft_s, out.step_s = self.draft_prefill_s, self.draft_s, self.step_s  # measured once
         return out
 
