@@ -260,18 +260,7 @@ def load_speculator(config: Config, backend: Backend) -> Any:
         return None
     from models.speculative import SpecConfig, Speculator
 
-    return Speculator(
-        backend,
-        SpecConfig(
-            drafter=s.drafter,
-            k_max=s.k_max,
-            draft_model=s.draft_model,
-            draft_backend=s.draft_backend,
-            lookup_first=s.lookup_first,
-            self_layers=s.self_layers,
-            adaptive=s.adaptive,
-        ),
-    )
+    return Speculator(backend, SpecConfig(**s.model_dump()))  # the section's keys are SpecConfig fields
 
 
 def load_vision(config: Config) -> tuple[Callable[[str], str] | None, Any]:

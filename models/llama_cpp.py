@@ -43,7 +43,7 @@ from typing import Any
 
 import numpy as np
 
-from .backend import KVState
+from .backend import KVState, common_prefix
 from .llm import EMBEDDED_ID, ModelLoadError, embedded_gguf
 
 log = logging.getLogger(__name__)
@@ -132,14 +132,6 @@ class _Slot:
 _MIN_BORROW = 8  # copy another slot's cached prefix when it is at least this many tokens longer
 
 
-def _common_prefix(a: list[int], b: list[int]) -> int:
-    n = min(len(a), len(b))
-    if n == 0:
-        return 0
-    diff = np.flatnonzero(np.asarray(a[:n], dtype=np.int64) != np.asarray(b[:n], dtype=np.int64))
-    return int(diff[0]) if diff.size else n
-
-
 class LlamaCppBackend:
     def __init__(self, cfg: LlamaCppConfig):
         lc = _import_llama_cpp()
@@ -220,7 +212,7 @@ class LlamaCppBackend:
             start, todo = len(state.tokens), tokens  # fast path: the slot mirrors the state
         else:
             full = state.tokens + tokens
-            start = min(_common_prefix(slot.tokens, full), full_len - n_logits)
+            start = min(common_prefix(slot.tokens, full), full_len - n_logits)
             todo = full[start:]
         self._crop_slot(slot, start)
         out = self._decode(slot, todo, n_logits)
@@ -297,7 +289,7 @@ class LlamaCppBackend:
 
     def cached_prefix(self, tokens: list[int]) -> int:
         """The longest prefix of ``tokens`` some sequence holds (a new state borrows it)."""
-        return max((_common_prefix(s.tokens, tokens) for s in self._slots), default=0)
+        return max((common_prefix(s.tokens, tokens) for s in self._slots), default=0)
 
     # ---------------------------------------------------------------- internals
 
@@ -314,7 +306,7 @@ class LlamaCppBackend:
             free = [s for s in self._slots if s.free()]
             if free:  # reuse the cached prefix of a finished conversation where there is one
                 target = state.tokens + tokens
-                slot = max(free, key=lambda s: (_common_prefix(s.tokens, target), -s.used))
+                slot = max(free, key=lambda s: (common_prefix(s.tokens, target), -s.used))
             else:
                 slot = min(self._slots, key=lambda s: s.used)
                 log.debug("llama.cpp: slot %d evicted (%d tokens); raise n_seq", slot.seq, len(slot.tokens))
@@ -332,11 +324,11 @@ class LlamaCppBackend:
         sequence (llama.cpp copies whole sequences between streams) and cutting it at the
         common prefix costs far less than prefilling it again; the logits are the same.
         """
-        own = _common_prefix(slot.tokens, target)
+        own = common_prefix(slot.tokens, target)
         donor, best = None, own + _MIN_BORROW
         for other in self._slots:
             if other is not slot:
-                n = _common_prefix(other.tokens, target)
+                n = common_prefix(other.tokens, target)
                 if n > best:
                     donor, best = other, n
         if donor is None:

@@ -285,11 +285,12 @@ class AdaptiveLookahead:
         return 0
 
     def lookahead(self) -> int:
-        ks = [self.best(st.hits / st.tries, c in self.free_classes)[0] for c, st in self._classes.items()]
-        if not self._classes or self.draft_seconds() <= 0.0 or self.free_classes:
+        ks = [self.rate(c)[0] for c in self._classes]
+        free = self.draft_seconds() <= 0.0 or bool(self.free_classes)
+        if not self._classes or free:
             # a class not met yet starts at the prior; when drafting is free (prompt lookup) it
             # costs nothing to ask, and ``limit`` cuts proposals of classes that do not pay
-            ks.append(self.best(self._top_prior, free=self.draft_seconds() <= 0.0 or bool(self.free_classes))[0])
+            ks.append(self.best(self._top_prior, free)[0])
         k = max(ks)
         if k > 0:
             return k
@@ -303,7 +304,7 @@ class AdaptiveLookahead:
         if proposed <= 0:
             return 0
         st = self._stats(cls)
-        k, _ = self.best(st.hits / st.tries, cls in self.free_classes)
+        k, _ = self.rate(cls)
         self._probing_cls = None
         if k == 0:
             st.off_seen += 1
@@ -329,7 +330,7 @@ class AdaptiveLookahead:
         st.tries = keep * st.tries + tries
         st.off_seen = 0
         if self._probing_cls == cls:  # that was a probe: did it turn the class back on?
-            failed = self.best(st.hits / st.tries, cls in self.free_classes)[0] == 0
+            failed = self.rate(cls)[0] == 0
             st.wait = self._backoff(st.wait or self.config.probe_every, failed)
             if self._probe:
                 self._wait = self._backoff(self._wait, failed)

@@ -215,11 +215,11 @@ def test_evicted_conversations_resync_from_their_tokens(backend: LlamaCppBackend
 def test_a_new_conversation_borrows_the_shared_prefix_of_a_live_one(backend: LlamaCppBackend, monkeypatch) -> None:
     """The system prompt + chat template cached by a conversation still in use is copied into a
     new conversation's empty sequence: only the rest is prefilled, and the logits are a cold run's."""
-    from models.llama_cpp import _common_prefix
+    from models.backend import common_prefix
 
     backend.reset()
     first, second = (backend.chat_tokens([{"role": "user", "content": q}]) for q in ("Name a river.", "Why?"))
-    common = _common_prefix(first, second)
+    common = common_prefix(first, second)
     assert common >= 16  # the shared template
     live = backend.new_state()
     backend.forward(live, first)  # stays alive: its sequence is not free
