@@ -20,13 +20,14 @@ from pathlib import Path
 from typing import Any
 
 from .backend import Backend
-from .drafters import LookupFirstDrafter, ModelDrafter, PromptLookupDrafter, SelfDraftBackend
+from .drafters import MODEL_CLASS, LookupFirstDrafter, ModelDrafter, PromptLookupDrafter, SelfDraftBackend
 from .verify import (
     DEFAULT_COST_CURVE,
     AdaptiveLookahead,
     FixedLookahead,
     LookaheadConfig,
     Speculation,
+    draft_agreement,
     measure_cost_curve,
     token_seconds,
 )
@@ -103,6 +104,17 @@ def resolve_drafter(main: Any, cfg: SpecConfig) -> SpecConfig:
 _PROBE_CHAT = [
     {"role": "system", "content": "You are terse."},
     {"role": "user", "content": "Spell 'naïve café' and count: 1, 22, 333 — ok? 😀"},
+]
+
+
+# a short everyday exchange; its assistant turn is what draft and target must agree on
+_AGREEMENT_CHAT = [
+    {"role": "user", "content": "Can you give me two tips for sleeping better?"},
+    {
+        "role": "assistant",
+        "content": "Sure! First, go to bed and wake up at the same time every day, even on weekends. "
+        "Second, keep your bedroom cool, dark and quiet, and put your phone away an hour before sleep.",
+    },
 ]
 
 
@@ -183,19 +195,23 @@ class Speculator:
         # a model drafter's cost per token and one target step, so the first response drafts
         # as much as it pays from its first step (unmeasured, drafting would look free)
         self.draft_prefill_s = self.draft_s = self.step_s = 0.0
+        # and how often its greedy choice is the target's (teacher-forced on a short chat): the
+        # model drafts' prior acceptance, so a good draft is preferred to prompt lookup's weak
+        # matches from the first step and a poor one is not tried at every step first
+        self.draft_accept: float | None = None
         if self.draft_backend is not None and cfg.adaptive and cfg.calibrate:
             self.draft_prefill_s, self.draft_s = token_seconds(self.draft_backend)
             self.step_s = token_seconds(backend)[1]
-        self.lookahead = LookaheadConfig(
-            k_max=cfg.k_max,
-            probe_every=cfg.probe_every,
-            class_priors=self._priors(cfg),
-        )
+            self.draft_accept = draft_agreement(backend, self.draft_backend, backend.chat_tokens(_AGREEMENT_CHAT))
+        self.lookahead = self._lookahead()
 
-    @staticmethod
-    def _priors(cfg: SpecConfig) -> tuple[tuple[int, float], ...]:
+    def _lookahead(self) -> LookaheadConfig:
+        cfg = self.cfg
         lookup = cfg.drafter == "prompt_lookup" or (cfg.drafter in ("draft_model", "self") and cfg.lookup_first)
-        return lookup_priors(cfg.ngram_min, cfg.ngram_max) if lookup else ()
+        priors = lookup_priors(cfg.ngram_min, cfg.ngram_max) if lookup else ()
+        if self.draft_accept is not None:  # clipped: a running rate must be able to move it
+            priors += ((MODEL_CLASS, min(max(self.draft_accept, 0.05), 0.95)),)
+        return LookaheadConfig(k_max=cfg.k_max, probe_every=cfg.probe_every, class_priors=priors)
 
     def with_config(self, **changes: Any) -> Speculator:
         """Same backends and cost curve, other settings (e.g. per-request k_max)."""
@@ -206,6 +222,8 @@ class Speculator:
         draft = self.draft_backend
         out = Speculator(self.backend, replace(cfg, calibrate=False), draft_backend=draft, clock=self.clock)
         out.draft_prefill_s, out.draft_s, out.step_s = self.draft_prefill_s, self.draft_s, self.step_s  # measured once
+        out.draft_accept = self.draft_accept
+        out.lookahead = out._lookahead()
         return out
 
     def for_job(self) -> Speculation | None:

@@ -137,6 +137,17 @@ def token_seconds(backend: Backend, context: int = 32, steps: int = 6) -> tuple[
     return prefill, float(np.median(times))
 
 
+def draft_agreement(target: Backend, draft: Backend, ids: Sequence[int]) -> float:
+    """Share of positions of ``ids`` (teacher-forced, one forward each) where the draft's greedy
+    choice equals the target's: an estimate of greedy acceptance before any response has run."""
+    ids = list(ids)
+    if len(ids) < 2:
+        raise ValueError("draft_agreement needs at least two tokens")
+    a = target.forward(target.new_state(), ids, n_logits=len(ids)).argmax(-1)
+    b = draft.forward(draft.new_state(), ids, n_logits=len(ids)).argmax(-1)
+    return float(np.mean(a == b))
+
+
 def cost_at(curve: Sequence[float], k: int) -> float:
     """``curve[k]``, extrapolated linearly past its end."""
     if k < len(curve):

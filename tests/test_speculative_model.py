@@ -16,11 +16,18 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from models.decode import DecodeJob
-from models.drafters import LookupFirstDrafter, ModelDrafter, PromptLookupDrafter, SelfDraftBackend
+from models.drafters import MODEL_CLASS, LookupFirstDrafter, ModelDrafter, PromptLookupDrafter, SelfDraftBackend
 from models.sampling import SamplingParams
 from models.scheduler import SchedulerConfig
 from models.speculative import SpecConfig, Speculator
-from models.verify import DEFAULT_COST_CURVE, AdaptiveLookahead, FixedLookahead, LookaheadConfig, Speculation
+from models.verify import (
+    DEFAULT_COST_CURVE,
+    AdaptiveLookahead,
+    FixedLookahead,
+    LookaheadConfig,
+    Speculation,
+    draft_agreement,
+)
 from tests.conftest import build_tiny_llama
 
 INIT = 0.1  # weight scale: 0.02 makes a random Llama repeat one token forever, 0.3 makes it chaotic
@@ -149,6 +156,30 @@ def test_draft_model_is_built_from_config(target, draft_dir):
     assert greedy(target, prompt, 24, alone).generated == greedy(target, prompt, 24).generated
 
 
+def test_draft_agreement_is_how_often_two_models_choose_alike(target, draft):
+    ids = list(range(200, 260))
+    assert draft_agreement(target, target, ids) == 1.0  # a model always agrees with itself
+    mine = target.forward(target.new_state(), ids, n_logits=len(ids)).argmax(-1)
+    theirs = draft.forward(draft.new_state(), ids, n_logits=len(ids)).argmax(-1)
+    assert draft_agreement(target, draft, ids) == pytest.approx(float(np.mean(mine == theirs)))
+    assert 0.0 < draft_agreement(target, draft, ids) < 1.0  # a noisy copy: sometimes, not always
+    with pytest.raises(ValueError):
+        draft_agreement(target, draft, [5])
+
+
+def test_speculator_starts_model_drafts_at_their_measured_agreement(target, draft):
+    """The model class's prior acceptance is the measured agreement (clipped), so a good draft
+    model wins over prompt lookup's guesses from the first step and a useless one starts off."""
+    same = Speculator(target, SpecConfig(drafter="draft_model", draft_model="x"), draft_backend=target)
+    assert same.draft_accept == 1.0 and dict(same.lookahead.class_priors)[MODEL_CLASS] == 0.95
+    noisy = Speculator(target, SpecConfig(drafter="draft_model", draft_model="x"), draft_backend=draft)
+    assert dict(noisy.lookahead.class_priors)[MODEL_CLASS] == pytest.approx(min(max(noisy.draft_accept, 0.05), 0.95))
+    assert noisy.with_config(k_max=4).lookahead.class_priors == noisy.lookahead.class_priors
+    assert noisy.for_job().policy.acceptance(MODEL_CLASS) == dict(noisy.lookahead.class_priors)[MODEL_CLASS]
+    plain = Speculator(target, SpecConfig(drafter="prompt_lookup"))
+    assert plain.draft_accept is None and MODEL_CLASS not in dict(plain.lookahead.class_priors)
+
+
 # ----------------------------------------------------------------------------- greedy identity
 
 
@@ -256,6 +287,7 @@ def test_real_model_auto_drafter_is_the_same_gguf_through_llama_cpp(real_backend
     assert spec.cfg.drafter == "draft_model" and spec.cfg.draft_backend == "llama_cpp"
     assert type(spec.draft_backend).__name__ == "LlamaCppBackend"
     assert 0 < spec.draft_s < spec.step_s  # a llama.cpp draft token costs less than a bf16 step
+    assert spec.draft_accept >= 0.9  # teacher-forced agreement of Q4_1 with its bf16 dequantization: 0.98 here
     # the checks below must not hang on this box's timings: a fixed cost curve, no measured costs
     fixed = replace(spec.cfg, cost_curve=DEFAULT_COST_CURVE, calibrate=False)
     model_only = Speculator(real_backend, replace(fixed, lookup_first=False), draft_backend=spec.draft_backend)
