@@ -26,14 +26,21 @@ ARTICLE = (
     "would hurt their business. The council voted five to two to build the lanes next spring, and promised "
     "to add a small parking lot behind the library."
 )
-CODE = "def total(xs):\n    t = 0\n    for x in xs:\n        t = t + x\n    return t\n"
+CODE = (
+    "def mean_and_spread(values):\n    if not values:\n        return None\n    total = 0\n    for v in values:\n"
+    "        total = total + v\n    mean = total / len(values)\n    lo = min(values)\n    hi = max(values)\n"
+    "    return mean, hi - lo\n"
+)
 TASKS = {
     "qa": ("chat", "What is the capital of Japan? Answer in one sentence."),
     "writing": ("creative", "Write a short story about a lighthouse keeper who finds a message in a bottle."),
     "code": ("code", "Write a Python function that checks whether a string is a palindrome."),
     "summarize": ("summarize", f"Summarize this article in two sentences:\n\n{ARTICLE}"),
     "edit": ("summarize", f"Repeat this text exactly, fixing nothing:\n\n{ARTICLE}"),
-    "rewrite_code": ("code", f"Rewrite this function with a docstring, keeping the code the same:\n\n{CODE}"),
+    "rewrite_code": (
+        "code",
+        f"Rename the variable `total` to `acc` in this function and return the full code:\n\n```python\n{CODE}```",
+    ),
     "reasoning": ("chat", "If a train leaves at 3 pm and travels for 2 hours and 30 minutes, when does it arrive?"),
 }
 GROUNDED = {"summarize", "edit", "rewrite_code"}
