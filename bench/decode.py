@@ -13,11 +13,14 @@ import json
 import os
 import threading
 import time
+from collections.abc import Callable
 from typing import Any
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
 from bench.common import machine, markdown_table, median, server_process, write  # noqa: E402
+
+SETTLE_S = 0.06  # pause before every measured request, whichever system serves it
 
 PROMPTS = [
     "Explain in a short paragraph why the sky is blue.",
@@ -85,9 +88,14 @@ def our_loop(backend: Any, prompt: str, n: int, strategy: str, spec: Any = None)
     return {"ttft_ms": (first - t0) * 1000, "tok_s": (tokens - first_tokens) / max(end - first, 1e-9), "tokens": tokens}
 
 
-async def ws_turns(addr: str, prompts: list[str], n: int, strategy: str) -> list[dict[str, float]]:
+async def ws_turns(
+    addr: str, prompts: list[str], n: int, strategy: str, lookahead: int | None = None
+) -> list[dict[str, float]]:
     import websockets
 
+    scheduler: dict[str, Any] = {"strategy": strategy}
+    if lookahead is not None:
+        scheduler["lookahead_tokens"] = lookahead  # 0: this response drafts nothing
     out = []
     async with websockets.connect(f"ws://{addr}/v1/realtime", max_size=None) as ws:
         await ws.recv()  # session.created
@@ -109,7 +117,7 @@ async def ws_turns(addr: str, prompts: list[str], n: int, strategy: str) -> list
                 json.dumps(
                     {
                         "type": "response.create",
-                        "response": {"max_output_tokens": n, "scheduler": {"strategy": strategy}},
+                        "response": {"max_output_tokens": n, "scheduler": scheduler},
                     }
                 )
             )
@@ -129,6 +137,7 @@ async def ws_turns(addr: str, prompts: list[str], n: int, strategy: str) -> list
                     "ttft_ms": (first - t0) * 1000,
                     "tok_s": (toks - 1) / max(end - first, 1e-9),
                     "tokens": toks,
+                    "server_ttft_ms": r["metrics"]["ttft_ms"] if r["metrics"] else None,
                     "prompt_tokens": r["metrics"]["prompt_tokens"] if r["metrics"] else None,
                     "cached_tokens": r["metrics"]["cached_tokens"] if r["metrics"] else None,
                 }
@@ -155,67 +164,83 @@ def main() -> None:
 
     lookup = Speculator(fast, SpecConfig(drafter="prompt_lookup", k_max=16))
     spec = Speculator(fast, SpecConfig(drafter="auto", k_max=16))  # the default: the GGUF through llama.cpp drafts
-    # the WebSocket run decodes exactly like the in-process loop (transformers fast path, no
-    # drafting), served by `stream-omni serve` in its own process (bench.common.server_process)
-    overrides = {
-        "model.backend": "transformers",
-        "model.threads": args.threads,
-        "speculative.drafter": "none",
-        "audio.enabled": False,
-    }
+    # one `stream-omni serve` in its own process (bench.common.server_process) with the default
+    # configuration on the transformers backend: the WebSocket rows decode like the in-process
+    # loop, without drafting (`lookahead_tokens: 0` in the response) or with the default drafter.
+    # One server, not one per row: a second idle server process made the first one's TTFT
+    # ≈ 10 ms slower here (measured), which is this box's, not the gateway's, cost
+    overrides = {"model.backend": "transformers", "model.threads": args.threads, "audio.enabled": False}
     keys = ("stock", "ours_hf", "ours", "ours_lookup", "ours_spec", "ws", "ws_spec")
     systems: dict[str, list[dict[str, float]]] = {k: [] for k in keys}
-    default_overrides = {k: v for k, v in overrides.items() if k != "speculative.drafter"}  # drafter: auto
-    with server_process(overrides) as addr, server_process(default_overrides) as addr_spec:
+    with server_process(overrides) as addr:
         for p in PROMPTS:  # warm-up
             our_loop(fast, p, 4, args.strategy)
+        asyncio.run(ws_turns(addr, PROMPTS[:1], 4, args.strategy, 0))
         asyncio.run(ws_turns(addr, PROMPTS[:1], 4, args.strategy))
-        asyncio.run(ws_turns(addr_spec, PROMPTS[:1], 4, args.strategy))
+        runs: dict[str, Callable[[str], dict[str, float]]] = {
+            "stock": lambda p: stock_generate(slow, p, args.tokens),
+            "ours_hf": lambda p: our_loop(slow, p, args.tokens, args.strategy),
+            "ours_lookup": lambda p: our_loop(fast, p, args.tokens, args.strategy, lookup),
+            # each WebSocket row right after its in-process twin: the TTFT gap is taken pairwise
+            "ours": lambda p: our_loop(fast, p, args.tokens, args.strategy),
+            "ws": lambda p: asyncio.run(ws_turns(addr, [p], args.tokens, args.strategy, 0))[0],
+            "ours_spec": lambda p: our_loop(fast, p, args.tokens, args.strategy, spec),
+            "ws_spec": lambda p: asyncio.run(ws_turns(addr, [p], args.tokens, args.strategy))[0],
+        }
         for _ in range(args.rounds):
             for p in PROMPTS:
-                systems["stock"].append(stock_generate(slow, p, args.tokens))
-                systems["ours_hf"].append(our_loop(slow, p, args.tokens, args.strategy))
-                systems["ours"].append(our_loop(fast, p, args.tokens, args.strategy))
-                systems["ours_lookup"].append(our_loop(fast, p, args.tokens, args.strategy, lookup))
-                systems["ours_spec"].append(our_loop(fast, p, args.tokens, args.strategy, spec))
-                systems["ws"].extend(asyncio.run(ws_turns(addr, [p], args.tokens, args.strategy)))
-                systems["ws_spec"].extend(asyncio.run(ws_turns(addr_spec, [p], args.tokens, args.strategy)))
+                for key, once in runs.items():
+                    # every system starts alike: after the previous one's libgomp workers have
+                    # stopped spinning (≈ 10 ms of a core after a process's last torch call here,
+                    # which would otherwise land on whichever process decodes next)
+                    time.sleep(SETTLE_S)
+                    systems[key].append(once(p))
         turns = asyncio.run(
             ws_turns(
                 addr,
                 [f"Question {i + 1}: name one fact about the number {i + 7}." for i in range(10)],
                 32,
                 args.strategy,
+                0,
             )
         )
     base = median([r["tok_s"] for r in systems["stock"]])
-    base_ttft = median([r["ttft_ms"] for r in systems["ours"]])
     names = {
         "stock": "transformers generate + TextIteratorStreamer",
         "ours_hf": "our loop, transformers forward",
         "ours": "our loop, fast Llama path",
         "ours_lookup": "our loop, fast path + prompt-lookup drafting",
         "ours_spec": "our loop, fast path + default drafting (same GGUF via llama.cpp, lookup first)",
-        "ws": "WebSocket round trip (`stream-omni serve`, transformers fast path, no drafting)",
+        "ws": "WebSocket round trip (`stream-omni serve`, transformers, `lookahead_tokens: 0`: no drafting)",
         "ws_spec": "WebSocket round trip (`stream-omni serve`, transformers, default drafting)",
     }
+    twin = {"ws": "ours", "ws_spec": "ours_spec"}  # a WebSocket row's in-process counterpart
     rows = []
-    for key, runs in systems.items():
-        tok_s = median([r["tok_s"] for r in runs])
-        ttft = median([r["ttft_ms"] for r in runs])
+    for key, results in systems.items():
+        tok_s = median([r["tok_s"] for r in results])
+        ttft = median([r["ttft_ms"] for r in results])
+        pairs = zip(results, systems[twin.get(key, "ours")], strict=True)  # same prompt, same round
+        server = [r["server_ttft_ms"] for r in results if r.get("server_ttft_ms") is not None]
         rows.append(
             {
                 "system": names[key],
                 "TTFT ms": ttft,
                 "tok/s": tok_s,
                 "× stock tok/s": tok_s / base,
-                "TTFT − in-process ms": ttft - base_ttft,
+                "TTFT − in-process ms": median([a["ttft_ms"] - b["ttft_ms"] for a, b in pairs]),
+                "server-side TTFT ms": median(server) if server else None,
             }
         )
     t1, t10 = turns[0]["ttft_ms"], turns[-1]["ttft_ms"]
     md = f"# bench decode — {machine()}\n\n{args.tokens} new tokens, greedy, {args.rounds} rounds × {len(PROMPTS)} "
     md += f"prompts, strategy `{args.strategy}`, {args.threads} torch thread(s); medians.\n\n"
-    md += markdown_table(rows, ["system", "TTFT ms", "tok/s", "× stock tok/s", "TTFT − in-process ms"])
+    md += "TTFT − in-process: median over (prompt, round) pairs of this system's TTFT minus its in-process twin's "
+    md += "(`ours` for the in-process rows and the plain WebSocket row, `ours_spec` for WebSocket + default drafting), "
+    md += f"each measured right after the other with a {SETTLE_S * 1000:.0f} ms pause before every request; "
+    md += "server-side TTFT is the server's own `response.done` metric (job start to first chunk).\n\n"
+    md += markdown_table(
+        rows, ["system", "TTFT ms", "tok/s", "× stock tok/s", "TTFT − in-process ms", "server-side TTFT ms"]
+    )
     md += "\nGrowing conversation over one WebSocket (10 turns):\n\n"
     md += markdown_table(
         [
