@@ -51,6 +51,12 @@ def repetition_rate(ids: list[int], n: int = 3) -> float:
     return 0.0 if not grams else 1 - len(set(grams)) / len(grams)
 
 
+def token_mean(per_task: dict[str, dict[str, Any]], key: str) -> float:
+    """``key`` averaged over every token a system wrote (a median over tasks picks one task's)."""
+    total = sum(r["tokens"] for r in per_task.values())
+    return sum(r[key] * r["tokens"] for r in per_task.values()) / max(total, 1)
+
+
 def run(backend: Any, spec: Any, prompt: list[int], system: str, hint: str, n: int) -> dict[str, Any]:
     from models.decode import DecodeJob
     from models.sampling import SamplingParams
@@ -147,7 +153,7 @@ def main() -> None:
             "× plain (open)": speed(open_),
             "identical to plain": f"{sum(r[t]['ids'] == plain[t]['ids'] for t in r)}/{len(r)}",
             "draft acc.": median(acc) if acc else None,
-            "mean log-prob": median([r[t]["mean_logprob"] for t in r]),
+            "mean log-prob": token_mean(r, "mean_logprob"),
             "repetition": median([r[t]["repetition"] for t in r]),
         })
     md = f"# bench scheduler — {machine()}\n\nEmbedded SmolLM2-135M (bf16, {args.threads} torch threads), greedy, "
@@ -169,10 +175,23 @@ def main() -> None:
                 "fast ×": results["fast"][t]["tok_s"] / results["plain"][t]["tok_s"],
                 "fast draft acc.": results["fast"][t]["draft_acceptance"],
                 "identical": results["fast"][t]["ids"] == results["plain"][t]["ids"],
+                "plain log-prob": results["plain"][t]["mean_logprob"],
+                "quality log-prob": results["quality"][t]["mean_logprob"],
             }
             for t in results["plain"]
         ],
-        ["task", "tokens", "plain tok/s", "fast_lookup ×", "fast tok/s", "fast ×", "fast draft acc.", "identical"],
+        [
+            "task",
+            "tokens",
+            "plain tok/s",
+            "fast_lookup ×",
+            "fast tok/s",
+            "fast ×",
+            "fast draft acc.",
+            "identical",
+            "plain log-prob",
+            "quality log-prob",
+        ],
     )
     for r in results.values():
         for v in r.values():
