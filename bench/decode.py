@@ -9,11 +9,13 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import json
+import multiprocessing
 import os
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
@@ -145,6 +147,49 @@ async def ws_turns(
     return out
 
 
+def twin_worker(conn: Any, threads: int) -> None:
+    """The in-process twins of the WebSocket rows, in a process of their own: our loop called
+    directly (no drafting, or the default drafter), timed inside this process. Like the server,
+    this process only decodes its own requests and idles while the others run, so the two
+    compare under the same conditions (the benchmark's main process, which runs every other
+    system, answered its next request ≈ 10 ms faster than a process that had idled meanwhile)."""
+    import torch
+
+    from models.llm import LLMConfig, load_backend
+    from models.speculative import SpecConfig, Speculator
+
+    torch.set_num_threads(threads)
+    fast = load_backend(LLMConfig(threads=threads))
+    spec = Speculator(fast, SpecConfig(drafter="auto", k_max=16))  # the default: the GGUF through llama.cpp drafts
+    for p in PROMPTS:  # warm-up
+        our_loop(fast, p, 4, "fast")
+        our_loop(fast, p, 4, "fast", spec)
+    conn.send("ready")
+    while (msg := conn.recv()) is not None:
+        drafted, prompt, n, strategy = msg
+        conn.send(our_loop(fast, prompt, n, strategy, spec if drafted else None))
+
+
+@contextlib.contextmanager
+def twin_process(threads: int) -> Iterator[Callable[[bool, str, int, str], dict[str, float]]]:
+    ctx = multiprocessing.get_context("spawn")
+    mine, theirs = ctx.Pipe()
+    proc = ctx.Process(target=twin_worker, args=(theirs, threads), daemon=True)
+    proc.start()
+    try:
+        if mine.recv() != "ready":
+            raise RuntimeError("twin process failed to start")
+
+        def ask(drafted: bool, prompt: str, n: int, strategy: str) -> dict[str, float]:
+            mine.send((drafted, prompt, n, strategy))
+            return mine.recv()
+
+        yield ask
+    finally:
+        mine.send(None)
+        proc.join(30)
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__)
     ap.add_argument("--tokens", type=int, default=64, help="new tokens per response")
@@ -163,7 +208,6 @@ def main() -> None:
     from models.speculative import SpecConfig, Speculator
 
     lookup = Speculator(fast, SpecConfig(drafter="prompt_lookup", k_max=16))
-    spec = Speculator(fast, SpecConfig(drafter="auto", k_max=16))  # the default: the GGUF through llama.cpp drafts
     # one `stream-omni serve` in its own process (bench.common.server_process) with the default
     # configuration on the transformers backend: the WebSocket rows decode like the in-process
     # loop, without drafting (`lookahead_tokens: 0` in the response) or with the default drafter.
@@ -172,7 +216,7 @@ def main() -> None:
     overrides = {"model.backend": "transformers", "model.threads": args.threads, "audio.enabled": False}
     keys = ("stock", "ours_hf", "ours", "ours_lookup", "ours_spec", "ws", "ws_spec")
     systems: dict[str, list[dict[str, float]]] = {k: [] for k in keys}
-    with server_process(overrides) as addr:
+    with server_process(overrides) as addr, twin_process(args.threads) as twin:
         for p in PROMPTS:  # warm-up
             our_loop(fast, p, 4, args.strategy)
         asyncio.run(ws_turns(addr, PROMPTS[:1], 4, args.strategy, 0))
@@ -181,10 +225,11 @@ def main() -> None:
             "stock": lambda p: stock_generate(slow, p, args.tokens),
             "ours_hf": lambda p: our_loop(slow, p, args.tokens, args.strategy),
             "ours_lookup": lambda p: our_loop(fast, p, args.tokens, args.strategy, lookup),
-            # each WebSocket row right after its in-process twin: the TTFT gap is taken pairwise
-            "ours": lambda p: our_loop(fast, p, args.tokens, args.strategy),
+            # each WebSocket row right after its in-process twin (`twin_process`): the TTFT gap
+            # is taken pairwise
+            "ours": lambda p: twin(False, p, args.tokens, args.strategy),
             "ws": lambda p: asyncio.run(ws_turns(addr, [p], args.tokens, args.strategy, 0))[0],
-            "ours_spec": lambda p: our_loop(fast, p, args.tokens, args.strategy, spec),
+            "ours_spec": lambda p: twin(True, p, args.tokens, args.strategy),
             "ws_spec": lambda p: asyncio.run(ws_turns(addr, [p], args.tokens, args.strategy))[0],
         }
         for _ in range(args.rounds):
@@ -208,9 +253,9 @@ def main() -> None:
     names = {
         "stock": "transformers generate + TextIteratorStreamer",
         "ours_hf": "our loop, transformers forward",
-        "ours": "our loop, fast Llama path",
+        "ours": "our loop, fast Llama path (in a process of its own, like the server)",
         "ours_lookup": "our loop, fast path + prompt-lookup drafting",
-        "ours_spec": "our loop, fast path + default drafting (same GGUF via llama.cpp, lookup first)",
+        "ours_spec": "our loop, fast path + default drafting (same GGUF via llama.cpp, lookup first; own process)",
         "ws": "WebSocket round trip (`stream-omni serve`, transformers, `lookahead_tokens: 0`: no drafting)",
         "ws_spec": "WebSocket round trip (`stream-omni serve`, transformers, default drafting)",
     }
