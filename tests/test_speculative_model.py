@@ -290,7 +290,9 @@ def test_real_model_auto_drafter_is_the_same_gguf_through_llama_cpp(real_backend
     assert spec.draft_accept >= 0.9  # teacher-forced agreement of Q4_1 with its bf16 dequantization: 0.98 here
     # the checks below must not hang on this box's timings: a fixed cost curve, no measured costs
     fixed = replace(spec.cfg, cost_curve=DEFAULT_COST_CURVE, calibrate=False)
-    model_only = Speculator(real_backend, replace(fixed, lookup_first=False), draft_backend=spec.draft_backend)
+    # the model's drafts alone, always 8 a step: the counts below then depend on the models, not on timings
+    alone = replace(fixed, lookup_first=False, adaptive=False, k_max=8)
+    model_only = Speculator(real_backend, alone, draft_backend=spec.draft_backend)
     spec = Speculator(real_backend, fixed, draft_backend=spec.draft_backend)
     for text in _OPEN:
         prompt = real_backend.chat_tokens([{"role": "user", "content": text}])
@@ -300,5 +302,7 @@ def test_real_model_auto_drafter_is_the_same_gguf_through_llama_cpp(real_backend
         assert fast.steps <= plain.steps / 2
         drafts = greedy(real_backend, prompt, 48, model_only.for_job())
         assert drafts.generated == plain.generated
-        # drafted counts every draft of a block, also those after its first miss: 0.83–0.98 measured
-        assert drafts.accepted >= 0.75 * drafts.drafted > 0
+        # drafted counts every draft of a block, also those after its first miss: 0.71 and 0.84
+        # here, with 8 target forwards for 48 tokens on both prompts
+        assert drafts.accepted >= 0.6 * drafts.drafted > 0
+        assert drafts.steps <= plain.steps / 4
