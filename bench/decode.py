@@ -259,12 +259,12 @@ def main() -> None:
         "ws": "WebSocket round trip (`stream-omni serve`, transformers, `lookahead_tokens: 0`: no drafting)",
         "ws_spec": "WebSocket round trip (`stream-omni serve`, transformers, default drafting)",
     }
-    twin = {"ws": "ours", "ws_spec": "ours_spec"}  # a WebSocket row's in-process counterpart
+    twin_of = {"ws": "ours", "ws_spec": "ours_spec"}  # a WebSocket row's in-process counterpart
     rows = []
     for key, results in systems.items():
         tok_s = median([r["tok_s"] for r in results])
         ttft = median([r["ttft_ms"] for r in results])
-        pairs = zip(results, systems[twin.get(key, "ours")], strict=True)  # same prompt, same round
+        pairs = zip(results, systems[twin_of.get(key, "ours")], strict=True)  # same prompt, same round
         server = [r["server_ttft_ms"] for r in results if r.get("server_ttft_ms") is not None]
         rows.append(
             {
