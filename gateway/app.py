@@ -131,6 +131,7 @@ def create_app(
         except BaseException:
             engine.close()
             raise
+        engine.on_idle(getattr(backend, "warm", None))  # e.g. the next new conversation's cache
         asr = await asyncio.to_thread(load_audio, config) if config.audio.enabled else None
         describer, image_gen = await asyncio.to_thread(load_vision, config)
         registry = SessionRegistry(config.server.grace_period_s, config.limits.max_sessions)

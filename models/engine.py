@@ -11,6 +11,9 @@ Every model call happens on the worker thread, including start-up work (``call``
 runs its kernels on an OpenMP team per calling thread, and once a second thread has one, the
 process has more OpenMP threads than cores and libgomp throttles its spin-waits — measured here,
 a llama.cpp decode step went from ≈ 10 ms to ≈ 20 ms for the life of the process.
+
+``on_idle(fn)`` gives the worker something to do, in short pieces, once it runs out of work (the
+backend readies the next conversation's cache there, off every response's critical path).
 """
 
 from __future__ import annotations
@@ -58,6 +61,8 @@ class Engine:
         self._cv = threading.Condition()
         self._ids = itertools.count(1)
         self._stop = False
+        self._idle: Callable[[], bool] | None = None
+        self._idle_due = False  # work was done since the idle hook last ran
         self._thread = threading.Thread(target=self._loop, name=name, daemon=True)
         self._thread.start()
 
@@ -83,6 +88,14 @@ class Engine:
             self._calls.append((fut, fn, args))
             self._cv.notify()
         return fut
+
+    def on_idle(self, fn: Callable[[], bool] | None) -> None:
+        """Run ``fn`` on the worker thread when it runs out of work (now too, if it has none), again
+        while it returns True (more to do) and no work has come. A response that arrives meanwhile
+        waits for the call in progress, so each should be short; errors are logged."""
+        with self._cv:
+            self._idle, self._idle_due = fn, fn is not None
+            self._cv.notify()
 
     @property
     def depth(self) -> tuple[int, int]:
@@ -114,10 +127,15 @@ class Engine:
         rr = 0
         while True:
             with self._cv:
-                while not self._stop and not self._running and not self._waiting and not self._calls:
+                while (hook := self._idle if self._idle_due else None) is None and self._no_work():
                     self._cv.wait()
+                hook = hook if self._no_work() else None
                 call = self._calls.popleft() if self._calls else None
+            if hook is not None:
+                self._idle_due = self._run_idle(hook)  # more to do: called again while still idle
+                continue
             if call is not None:
+                self._idle_due = True
                 self._run_call(*call)
                 continue
             with self._cv:
@@ -141,11 +159,23 @@ class Engine:
                 h.job.finished = True
                 events = JobEvents(done=Done("error", {"error": type(exc).__name__}))
             self._deliver(h, events)
+            self._idle_due = True
             with self._cv:
                 if h.job.finished and h in self._running:
                     self._running.remove(h)
                 else:
                     rr += 1
+
+    def _no_work(self) -> bool:
+        return not self._stop and not self._running and not self._waiting and not self._calls
+
+    @staticmethod
+    def _run_idle(hook: Callable[[], bool]) -> bool:
+        try:
+            return bool(hook())
+        except Exception:  # the worker goes on; the hook is tried again after the next work
+            log.exception("idle hook failed")
+            return False
 
     @staticmethod
     def _run_call(fut: concurrent.futures.Future[Any], fn: Callable[..., Any], args: tuple[Any, ...]) -> None:

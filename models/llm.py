@@ -116,6 +116,11 @@ class TransformersBackend:
 
         return KVState(tokens=[], cache=DynamicCache(config=self.model.config))
 
+    def warm(self) -> bool:
+        """The engine's idle hook: ready a new conversation's cache ahead of time, a piece per call
+        (True: more to do)."""
+        return self.fast.warm() if self.fast is not None else False
+
     def forward(self, state: KVState, tokens: list[int], n_logits: int = 1) -> np.ndarray:
         torch = self._torch
         if not tokens:

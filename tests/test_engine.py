@@ -130,6 +130,72 @@ def test_call_runs_on_the_worker_thread_between_steps_and_returns_or_raises():
         engine.close()
 
 
+def test_the_idle_hook_runs_in_pieces_on_the_worker_only_while_it_has_nothing_else_to_do():
+    """Idle work (readying the next conversation's cache) never runs between a job's steps, and a
+    job that arrives while it runs waits for the piece in progress only, not for all of it."""
+    engine = Engine()
+    try:
+        log: list[str] = []
+        threads: set[int] = set()
+        pieces_left = [3]
+
+        def hook() -> bool:
+            threads.add(threading.get_ident())
+            log.append("idle")
+            time.sleep(0.02)
+            pieces_left[0] -= 1
+            return pieces_left[0] > 0
+
+        engine.on_idle(hook)  # nothing to do yet: it runs now, to the end
+        deadline = time.monotonic() + 5
+        while pieces_left[0] > 0 and time.monotonic() < deadline:
+            time.sleep(0.01)
+        time.sleep(0.05)
+        assert log == ["idle"] * 3  # and not again: it said it was done
+        worker = engine.call(threading.get_ident).result(5)
+        assert threads == {worker}
+
+        pieces_left[0] = 10_000  # a long stretch of idle work; the call above made it due again
+        while log.count("idle") < 6 and time.monotonic() < deadline:
+            time.sleep(0.01)
+        at_submit = len(log)
+        _, done, sink = collector()
+        engine.submit(FakeJob("a", 4, log, delay=0.01), sink)
+        assert done.wait(5)
+        first = log.index("a")
+        assert log[at_submit:first].count("idle") <= 1  # the piece in progress, at most
+        assert log[first : first + 4] == ["a"] * 4  # no idle work between a job's steps
+        time.sleep(0.1)
+        assert log[first + 4 :] and set(log[first + 4 :]) == {"idle"}  # resumed once the job was done
+    finally:
+        engine.close()
+
+
+def test_a_failing_idle_hook_is_logged_and_tried_again_after_the_next_work(caplog):
+    engine = Engine()
+    try:
+        calls: list[int] = []
+
+        def hook() -> bool:
+            calls.append(1)
+            if len(calls) == 1:
+                raise RuntimeError("boom")
+            return False
+
+        engine.on_idle(hook)
+        deadline = time.monotonic() + 5
+        while not calls and time.monotonic() < deadline:
+            time.sleep(0.01)
+        time.sleep(0.05)
+        assert len(calls) == 1 and "idle hook failed" in caplog.text  # not retried while idle
+        assert engine.call(lambda: "alive").result(5) == "alive"
+        while len(calls) < 2 and time.monotonic() < deadline:
+            time.sleep(0.01)
+        assert len(calls) == 2
+    finally:
+        engine.close()
+
+
 def test_the_app_loads_and_probes_the_model_on_the_engine_thread(tiny_backend):
     """gateway.app runs the backend loader and the speculator's cost probe on the engine's thread
     (llama.cpp slows ≈ 2× once a second thread has run it; see models/engine.py)."""
@@ -172,3 +238,39 @@ def test_the_app_keeps_its_start_up_heap_out_of_the_cyclic_gc_while_it_serves(ti
     with run_server(cfg, tiny_backend):
         assert gc.get_freeze_count() > 10_000
     assert gc.get_freeze_count() == 0
+
+
+def test_the_server_readies_the_next_conversations_cache_while_idle(tiny_backend):
+    """Real uvicorn + WebSocket: at start-up and after each response the engine's idle hook leaves
+    one zero-filled cache ready; a new conversation's first forward takes it (no fresh pages in
+    its TTFT), and the hook readies another."""
+    import asyncio
+
+    from gateway.config import load_config
+    from tests.conftest import run_server
+    from tests.wsclient import RealtimeClient
+
+    ff = tiny_backend.fast
+    ff._spare.clear()
+
+    def ready_spare(timeout: float = 5.0) -> object:
+        deadline = time.monotonic() + timeout
+        while ff.spare_count < 1 and time.monotonic() < deadline:
+            time.sleep(0.01)
+        assert ff.spare_count == 1
+        return ff._spare[-1][0]
+
+    async def one_response(addr: str) -> dict:
+        c = await RealtimeClient.connect(addr)
+        await c.until("session.created")
+        done = await c.ask("hello there", max_output_tokens=4)
+        await c.ws.close()
+        return done
+
+    cfg = load_config(None, **{"audio.enabled": False, "speculative.drafter": "none"})
+    with run_server(cfg, tiny_backend) as addr:
+        before = ready_spare()  # readied at start-up, before any request
+        done = asyncio.run(one_response(str(addr)))
+        assert done["response"]["status"] in ("completed", "incomplete")
+        after = ready_spare()
+        assert after is not before  # the conversation took the first; the idle hook made another

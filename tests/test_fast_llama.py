@@ -83,3 +83,36 @@ def test_bf16_block_rows_are_bitwise_the_single_step_logits(tiny_bf16, start):
             got.extend(tiny_bf16.forward(s, block, len(block)))
         for i, (row, want) in enumerate(zip(got, rows, strict=True)):
             assert np.array_equal(row, want), f"k={k}: row {i} differs by {np.abs(row - want).max()}"
+
+
+def test_a_new_conversation_takes_a_warmed_spare_cache_and_computes_the_same(pair):
+    """warm() readies a zero-filled first allocation a layer at a time; the next new conversation
+    takes it (no fresh allocation on its first forward) and its logits are unchanged."""
+    fast, _ = pair
+    ff = fast.fast
+    pieces = 1
+    while ff.warm():
+        pieces += 1
+    assert pieces == len(ff.layers) and ff.spare_count == 1 and not ff.warm()
+    spare_k = ff._spare[-1][0]
+    prompt = list(range(300, 340))
+    s = fast.new_state()
+    warmed = fast.forward(s, prompt, 1)
+    assert ff.spare_count == 0 and s.cache.k is spare_k
+    cold = fast.forward(fast.new_state(), prompt, 1)  # no spare left: allocates as before
+    np.testing.assert_array_equal(warmed, cold)
+    again = fast.forward(s, [5], 1)  # the warmed cache goes on like any other
+    np.testing.assert_allclose(again, fast.forward(fast.new_state(), [*prompt, 5], 1), atol=1e-4)
+
+
+def test_a_prompt_longer_than_the_spare_allocates_and_leaves_the_spare(pair):
+    fast, slow = pair
+    ff = fast.fast
+    while ff.warm():
+        pass
+    ids = [int(x) for x in np.random.default_rng(1).integers(3, 40000, 300)]
+    s = fast.new_state()
+    got = fast.forward(s, ids, 1)
+    assert ff.spare_count == 1 and s.cache.k[0].shape[2] >= 300
+    np.testing.assert_allclose(got, slow.forward(slow.new_state(), ids, 1), atol=1e-4)
+    ff._spare.clear()  # module-scoped fixture: leave it as other tests expect
