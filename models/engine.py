@@ -132,7 +132,9 @@ class Engine:
                 hook = hook if self._no_work() else None
                 call = self._calls.popleft() if self._calls else None
             if hook is not None:
-                self._idle_due = self._run_idle(hook)  # more to do: called again while still idle
+                more = self._run_idle(hook)  # more to do: called again while still idle
+                with self._cv:
+                    self._idle_due = more or self._idle is not hook  # (a hook set meanwhile is due)
                 continue
             if call is not None:
                 self._idle_due = True
