@@ -44,6 +44,11 @@ class Connection:
         self._limited = 0  # frames refused in a row
         self._sending_since: float | None = None  # when the send in progress started
 
+    @property
+    def writer(self) -> asyncio.Task[Any] | None:
+        """The task sending this session's events (done once a closed session's are all sent)."""
+        return next((t for t in self._tasks if t.get_name() == "ws-writer" and not t.done()), None)
+
     # ------------------------------------------------------------------ control
 
     def kick(self, code: int, reason: str) -> None:

@@ -82,12 +82,20 @@ class SessionRegistry:
     def busy(self) -> int:
         return sum(1 for s in self.sessions.values() if s.busy)
 
-    async def drain(self, timeout_s: float) -> None:
-        """Shutdown: refuse new sessions, let running responses finish (bounded), then end all."""
+    async def drain(self, timeout_s: float, flush_s: float = 2.0) -> None:
+        """Shutdown: refuse new sessions, let running responses finish (bounded), then end all and
+        let each attached socket send what its session still holds (bounded by ``flush_s``) before
+        uvicorn closes the sockets — or a finished response's ``response.done`` could be lost."""
         self.draining = True
         loop = asyncio.get_running_loop()
         deadline = loop.time() + timeout_s
         while self.busy() and loop.time() < deadline:  # noqa: ASYNC110 (bounded poll of engine-side state)
             await asyncio.sleep(0.05)
+        writers = []
         for live in list(self.sessions.values()):
+            writer = getattr(live.attached, "writer", None)
+            if writer is not None:
+                writers.append(writer)
             self._end(live, "server_shutdown")
+        if writers:  # each returns once it has sent everything (the session is closed)
+            await asyncio.wait(writers, timeout=flush_s)
