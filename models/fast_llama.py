@@ -102,6 +102,7 @@ class FastLlama:
         # K/V are stored (exactly) in float32 and attention runs in float32: on CPU the small
         # attention matmuls are ~3× faster in float32 than in bf16 (oneDNN's bf16 set-up cost)
         self.kv_dtype = torch.float32 if self.dtype in (torch.bfloat16, torch.float16) else self.dtype
+        self._first_cap = min(max_context, _GROW)  # a new conversation's capacity (and a spare's)
 
     def new_cache(self) -> FastCache:
         return FastCache(k=[], v=[], length=0)
@@ -117,25 +118,26 @@ class FastLlama:
         if len(self._spare) >= self.spares:
             return False
         building = self._building
-        shape = (1, self.n_kv, min(self.max_context, _GROW), self.head_dim)
-        building[0].append(torch.zeros(shape, dtype=self.kv_dtype, device=self.device))
-        building[1].append(torch.zeros(shape, dtype=self.kv_dtype, device=self.device))
+        building[0].append(self._block(self._first_cap))
+        building[1].append(self._block(self._first_cap))
         if len(building[0]) == len(self.layers):
             self._spare.append(building)
             self._building = ([], [])
         return len(self._spare) < self.spares
 
+    def _block(self, cap: int) -> torch.Tensor:
+        """One layer's K or V block; zeros: masked padding keys must be finite."""
+        return torch.zeros((1, self.n_kv, cap, self.head_dim), dtype=self.kv_dtype, device=self.device)
+
     def _blocks(self, cap: int) -> tuple[list[torch.Tensor], list[torch.Tensor]]:
-        shape = (1, self.n_kv, cap, self.head_dim)  # zeros: masked padding keys must be finite
         n = len(self.layers)
-        zeros = [torch.zeros(shape, dtype=self.kv_dtype, device=self.device) for _ in range(2 * n)]
-        return zeros[:n], zeros[n:]
+        return [self._block(cap) for _ in range(n)], [self._block(cap) for _ in range(n)]
 
     def _ensure(self, cache: FastCache, need: int) -> None:
         cap = cache.k[0].shape[2] if cache.k else 0
         if need <= cap:
             return
-        if not cap and self._spare and need <= self._spare[-1][0][0].shape[2]:
+        if not cap and self._spare and need <= self._first_cap:
             cache.k, cache.v = self._spare.pop()
             return
         ks, vs = self._blocks(min(self.max_context, max(need, cap + _GROW)))
