@@ -66,7 +66,7 @@ def bench_decode(repeats: int) -> dict[str, Any]:
 
 def bench_clip(workdir: Path, repeats: int) -> dict[str, Any]:
     from models.clip import ClipConfig, ClipLabeler
-    from tests.image_fixtures import build_tiny_open_clip
+    from testkit.tiny_models import build_tiny_open_clip
 
     folder = build_tiny_open_clip(workdir / "clip")
     t0 = time.perf_counter()
@@ -83,7 +83,7 @@ def bench_clip(workdir: Path, repeats: int) -> dict[str, Any]:
 
 def bench_image_gen(workdir: Path, repeats: int, steps: int) -> dict[str, Any]:
     from models.image_gen import ImageGenConfig, ImageGenerator
-    from tests.image_fixtures import build_tiny_sd
+    from testkit.tiny_models import build_tiny_sd
 
     folder = build_tiny_sd(workdir / "sd")
     out: dict[str, Any] = {"steps": steps}

@@ -22,9 +22,10 @@ def main() -> None:
 
     import uvicorn
 
-    from gateway.app import create_app, default_loader
+    from gateway.app import create_app
     from gateway.cli import uvicorn_config_kwargs
     from gateway.config import load_config
+    from gateway.loading import default_loader
     from gateway.server import DrainingServer
 
     cfg = load_config(
@@ -38,7 +39,7 @@ def main() -> None:
         },
     )
     if args.backend == "fake":
-        from tests.fake_backend import FakeBackend
+        from testkit.fake_backend import FakeBackend
 
         backend = FakeBackend(answer_tokens=60, step_s=args.step_ms / 1000)
         app = create_app(cfg, backend_loader=lambda _c: backend)

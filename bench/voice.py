@@ -33,7 +33,7 @@ async def one(addr: str, sentence: str) -> dict[str, float]:
     import websockets
 
     from processors.audio import float32_to_pcm16
-    from tests.audio_fixtures import speak
+    from testkit.speech import speak
 
     speech = soxr.resample(speak(sentence), 16_000, 24_000).astype(np.float32)
     lead = np.zeros(24_000 // 2, np.float32)
@@ -76,9 +76,9 @@ def main() -> None:
     ap.add_argument("--engines", default="faster-whisper,openai-whisper")
     args = ap.parse_args()
 
-    from gateway.app import default_loader
     from gateway.config import load_config
-    from tests.conftest import run_server
+    from gateway.loading import default_loader
+    from testkit.server import run_server
 
     backend = default_loader(load_config(None))
     rows: list[dict[str, Any]] = []

@@ -40,8 +40,9 @@ def serve(args: argparse.Namespace) -> int:
     from models.engine import Engine
     from models.llm import ModelLoadError
 
-    from .app import create_app, default_loader
+    from .app import create_app
     from .config import ConfigError, load_config
+    from .loading import default_loader
     from .server import DrainingServer
 
     try:
@@ -84,7 +85,7 @@ def bench(args: argparse.Namespace) -> int:
     root = Path(__file__).resolve().parent.parent
     if (root / "bench").is_dir() and str(root) not in sys.path:
         sys.path.insert(0, str(root))
-    module = {"decode": "bench.decode"}.get(args.what, f"bench.{args.what}")
+    module = f"bench.{args.what}"
     sys.argv = [module, *args.rest]
     runpy.run_module(module, run_name="__main__")
     return 0

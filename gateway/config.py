@@ -47,7 +47,7 @@ class SchedulerDefaults(_Frozen):
     min_chunk_tokens: int | None = None  # override the preset's minimum chunk
     max_chunk_tokens: int | None = None  # override the preset's maximum chunk
     lookahead_tokens: int | None = None  # most draft tokens per verify step (0: no drafting)
-    task_hint: str | None = None  # chat | code | summarize | creative
+    task_hint: Literal["chat", "code", "summarize", "creative"] | None = None  # adapts chunking (models.scheduler)
 
 
 class SpeculativeConfig(_Frozen):

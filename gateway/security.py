@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import hashlib
 import hmac
+from typing import Literal
 from urllib.parse import urlsplit
 
 from starlette.requests import HTTPConnection
@@ -35,6 +37,11 @@ def check_origin(conn: HTTPConnection, server: ServerConfig) -> bool:
     return _norm(parts.hostname) in own_hosts and port in own_ports
 
 
+def key_digest(api_key: str | None) -> str:
+    """What a session, resume token or stream is bound to: a hash of the API key that created it."""
+    return hashlib.sha256((api_key or "").encode()).hexdigest()
+
+
 def key_matches(candidate: str | None, keys: tuple[str, ...]) -> bool:
     """Constant-time comparison against every configured key."""
     if not candidate:
@@ -51,7 +58,7 @@ def bearer(conn: HTTPConnection) -> str | None:
     return value.strip() if scheme.lower() == "bearer" else None
 
 
-def ws_api_key_ok(conn: HTTPConnection, keys: tuple[str, ...]) -> str | bool:
+def ws_api_key_ok(conn: HTTPConnection, keys: tuple[str, ...]) -> str | Literal[False]:
     """For a WS upgrade: False if refused; else the subprotocol to echo ('' for none).
 
     Browsers cannot set headers, so a key may come as the subprotocol

@@ -23,4 +23,5 @@ class DrainingServer(uvicorn.Server):
         services = getattr(self._app.state, "services", None)
         if services is not None:
             await services.registry.drain(self.drain_timeout_s)
+            await self._app.state.completions.drain(self.drain_timeout_s)
         await super().shutdown(sockets)

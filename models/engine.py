@@ -4,8 +4,8 @@ Jobs from many sessions are interleaved round-robin at decode-step granularity, 
 session progresses and any of them stops within one step of a cancel. Past ``max_running``
 jobs wait in FIFO order; past ``max_waiting`` ``submit`` raises ``EngineBusy`` at once.
 
-Sync model code meets asyncio in exactly one place: ``AsyncSink`` hands each event to the
-event loop with ``call_soon_threadsafe``.
+Sync model code meets asyncio in exactly one place, outside this package: the gateway's
+``AsyncSink`` (gateway/sink.py) hands each event to the event loop with ``call_soon_threadsafe``.
 
 Every model call happens on the worker thread, including start-up work (``call``): llama.cpp
 runs its kernels on an OpenMP team per calling thread, and once a second thread has one, the
@@ -18,7 +18,6 @@ backend readies the next conversation's cache there, off every response's critic
 
 from __future__ import annotations
 
-import asyncio
 import concurrent.futures
 import itertools
 import logging
@@ -197,18 +196,4 @@ class Engine:
                 log.exception("event sink failed")
 
 
-class AsyncSink:
-    """Thread → asyncio: the one bridge. Events land in ``queue`` on the loop's thread."""
-
-    def __init__(self, loop: asyncio.AbstractEventLoop, queue: asyncio.Queue[Any], tag: Any = None):
-        self.loop = loop
-        self.queue = queue
-        self.tag = tag
-
-    def __call__(self, events: JobEvents) -> None:
-        if self.loop.is_closed():
-            return
-        self.loop.call_soon_threadsafe(self.queue.put_nowait, (self.tag, events))
-
-
-__all__ = ["AsyncSink", "DecodeJob", "Engine", "EngineBusy", "Handle"]
+__all__ = ["DecodeJob", "Engine", "EngineBusy", "Handle"]

@@ -10,6 +10,10 @@ decision where to cut the next chunk:
   (code-fence end > paragraph/line/sentence end > clause > word), and is forced at
   ``max_chunk_tokens`` (at the best boundary seen, else at the last word break);
 * a chunk also goes out at a word break when it has waited ``latency_budget_s``.
+
+``task_hint`` adapts the strategy's preset to the task: ``chat`` sentence cuts after a one-token
+first chunk; ``code`` cuts at line ends only, in larger chunks; ``summarize`` sentence cuts;
+``creative`` clause cuts in larger chunks. Explicit settings win over both.
 """
 
 from __future__ import annotations
@@ -28,6 +32,14 @@ _STRATEGIES = {
     "quality": (4, 16, 96, SENTENCE, 1.00),
 }
 
+TASK_HINTS: dict[str, dict[str, object]] = {
+    # name: what the hint changes in the strategy's preset
+    "chat": {"first_chunk_tokens": 1, "min_boundary": SENTENCE},  # first word at once, then sentences
+    "code": {"lines_only": True, "min_boundary": LINE, "scale_max": 2},  # whole lines, bigger chunks
+    "summarize": {"min_boundary": SENTENCE},  # whole sentences
+    "creative": {"min_boundary": CLAUSE, "scale_max": 2},  # flowing text: clauses, bigger chunks
+}
+
 
 @dataclass(frozen=True)
 class SchedulerConfig:
@@ -39,7 +51,8 @@ class SchedulerConfig:
     latency_budget_s: float = 0.40  # after this long a pending chunk goes out at any word break
     lookahead_tokens: int = 8  # most draft tokens verified per step (0: no drafting)
     draft_before_first_text: bool = False  # False: plain steps until the first chunk is out (TTFT first)
-    task_hint: str = "chat"  # chat | code | summarize | creative | …
+    task_hint: str | None = None  # chat | code | summarize | creative (TASK_HINTS); None: the preset as is
+    lines_only: bool = False  # cut only at line ends, as inside a code block (task_hint code)
     stop: tuple[str, ...] = ()  # stop sequences (never shown)
     intercept: tuple[str, str] | None = None  # (open, close) tags of a model request (e.g. an image) to cut out
     beam_width: int = 1  # > 1: each block of ``beam_block`` tokens is chosen by a small beam search
@@ -60,6 +73,13 @@ class SchedulerConfig:
             beam_width=2 if strategy == "quality" else 1,  # quality spends compute on better chunks
         )
         clean = {k: v for k, v in overrides.items() if v is not None}
+        hint = clean.get("task_hint")
+        if hint is not None:
+            if hint not in TASK_HINTS:
+                raise ValueError(f"unknown task_hint {hint!r}; expected one of {sorted(TASK_HINTS)}")
+            adapt = dict(TASK_HINTS[str(hint)])
+            scale = int(adapt.pop("scale_max", 1))  # type: ignore[call-overload]
+            cfg = replace(cfg, max_chunk_tokens=cfg.max_chunk_tokens * scale, **adapt)  # type: ignore[arg-type]
         cfg = replace(cfg, **clean)  # type: ignore[arg-type]
         if cfg.max_chunk_tokens < cfg.min_chunk_tokens:
             cfg = replace(cfg, max_chunk_tokens=cfg.min_chunk_tokens)
@@ -240,7 +260,15 @@ class ChunkScheduler:
                 if idx >= 0:
                     limit = min(limit, idx)
             self._text = self._text[:limit]
-        return [c for c in self._flush() if c.text]
+        out = [c for c in self._flush() if c.text]
+        left = len(self._ids) - self._emitted_tokens
+        if left > 0:  # tokens whose text never became visible (an incomplete UTF-8 tail, a hidden span)
+            if out:
+                out[-1] = Chunk(out[-1].text, out[-1].tokens + left, out[-1].boundary)
+            else:
+                out.append(Chunk("", left, 0))  # carries the count only; nothing to show
+            self._emitted_tokens += left
+        return out
 
     @property
     def tokens(self) -> list[int]:
@@ -280,7 +308,7 @@ class ChunkScheduler:
             # best boundary in the pending text (latest among the best)
             best_pos, best_q, last_word = -1, 0, -1
             for pos in range(self._emitted + 1, limit + 1):
-                q = boundary_quality(self._text, pos, self._in_code(pos))
+                q = boundary_quality(self._text, pos, cfg.lines_only or self._in_code(pos))
                 if q and self._tokens_up_to(pos) - self._emitted_tokens >= 1:
                     if q >= best_q:
                         best_pos, best_q = pos, q

@@ -1,0 +1,78 @@
+"""Request messages → the ``[{role, content}]`` text the chat template takes.
+
+``input_audio`` parts (base64 WAV) are transcribed with the server's Whisper; ``image_url`` parts
+are described in words by ``services.image_describer`` when the server has one, else refused.
+Both run in a worker thread: decoding and models block.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from typing import Any
+
+from processors.audio import AudioError, b64decode_strict, decode_wav
+
+from ..services import Services
+from .errors import ApiError
+from .schemas import AudioPart, ImagePart, Message
+
+log = logging.getLogger("stream_omni.http")
+
+_ROLE = {"developer": "system"}
+
+
+async def chat_messages(svc: Services, messages: list[Message]) -> list[dict[str, str]]:
+    out: list[dict[str, str]] = []
+    for i, m in enumerate(messages):
+        if m.content is None or isinstance(m.content, str):
+            text = m.content or ""
+        else:
+            pieces = []
+            for j, part in enumerate(m.content):
+                where = f"messages[{i}].content[{j}]"
+                if isinstance(part, AudioPart):
+                    pieces.append(await _transcribe(svc, part, where))
+                elif isinstance(part, ImagePart):
+                    pieces.append(await _describe(svc, part, where))
+                else:
+                    pieces.append(part.text)
+            text = "\n".join(pieces)
+        out.append({"role": _ROLE.get(m.role, m.role), "content": text})
+    if svc.config.session.instructions and not any(m["role"] == "system" for m in out):
+        out.insert(0, {"role": "system", "content": svc.config.session.instructions})
+    return out
+
+
+async def _transcribe(svc: Services, part: AudioPart, where: str) -> str:
+    asr = svc.asr
+    if asr is None:
+        raise ApiError(400, "audio_disabled", "audio input is not enabled on this server", where)
+    limits = svc.audio_limits
+
+    def run() -> str:
+        audio = decode_wav(b64decode_strict(part.input_audio.data), limits)
+        return str(asr.transcribe(audio))
+
+    try:
+        return await asyncio.to_thread(run)
+    except AudioError as exc:
+        raise ApiError(400, exc.code, exc.message, f"{where}.input_audio") from None
+    except Exception as exc:  # a failed transcription refuses this request only
+        log.error("transcription failed: %s", type(exc).__name__)
+        raise ApiError(500, "transcription_failed", "could not transcribe the audio", where) from None
+
+
+async def _describe(svc: Services, part: ImagePart, where: str) -> str:
+    describer: Any = getattr(svc, "image_describer", None)
+    if describer is None:
+        raise ApiError(400, "unsupported_content", "image input is not enabled on this server", where)
+    try:
+        text = await asyncio.to_thread(describer, part.image_url.url)
+    except Exception as exc:
+        code, message = getattr(exc, "code", None), getattr(exc, "message", None)
+        if isinstance(code, str) and isinstance(message, str):  # processors.image.ImageError
+            raise ApiError(400, code, message, f"{where}.image_url") from None
+        log.error("image description failed: %s", type(exc).__name__)
+        raise ApiError(500, "image_failed", "could not read the image", where) from None
+    return f"[Image: {text}]"

@@ -1,0 +1,110 @@
+"""OpenAI-compatible HTTP API: ``POST /v1/chat/completions`` and its SSE resume.
+
+``POST /v1/chat/completions`` takes OpenAI's request body (see ``gateway.http.schemas``) and
+answers a ``chat.completion``, or with ``"stream": true`` an SSE stream of
+``chat.completion.chunk`` objects ending in ``data: [DONE]``. Each delta is one chunk of the
+chunk scheduler. Errors are OpenAI's ``{"error": {...}}`` with a matching status code.
+
+**Resume.** Every SSE event carries ``id: <completion_id>:<n>`` (n = 0, 1, …; ``[DONE]`` too). A
+streamed completion keeps decoding when its client drops, for ``server.grace_period_s`` (30 s when
+that is 0). To pick it up again::
+
+    GET /v1/chat/completions/<completion_id>/stream
+    Last-Event-ID: <completion_id>:<n>
+
+returns every event after ``n``, then the live ones, then ``[DONE]`` — what a browser
+``EventSource`` sends by itself when pointed at that URL (without the header: from the start).
+An unknown or expired id is 404 ``completion_not_found``; events no longer buffered are 410
+``resume_failed``. When the server has API keys, a resume needs the key that started the
+completion (``Authorization: Bearer``; a browser ``EventSource`` cannot send it — use fetch). A
+non-streamed request is cancelled as soon as its client disconnects.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Awaitable, Callable
+
+from starlette.requests import Request
+from starlette.responses import Response
+from starlette.routing import BaseRoute, Route
+
+from ..security import bearer, http_api_key_ok, key_digest
+from ..services import Services
+from . import serving
+from .errors import ApiError, error_response
+from .stream import CompletionStore, SseResponse
+
+log = logging.getLogger("stream_omni.http")
+
+Handler = Callable[[Services, Request], Awaitable[Response]]
+
+
+class HttpApi:
+    """The HTTP routes and the streamed completions they keep for resume (drained on shutdown)."""
+
+    def __init__(self, services: Callable[[], Services]):
+        self.services = services  # the app's Services once started
+        self.store = CompletionStore()
+
+    def routes(self) -> list[BaseRoute]:
+        return [
+            Route("/v1/chat/completions", self._guarded(self._create), methods=["POST"]),
+            Route("/v1/chat/completions/{cid}/stream", self._guarded(self._resume), methods=["GET"]),
+        ]
+
+    def _guarded(self, handler: Handler) -> Callable[[Request], Awaitable[Response]]:
+        async def endpoint(request: Request) -> Response:
+            svc = self.services()
+            try:
+                if not http_api_key_ok(request, svc.config.server.api_keys):
+                    raise ApiError(
+                        401,
+                        "invalid_api_key",
+                        "invalid or missing API key (Authorization: Bearer …)",
+                        headers={"WWW-Authenticate": "Bearer"},
+                    )
+                return await handler(svc, request)
+            except ApiError as exc:
+                svc.metrics.errors.labels(code=exc.code).inc()
+                return error_response(exc)
+            except Exception as exc:  # a bug costs this request, not the server, and says nothing inside
+                log.error("chat completion failed: %s", type(exc).__name__, exc_info=True)
+                svc.metrics.errors.labels(code="server_error").inc()
+                return error_response(ApiError(500, "server_error", "the server failed to handle this request"))
+
+        return endpoint
+
+    async def _create(self, svc: Services, request: Request) -> Response:
+        return await serving.create(svc, self.store, request, _owner(svc, request))
+
+    async def _resume(self, svc: Services, request: Request) -> Response:
+        cid = request.path_params["cid"]
+        after = -1
+        last = request.headers.get("last-event-id")
+        if last:
+            prefix, _, n = last.strip().rpartition(":")
+            if prefix != cid or not n.isdigit():
+                raise ApiError(400, "invalid_value", f"Last-Event-ID must look like '{cid}:<n>'", "Last-Event-ID")
+            after = int(n)
+        stream = self.store.get(cid, _owner(svc, request))
+        if stream is None:
+            raise ApiError(
+                404,
+                "completion_not_found",
+                "no resumable stream with this id: it finished, expired or never existed",
+                "completion_id",
+            )
+        if after >= stream.count:
+            raise ApiError(400, "invalid_value", f"event {after} of this stream has not been sent", "Last-Event-ID")
+        if not stream.covers(after):
+            raise ApiError(
+                410, "resume_failed", "the events after Last-Event-ID are no longer buffered", "Last-Event-ID"
+            )
+        svc.metrics.resumes.inc()
+        return SseResponse(self.store, stream, after)
+
+
+def _owner(svc: Services, request: Request) -> str:
+    """Who may resume a stream: the API key that started it (anyone, when the server has no keys)."""
+    return key_digest(bearer(request)) if svc.config.server.api_keys else ""

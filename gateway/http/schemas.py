@@ -1,0 +1,139 @@
+"""The body of ``POST /v1/chat/completions``: size-limited read, then one pydantic validation.
+
+Field names and meanings follow OpenAI's Chat Completions API; fields this server does not
+implement and that change nothing when ignored (``user``, ``presence_penalty`` …) are ignored,
+ones whose effect it cannot honour (``n`` > 1, unknown content parts) are refused.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, StrictBool, ValidationError
+from starlette.requests import Request
+
+from ..options import SchedulerOptions
+from .errors import ApiError
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", strict=True, allow_inf_nan=False)
+
+
+class TextPart(_Strict):
+    type: Literal["text"]
+    text: str
+
+
+class AudioData(_Strict):
+    data: str  # base64 of a whole WAV file
+    format: Literal["wav"]
+
+
+class AudioPart(_Strict):
+    type: Literal["input_audio"]
+    input_audio: AudioData
+
+
+class ImageUrl(_Strict):
+    url: str  # a data: URL (or what the image describer allows)
+    detail: Literal["auto", "low", "high"] | None = None
+
+
+class ImagePart(_Strict):
+    type: Literal["image_url"]
+    image_url: ImageUrl
+
+
+Part = Annotated[TextPart | AudioPart | ImagePart, Field(discriminator="type")]
+
+
+class Message(_Strict):
+    model_config = ConfigDict(extra="ignore", strict=True)
+    role: Literal["system", "developer", "user", "assistant"]
+    content: str | list[Part] | None = None
+    name: str | None = None
+
+
+class StreamOptions(_Strict):
+    model_config = ConfigDict(extra="ignore", strict=True)
+    include_usage: bool = False  # a last chunk with ``usage`` and no choices
+
+
+class ChatRequest(_Strict):
+    model_config = ConfigDict(extra="ignore", strict=True, allow_inf_nan=False)
+    model: str
+    messages: list[Message] = Field(min_length=1)
+    max_tokens: int | None = Field(None, ge=1)
+    max_completion_tokens: int | None = Field(None, ge=1)
+    temperature: float | None = Field(None, ge=0.0, le=2.0)
+    top_p: float | None = Field(None, gt=0.0, le=1.0)
+    seed: int | None = Field(None, ge=0, lt=2**63)
+    stop: str | list[Annotated[str, Field(min_length=1)]] | None = Field(None, max_length=4)
+    stream: StrictBool = False
+    stream_options: StreamOptions | None = None
+    n: int | None = Field(None, ge=1, le=1)
+    scheduler: SchedulerOptions | None = None
+
+    def stop_sequences(self) -> tuple[str, ...]:
+        if self.stop is None:
+            return ()
+        return tuple(s for s in ([self.stop] if isinstance(self.stop, str) else self.stop) if s)
+
+    def token_cap(self) -> int | None:
+        return self.max_completion_tokens if self.max_completion_tokens is not None else self.max_tokens
+
+
+_TYPE_NAMES = {"str", "int", "float", "bool", "list", "dict"}
+_PART_TAGS = {"text", "input_audio", "image_url"}
+
+
+def _param(loc: tuple[int | str, ...]) -> str | None:
+    """pydantic's error location → ``messages[0].content[1].text`` (union branch and tag names dropped)."""
+    out = ""
+    for i, part in enumerate(loc):
+        if isinstance(part, int):
+            out += f"[{part}]"
+        elif "[" in part or part in _TYPE_NAMES:
+            continue  # a union branch, not a field
+        elif part in _PART_TAGS and i > 0 and isinstance(loc[i - 1], int) and i + 1 < len(loc):
+            continue  # the discriminator's tag of a content part
+        else:
+            out += f".{part}" if out else part
+    return out or None
+
+
+def parse(body: bytes) -> ChatRequest:
+    """Bytes → a validated request, or ``ApiError`` 400 naming the first bad field."""
+    try:
+        return ChatRequest.model_validate_json(body)
+    except ValidationError as exc:
+        errors = exc.errors(include_url=False, include_input=False, include_context=False)
+        first = max(errors, key=lambda e: len(e["loc"]))  # the most specific: the branch the input meant
+        if first["type"] == "json_invalid":
+            raise ApiError(400, "invalid_json", "the request body is not valid JSON") from None
+        if first["type"] in ("model_type", "model_attributes_type") and not first["loc"]:
+            raise ApiError(400, "invalid_json", "the request body must be a JSON object") from None
+        param = _param(tuple(first["loc"]))
+        code = "missing_required_parameter" if first["type"] == "missing" else "invalid_value"
+        raise ApiError(400, code, f"{param or 'body'}: {first['msg']}", param) from None
+
+
+async def read_body(request: Request, limit: int) -> bytes:
+    """The whole body, refusing more than ``limit`` bytes (by Content-Length and as it streams in)."""
+    declared = request.headers.get("content-length")
+    if declared is not None:
+        if not declared.isdigit():
+            raise ApiError(400, "invalid_request", "Content-Length is not a number")
+        if int(declared) > limit:
+            raise _too_large(limit)
+    body = bytearray()
+    async for piece in request.stream():
+        body += piece
+        if len(body) > limit:
+            raise _too_large(limit)
+    return bytes(body)
+
+
+def _too_large(limit: int) -> ApiError:
+    return ApiError(413, "request_too_large", f"the request body exceeds the limit of {limit} bytes")

@@ -1,0 +1,195 @@
+"""Serving one chat completion: the request → a decode job on the engine → a JSON body or numbered SSE frames."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import secrets
+import time
+from collections.abc import Callable
+from typing import Any
+
+from starlette.requests import Request
+from starlette.responses import JSONResponse, Response
+
+from models.decode import ContextOverflow, DecodeJob, Done, JobEvents
+from models.engine import EngineBusy, Handle
+
+from ..services import Services
+from ..sink import AsyncSink
+from . import shapes
+from .content import chat_messages
+from .errors import ApiError, busy, error_body
+from .schemas import ChatRequest, parse, read_body
+from .stream import CompletionStore, CompletionStream, SseResponse, dumps
+
+log = logging.getLogger("stream_omni.http")
+
+HTTP_GRACE_S = 30.0  # resume window for SSE when server.grace_period_s is 0
+
+
+# ---------------------------------------------------------------------- POST /v1/chat/completions
+
+
+async def create(svc: Services, store: CompletionStore, request: Request, owner: str) -> Response:
+    """``POST /v1/chat/completions``; ``owner``: who may resume its stream (a key digest)."""
+    req = parse(await read_body(request, svc.config.limits.max_http_body_bytes))
+    if req.model != svc.backend.name:
+        raise ApiError(
+            404,
+            "model_not_found",
+            f"the model {req.model!r} does not exist; this server serves {svc.backend.name!r}",
+            "model",
+        )
+    if not svc.engine_has_room():
+        raise busy()
+    messages = await chat_messages(svc, req.messages)
+    job = _job(svc, req, messages)
+    header = shapes.Header(f"chatcmpl-{secrets.token_hex(16)}", int(time.time()), svc.backend.name)
+    if req.stream:
+        return _start_stream(svc, store, owner, req, job, header)
+    return await _complete(svc, request, job, header)
+
+
+def _job(svc: Services, req: ChatRequest, messages: list[dict[str, str]]) -> DecodeJob:
+    cap = svc.config.session.max_output_tokens
+    asked = req.token_cap()
+    sched: dict[str, Any] = req.scheduler.model_dump(exclude_none=True) if req.scheduler else {}
+    sched["stop"] = req.stop_sequences()
+    try:
+        return DecodeJob(
+            svc.backend,
+            svc.backend.new_state(),
+            svc.backend.chat_tokens(messages),
+            svc.sampling(
+                {
+                    "temperature": req.temperature if req.temperature is not None else svc.config.session.temperature,
+                    "top_p": req.top_p if req.top_p is not None else svc.config.session.top_p,
+                    "seed": req.seed,
+                    "max_tokens": cap if asked is None else min(asked, cap),
+                }
+            ),
+            svc.scheduler_config(sched),
+            *svc.drafting(),
+        )
+    except ContextOverflow as exc:
+        raise ApiError(400, "context_length_exceeded", str(exc), "messages") from None
+    except ValueError as exc:  # scheduler/sampling values the pydantic model could not rule out
+        raise ApiError(400, "invalid_value", str(exc)) from None
+
+
+def _submit(svc: Services, job: DecodeJob, tag: str) -> tuple[Handle, asyncio.Queue[tuple[str, JobEvents]]]:
+    queue: asyncio.Queue[tuple[str, JobEvents]] = asyncio.Queue()
+    try:
+        handle = svc.engine.submit(job, AsyncSink(asyncio.get_running_loop(), queue, tag))
+    except EngineBusy:
+        raise busy() from None
+    return handle, queue
+
+
+def _finished(svc: Services, done: Done) -> None:
+    """Metrics for one finished completion."""
+    if "tokens" in done.metrics:
+        svc.metrics.observe_response(done.metrics)
+    svc.metrics.responses.labels(status=shapes.STATUS.get(done.reason, done.reason)).inc()
+    if done.reason == "error":
+        svc.metrics.errors.labels(code="generation_failed").inc()
+
+
+def _cancel(svc: Services, handle: Handle) -> Callable[[], None]:
+    def cancel() -> None:
+        if not handle.cancelled.is_set():
+            handle.cancel()
+            svc.metrics.cancels.inc()
+
+    return cancel
+
+
+# ---------------------------------------------------------------------- non-streamed
+
+
+async def _complete(svc: Services, request: Request, job: DecodeJob, h: shapes.Header) -> Response:
+    handle, queue = _submit(svc, job, h.id)
+    collect = asyncio.create_task(_collect(queue))
+    gone = asyncio.create_task(_disconnected(request))
+    try:
+        await asyncio.wait({collect, gone}, return_when=asyncio.FIRST_COMPLETED)
+        if not collect.done():  # the client left: stop decoding for nobody
+            _cancel(svc, handle)()
+        text, done = await collect
+    finally:
+        gone.cancel()
+        handle.cancel()  # no-op when finished; never leaves a job running if this task is cancelled
+    _finished(svc, done)
+    if done.reason == "cancelled":
+        return Response(status_code=499)  # nobody is listening
+    if done.reason not in shapes.FINISH:
+        return JSONResponse(error_body(500, "generation_failed", "generation failed"), status_code=500)
+    return JSONResponse(shapes.completion(h, text, shapes.FINISH[done.reason], done.metrics))
+
+
+async def _collect(queue: asyncio.Queue[tuple[str, JobEvents]]) -> tuple[str, Done]:
+    parts: list[str] = []
+    while True:
+        _, events = await queue.get()
+        parts.extend(c.text for c in events.chunks)
+        if events.done is not None:
+            return "".join(parts), events.done
+
+
+async def _disconnected(request: Request) -> None:
+    while (await request.receive())["type"] != "http.disconnect":
+        pass
+
+
+# ---------------------------------------------------------------------- streamed (SSE)
+
+
+def _start_stream(
+    svc: Services, store: CompletionStore, owner: str, req: ChatRequest, job: DecodeJob, h: shapes.Header
+) -> Response:
+    stream = CompletionStream(h.id, owner, svc.config.server.grace_period_s or HTTP_GRACE_S)
+    if not store.add(stream):
+        raise busy("too many streamed completions in flight; retry shortly")
+    try:
+        handle, queue = _submit(svc, job, h.id)
+    except ApiError:
+        store.drop(stream)
+        raise
+    stream.cancel = _cancel(svc, handle)
+    with_usage = bool(req.stream_options and req.stream_options.include_usage)
+    stream.push(dumps(shapes.chunk(h, {"role": "assistant", "content": ""}, with_usage=with_usage)))
+    stream.task = asyncio.create_task(_pump(svc, stream, queue, h, with_usage))
+    return SseResponse(store, stream, -1)
+
+
+async def _pump(
+    svc: Services,
+    stream: CompletionStream,
+    queue: asyncio.Queue[tuple[str, JobEvents]],
+    h: shapes.Header,
+    with_usage: bool,
+) -> None:
+    """Engine events → numbered SSE frames, until the job is done."""
+    while True:
+        _, events = await queue.get()
+        for c in events.chunks:
+            if c.text:  # a final chunk may carry only the count of tokens that never became text
+                stream.push(dumps(shapes.chunk(h, {"content": c.text}, with_usage=with_usage)))
+        done = events.done
+        if done is None:
+            continue
+        _finished(svc, done)
+        if done.reason in shapes.FINISH:
+            stream.push(dumps(shapes.chunk(h, {}, shapes.FINISH[done.reason], with_usage=with_usage)))
+            if with_usage:
+                stream.push(dumps(shapes.usage_chunk(h, done.metrics)))
+        elif done.reason == "cancelled":
+            stream.push(dumps(error_body(500, "cancelled", "the completion was cancelled")))
+        else:
+            stream.push(dumps(error_body(500, "generation_failed", "generation failed")))
+        stream.push("[DONE]")
+        stream.finish()
+        return
+
+

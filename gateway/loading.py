@@ -1,0 +1,124 @@
+"""Build the configured backend, speculator and processors (each on the thread that will use it)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from models.backend import Backend
+from processors.asr import Transcriber
+
+from .config import Config
+from .services import ImageDescriber
+
+
+def load_audio(config: Config) -> Transcriber:
+    """Whisper (and a warm VAD session) for voice input; loaded once per process."""
+    from processors.asr import AsrConfig, load_asr
+    from processors.vad import SileroVad
+
+    a = config.audio
+    asr = load_asr(AsrConfig(engine=a.engine, model=a.model, language=a.language))
+    SileroVad()  # load the ONNX model now, not on the first frame
+    return asr
+
+
+def load_speculator(config: Config, backend: Backend) -> Any:
+    """Speculative decoding for every response (None when drafter is 'none'); measures the verify cost once."""
+    s = config.speculative
+    if s.drafter == "none":
+        return None
+    from models.speculative import SpecConfig, Speculator
+
+    return Speculator(backend, SpecConfig(**s.model_dump()))  # the section's keys are SpecConfig fields
+
+
+def load_vision(config: Config) -> tuple[ImageDescriber | None, Any]:
+    """The configured image understanding (CLIP labels or a VLM caption) and image generator."""
+    from processors.image import ImageLimits, RemoteImagePolicy, load_image_url
+
+    v = config.vision
+    limits = ImageLimits(max_bytes=v.max_image_bytes, max_pixels=v.max_image_pixels, max_side=v.max_side)
+    remote = (
+        RemoteImagePolicy(allowed_hosts=frozenset(v.remote_image_hosts), timeout_s=v.remote_image_timeout_s)
+        if v.remote_image_hosts
+        else None
+    )
+    describer: ImageDescriber | None = None
+    if v.mode == "clip":
+        from models.clip import ClipConfig, ClipLabeler
+
+        kw: dict[str, Any] = {"labels": tuple(v.clip_labels)} if v.clip_labels else {}
+        labeler = ClipLabeler(ClipConfig(model=v.clip_model, pretrained=v.clip_pretrained, **kw))
+
+        def describer(url: str) -> str:
+            return str(labeler.rank(load_image_url(url, limits, remote).image).description)
+
+    elif v.mode == "vlm":
+        from models.vlm import VisionLanguageModel, VLMConfig
+
+        vlm = VisionLanguageModel(VLMConfig(model=v.vlm_model))
+
+        def describer(url: str) -> str:
+            img = load_image_url(url, limits, remote).image
+            content = [{"type": "image", "image": img}, {"type": "text", "text": v.vlm_prompt}]
+            msg = [{"role": "user", "content": content}]
+            return f"[image: {vlm.generate(msg, max_new_tokens=64).strip()}]"
+
+    gen = None
+    g = config.image_gen
+    if g.model:
+        from models.image_gen import ImageGenConfig, ImageGenerator
+
+        gen = ImageGenerator(
+            ImageGenConfig(
+                model=g.model,
+                steps=g.steps,
+                dtype=g.dtype,
+                device=g.device,
+                preview_every=g.preview_every,
+                guidance_scale=g.guidance_scale,
+            )
+        )
+    return describer, gen
+
+
+def backend_kind(config: Config) -> str:
+    """``auto``: GGUF models (the embedded default included) run on llama.cpp, others on transformers."""
+    m = config.model
+    if m.backend != "auto":
+        return m.backend
+    is_gguf = m.model == "embedded" or m.model.endswith(".gguf") or bool(m.gguf_file)
+    return "llama_cpp" if is_gguf and m.device == "cpu" else "transformers"
+
+
+def default_loader(config: Config) -> Backend:
+    from models.llm import LLMConfig, load_backend
+
+    m = config.model
+    if backend_kind(config) == "llama_cpp":
+        from models.llama_cpp import LlamaCppConfig, load_llama_backend
+
+        path = m.model if m.gguf_file is None else str(Path(m.model) / m.gguf_file)
+        return load_llama_backend(  # raises ModelLoadError with the pip command if llama_cpp is missing
+            LlamaCppConfig(
+                model=path,
+                threads=m.threads or 2,
+                n_ctx=m.max_context,
+                n_batch=m.n_batch,
+                n_seq=m.n_seq,
+                flash_attn=m.flash_attn,
+                served_name=m.served_name,
+            )
+        )
+    return load_backend(
+        LLMConfig(
+            model=m.model,
+            gguf_file=m.gguf_file,
+            dtype=m.dtype,
+            device=m.device,
+            threads=m.threads or 1,
+            max_context=m.max_context,
+            served_name=m.served_name,
+        )
+    )

@@ -1,0 +1,163 @@
+"""The per-socket loop for /v1/realtime: one reader task and one writer task around a ``LiveSession``.
+
+Thin I/O. The reader never waits on the model, so pings and ``response.cancel`` are read
+while a response decodes. The writer sends the session's outbox from the client's cursor, so a
+fresh socket and a resumed one are the same code. A client that falls more than
+``limits.outbound_queue`` events behind is closed with 1013 and may resume. Tasks are cancelled
+in ``finally``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import logging
+import time
+from typing import Any
+
+from starlette.websockets import WebSocket, WebSocketDisconnect, WebSocketState
+
+from . import protocol as p
+from .live import LiveSession
+from .ratelimit import TokenBucket
+
+log = logging.getLogger("stream_omni.connection")
+
+CLOSE_NORMAL = 1000
+CLOSE_POLICY = 1008
+CLOSE_TOO_BIG = 1009
+CLOSE_RESTART = 1012
+CLOSE_TRY_AGAIN = 1013
+CLOSE_SUPERSEDED = 4009  # the session was resumed on a newer socket
+
+
+class Connection:
+    def __init__(self, ws: WebSocket, live: LiveSession, last_seq: int = -1):
+        self.ws = ws
+        self.live = live
+        self.limits = live.limits
+        self.cursor = last_seq  # the last seq this client has
+        self._closing: tuple[int, str] | None = None
+        self._tasks: list[asyncio.Task[Any]] = []
+        self.bucket = TokenBucket(self.limits.messages_per_s, self.limits.messages_burst)
+        self._limited = 0  # frames refused in a row
+        self._sending_since: float | None = None  # when the send in progress started
+
+    @property
+    def writer(self) -> asyncio.Task[Any] | None:
+        """The task sending this session's events (done once a closed session's are all sent)."""
+        return next((t for t in self._tasks if t.get_name() == "ws-writer" and not t.done()), None)
+
+    # ------------------------------------------------------------------ control
+
+    def kick(self, code: int, reason: str) -> None:
+        """End this socket (not the session) with ``code``."""
+        if self._closing is None:
+            self._closing = (code, reason)
+        for t in self._tasks:
+            t.cancel()
+
+    def _check_lag(self) -> None:
+        """Slow consumer: far behind *and* a send stuck for a while (a replaying client that reads is fine)."""
+        if self.live.outbox.next_seq - 1 - self.cursor <= self.limits.outbound_queue:
+            return
+        since = self._sending_since
+        if since is not None and time.monotonic() - since > self.limits.send_stall_s:
+            self.kick(CLOSE_TRY_AGAIN, "client is not reading; resume to continue")
+
+    # ------------------------------------------------------------------ tasks
+
+    async def _writer(self) -> None:
+        live = self.live
+        while True:
+            live.changed.clear()
+            events = live.outbox.since(self.cursor)
+            if events is None:  # fell behind the replay buffer: cannot continue without a gap
+                self.kick(CLOSE_TRY_AGAIN, "client fell too far behind")
+                return
+            for seq, text in events:
+                self._sending_since = time.monotonic()
+                await self.ws.send_text(text)
+                self._sending_since = None
+                self.cursor = seq
+            if live.closed:
+                self._closing = self._closing or (CLOSE_RESTART if live.svc.registry.draining else CLOSE_NORMAL,
+                                                  "session ended")
+                return
+            await live.changed.wait()
+
+    async def _reader(self) -> None:
+        while self._closing is None:
+            msg = await self.ws.receive()
+            if msg["type"] == "websocket.disconnect":
+                raise WebSocketDisconnect(msg.get("code", 1000))
+            if not self.bucket.take(time.monotonic()):
+                self._limited += 1
+                self.live.svc.metrics.errors.labels(code="rate_limited").inc()
+                if self._limited >= self.limits.flood_close_after:
+                    self.kick(CLOSE_POLICY, "message flood")
+                    return
+                if self._limited == 1 or self._limited % 50 == 0:  # say it, without amplifying the flood
+                    self.live.send(self.live.session.error("rate_limited", "too many messages; slow down"))
+                continue
+            self._limited = 0
+            try:
+                if msg.get("text") is not None:
+                    self.live.on_text(msg["text"])
+                elif msg.get("bytes") is not None:
+                    if len(msg["bytes"]) > self.limits.max_binary_frame_bytes:
+                        self.kick(CLOSE_TOO_BIG, "binary frame too large")
+                        return
+                    self.live.on_bytes(msg["bytes"])
+            except Exception as exc:  # a bug must cost one event, not the session
+                log.error("handling a client event failed: %s", type(exc).__name__, exc_info=True)
+                self.live.svc.metrics.errors.labels(code="server_error").inc()
+                self.live.send(self.live.session.error("server_error", "the server failed to handle this event"))
+
+    # ------------------------------------------------------------------ lifecycle
+
+    async def run(self, resumed: bool = False) -> None:
+        live = self.live
+        previous = live.attached
+        if previous is not None and previous is not self:
+            previous.kick(CLOSE_SUPERSEDED, "session resumed on another connection")
+        live.attached = self
+        live.on_event = self._check_lag
+        if resumed:
+            hello = p.server_event(
+                "session.resumed", session=live.session.session_view(), replay_from_seq=self.cursor + 1
+            )
+            await self.ws.send_text(json.dumps(hello, separators=(",", ":")))
+        self._tasks = [
+            asyncio.create_task(self._writer(), name="ws-writer"),
+            asyncio.create_task(self._reader(), name="ws-reader"),
+        ]
+        try:
+            await asyncio.wait(self._tasks, return_when=asyncio.FIRST_COMPLETED)
+            for t in self._tasks:
+                if t.done() and not t.cancelled():
+                    exc = t.exception()
+                    if exc is not None and not isinstance(exc, WebSocketDisconnect | OSError):
+                        log.error("connection task %s failed: %s", t.get_name(), type(exc).__name__)
+        finally:
+            for t in self._tasks:
+                t.cancel()
+            for t in self._tasks:
+                with contextlib.suppress(BaseException):
+                    await t
+            if live.attached is self:
+                live.attached = None
+                live.on_event = None
+                live.svc.registry.detached(live)
+            if self._closing and self.ws.client_state == WebSocketState.CONNECTED:
+                if self._closing[0] in (CLOSE_POLICY, CLOSE_TOO_BIG):  # say why before closing
+                    with contextlib.suppress(Exception):
+                        await asyncio.wait_for(self._flush(), 1.0)
+                with contextlib.suppress(Exception):
+                    await asyncio.wait_for(self.ws.close(*self._closing), 2.0)
+
+    async def _flush(self) -> None:
+        for seq, text in self.live.outbox.since(self.cursor) or []:
+            await self.ws.send_text(text)
+            self.cursor = seq

@@ -1,0 +1,280 @@
+"""A realtime session that outlives its socket: conversation, cache, generation, replay buffer.
+
+Generation is decoupled from the WebSocket: a ``LiveSession`` keeps running when its socket
+drops, for the configured grace period, so a client can reconnect with its resume token and
+``last_seq`` and get every event it missed (``gateway.replay``). At most one socket is attached
+at a time; the newer one wins.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import secrets
+import threading
+from collections.abc import Callable, Coroutine
+from dataclasses import dataclass
+from typing import Any
+
+from models.decode import ContextOverflow, DecodeJob, JobEvents
+from models.engine import EngineBusy, Handle
+from processors.audio import AudioError
+from processors.image import ImageError
+
+from ..services import Services
+from ..sink import AsyncSink
+from . import protocol as p
+from .media import MediaInput
+from .registry import Attachment
+from .replay import ReplayBuffer
+from .session import Action, CancelResponse, Output, Session, StartImage, StartResponse
+
+log = logging.getLogger("stream_omni.live")
+
+
+@dataclass(frozen=True)
+class ImageProgress:
+    """One event of an image being generated (models.image_gen, from its worker thread)."""
+
+    item_id: str  # the response's image_generation_call item
+    event: dict[str, Any]  # {"kind": "partial" | "completed" | "failed" | "cancelled", …}
+
+
+ModelMessage = tuple[str, JobEvents | ImageProgress]  # (response id, what the model produced)
+
+
+class LiveSession:
+    def __init__(self, services: Services, key: str):
+        """``key``: digest of the API key the session is bound to (``gateway.security.key_digest``)."""
+        self.svc = services
+        self.limits = services.config.limits
+        self.outbox = ReplayBuffer(self.limits.replay_max_events, self.limits.replay_max_bytes)
+        self.changed = asyncio.Event()  # set whenever the outbox grows
+        self.session = Session(services.session_defaults, self.outbox.stamp)
+        self.state = services.backend.new_state()
+        self.handles: dict[str, Handle] = {}
+        self.model_q: asyncio.Queue[ModelMessage] = asyncio.Queue()
+        self.media = MediaInput(self.session, services, self.send, self._create_response)
+        self._tasks: set[asyncio.Task[None]] = set()
+        self._media_lock = asyncio.Lock()
+        self.image_cancels: dict[str, list[threading.Event]] = {}  # response id → its image jobs
+        self.token = secrets.token_urlsafe(32)
+        self.key = key
+        self.attached: Attachment | None = None  # the Connection currently serving this session
+        self.on_event: Callable[[], None] | None = None  # the attached connection's lag check
+        self.closed = False
+        self._pump = asyncio.create_task(self._pump_loop(), name="session-pump")
+        grace = services.config.server.grace_period_s
+        self.send(self.session.created({"resume": {"token": self.token, "expires_in_s": grace}}))
+
+    # ------------------------------------------------------------------ outbound
+
+    def send(self, out: Output) -> None:
+        """Events are already stamped (seq) and kept by the outbox; wake the writer."""
+        if out.events:
+            self.changed.set()
+            if self.on_event is not None:
+                self.on_event()
+        for action in out.actions:
+            self._act(action)
+
+    # ------------------------------------------------------------------ actions
+
+    def _act(self, action: Action) -> None:
+        if isinstance(action, CancelResponse):
+            handle = self.handles.pop(action.response_id, None)
+            if handle is not None:
+                handle.cancel()
+                self.svc.metrics.cancels.inc()
+            for flag in self.image_cancels.pop(action.response_id, []):
+                flag.set()  # denoising stops within one step
+        elif isinstance(action, StartResponse):
+            self._start(action)
+        elif isinstance(action, StartImage):
+            self._start_image(action)
+
+    def _start_image(self, action: StartImage) -> None:
+        rid, item_id = action.response_id, action.item_id
+        gen = self.svc.image_gen
+        if gen is None:
+            self.send(self.session.error("image_generation_disabled", "image output is not enabled on this server"))
+            self.send(self.session.on_image(rid, item_id, {"kind": "failed"}))
+            return
+        loop = asyncio.get_running_loop()
+        cancel = threading.Event()
+        self.image_cancels.setdefault(rid, []).append(cancel)
+
+        def on_event(ev: dict[str, Any]) -> None:  # from the generator's worker thread
+            if not loop.is_closed():
+                loop.call_soon_threadsafe(self.model_q.put_nowait, (rid, ImageProgress(item_id, ev)))
+
+        gen.submit(action.prompt, None, on_event, cancel)
+
+    def _start(self, action: StartResponse) -> None:
+        svc = self.svc
+        rid = action.response_id
+        try:
+            prompt = svc.backend.chat_tokens(action.messages)
+            job = DecodeJob(
+                svc.backend,
+                self.state,
+                prompt,
+                svc.sampling(action.sampling),
+                svc.scheduler_config(action.scheduler),
+                *svc.drafting(),
+            )
+            self.handles[rid] = svc.engine.submit(job, AsyncSink(asyncio.get_running_loop(), self.model_q, rid))
+        except ContextOverflow as exc:
+            self.send(self.session.error("context_length_exceeded", str(exc)))
+            self.send(self.session.on_done(rid, "error", {"error_code": "context_length_exceeded"}, {}))
+        except EngineBusy:
+            self.send(self.session.on_done(rid, "error", {"error_code": "server_busy"}, {}))
+        except ValueError as exc:  # bad scheduler/sampling values
+            self.send(self.session.error("invalid_value", str(exc)))
+            self.send(self.session.on_done(rid, "error", {"error_code": "invalid_value"}, {}))
+
+    # ------------------------------------------------------------------ inbound
+
+    def on_text(self, raw: str) -> None:
+        try:
+            ev = p.parse(raw, self.limits.max_json_depth)
+        except p.ProtocolError as exc:
+            self.svc.metrics.errors.labels(code=exc.code).inc()
+            self.send(self.session.error(exc.code, exc.message, exc.event_id, exc.param))
+            return
+        if isinstance(ev, p.AudioAppend):
+            self.media.append(ev.audio, ev.event_id)
+        elif isinstance(ev, p.AudioCommit):
+            self.media.commit(ev.event_id)
+        elif isinstance(ev, p.AudioClear):
+            self.media.clear()
+        elif isinstance(ev, p.SessionUpdate):
+            refused = self.media.check_update(ev)
+            self.send(refused or self.session.handle(ev))
+        elif isinstance(ev, p.ItemCreate) and any(not isinstance(c, p.InputText) for c in ev.item.content):
+            key = f"media-{id(ev)}"
+            self.session.item_pending(key)  # now, so a response.create right behind it waits for it
+            self._spawn(self._item_with_media(ev, key))
+        elif isinstance(ev, p.ResponseCreate):
+            go = self.session.want_response(ev)
+            if go is not None:
+                self._create_response(go)
+        else:
+            self.send(self.session.handle(ev))
+
+    def _create_response(self, ev: p.ResponseCreate) -> None:
+        if self.session.response is None and not self.svc.engine_has_room():
+            self.svc.metrics.errors.labels(code="server_busy").inc()
+            self.send(self.session.error("server_busy", "the server is at capacity; retry shortly", ev.event_id))
+            return
+        self.send(self.session.handle(ev))
+
+    async def _item_with_media(self, ev: p.ItemCreate, key: str) -> None:
+        """Resolve audio parts to transcripts and images to descriptions, then add the item.
+
+        Items keep their order, and a response.create that arrives meanwhile waits for them.
+        """
+        try:
+            async with self._media_lock:
+                await self._resolve_item(ev)
+        finally:
+            go = self.session.settle(key)
+            if go is not None:
+                self._create_response(go)
+
+    async def _resolve_item(self, ev: p.ItemCreate) -> None:
+        parts: list[p.InputText | p.InputImage | p.InputAudio] = []
+        try:
+            for part in ev.item.content:
+                if isinstance(part, p.InputAudio):
+                    text = part.transcript or await self.media.resolve_audio_part(part.audio)
+                    parts.append(p.InputText(type="input_text", text=text))
+                elif isinstance(part, p.InputImage):
+                    describe = self.svc.image_describer
+                    if describe is None:
+                        raise ImageError(
+                            "unsupported_content", "image input is not enabled on this server (config: vision.mode)"
+                        )
+                    parts.append(p.InputText(type="input_text", text=await asyncio.to_thread(describe, part.image_url)))
+                else:
+                    parts.append(part)
+        except (AudioError, ImageError) as exc:
+            self.svc.metrics.errors.labels(code=exc.code).inc()
+            self.send(self.session.error(exc.code, exc.message, ev.event_id, "item.content"))
+            return
+        resolved = ev.model_copy(update={"item": ev.item.model_copy(update={"content": parts})})
+        self.send(self.session.handle(resolved))
+
+    def _spawn(self, coro: Coroutine[Any, Any, None]) -> None:
+        task = asyncio.create_task(coro)
+        self._tasks.add(task)
+        task.add_done_callback(self._task_done)
+
+    def _task_done(self, task: asyncio.Task[None]) -> None:
+        self._tasks.discard(task)
+        if not task.cancelled() and task.exception() is not None:
+            log.error("session task failed: %s", type(task.exception()).__name__)
+
+    def on_bytes(self, data: bytes) -> None:
+        self.media.append(data)
+
+    # ------------------------------------------------------------------ model results
+
+    async def _pump_loop(self) -> None:
+        while True:
+            rid, events = await self.model_q.get()
+            try:
+                self._on_model(rid, events)
+            except Exception:  # never lose the pump: later responses depend on it
+                log.exception("handling model events failed")
+
+    def _on_model(self, rid: str, events: JobEvents | ImageProgress) -> None:
+        if isinstance(events, ImageProgress):
+            ev = events.event
+            if ev.get("kind") == "failed":
+                log.warning("image generation failed: %s", ev.get("message"))
+            if ev.get("kind") in ("completed", "failed", "cancelled"):
+                flags = self.image_cancels.get(rid, [])
+                if flags:
+                    flags.pop(0)
+            self.send(self.session.on_image(rid, events.item_id, ev))
+            return
+        for chunk in events.chunks:
+            self.send(self.session.on_chunk(rid, chunk.text))
+        for prompt in events.requests:  # the model asked for an image: never shown as text
+            self.send(self.session.image_request(rid, prompt))
+        if events.done is not None:
+            self.handles.pop(rid, None)
+            m = events.done.metrics
+            usage = {}
+            if "tokens" in m:
+                prompt = m.get("prompt_tokens", 0) + m.get("cached_tokens", 0)
+                usage = {
+                    "total_tokens": prompt + m["tokens"],
+                    "input_tokens": prompt,
+                    "output_tokens": m["tokens"],
+                    "input_token_details": {"cached_tokens": m.get("cached_tokens", 0)},
+                }
+                self.svc.metrics.observe_response(m)
+            self.send(self.session.on_done(rid, events.done.reason, m, usage))
+
+    # ------------------------------------------------------------------ lifecycle
+
+    @property
+    def busy(self) -> bool:
+        return bool(self.handles) or self.session.response is not None
+
+    def close(self, reason: str = "session_closed") -> None:
+        """Free everything: cancel generation, stop tasks."""
+        if self.closed:
+            return
+        self.closed = True
+        self.send(self.session.cancel(reason))
+        for handle in self.handles.values():
+            handle.cancel()
+        self.handles.clear()
+        self.media.close()
+        self._pump.cancel()
+        for t in list(self._tasks):
+            t.cancel()
+        self.changed.set()

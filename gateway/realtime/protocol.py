@@ -1,0 +1,284 @@
+"""Every wire event of /v1/realtime as a pydantic model, parsed once through a discriminated union.
+
+Pure: no asyncio, Starlette or torch. Client events are validated strictly on their ``type`` and
+on the fields we act on; unknown *fields* inside ``session``/``response`` objects are ignored so
+that clients written for the full OpenAI Realtime API (which sends more options than we
+implement) keep working. Server events are built through ``server_event`` so that every one of
+them has the same envelope (``type``, ``event_id``, ``seq``).
+"""
+
+from __future__ import annotations
+
+import itertools
+import re
+from typing import Annotated, Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError
+
+from ..options import SchedulerOptions
+
+MAX_JSON_DEPTH = 32  # a nesting limit far below any parser's recursion limit
+
+
+class _Lenient(BaseModel):
+    model_config = ConfigDict(extra="ignore")
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+# ---------------------------------------------------------------- session / response options
+
+
+class AudioFormat(_Lenient):
+    type: str = "audio/pcm"
+    rate: int = 24000
+
+
+class AudioInput(_Lenient):
+    format: AudioFormat | None = None
+    turn_detection: dict[str, Any] | None = Field(default=None)
+    transcription: dict[str, Any] | None = None
+
+
+class AudioOptions(_Lenient):
+    input: AudioInput | None = None
+
+
+class SamplingOptions(_Lenient):
+    """Extension fields shared by session.update and response.create."""
+
+    temperature: float | None = Field(default=None, ge=0.0, le=2.0)
+    top_p: float | None = Field(default=None, gt=0.0, le=1.0)
+    seed: int | None = None
+    max_output_tokens: int | Literal["inf"] | None = None
+    scheduler: SchedulerOptions | None = None
+
+
+class SessionOptions(SamplingOptions):
+    type: Literal["realtime", "transcription"] | None = None
+    model: str | None = None
+    instructions: str | None = None
+    output_modalities: list[Literal["text", "audio", "image"]] | None = None
+    audio: AudioOptions | None = None
+
+
+class ResponseOptions(SamplingOptions):
+    instructions: str | None = None
+    output_modalities: list[Literal["text", "audio", "image"]] | None = None
+    conversation: Literal["auto", "none"] | None = None
+    metadata: dict[str, Any] | None = None
+
+
+# ---------------------------------------------------------------- conversation items
+
+
+class InputText(_Strict):
+    type: Literal["input_text", "text", "output_text"]
+    text: str
+
+
+class InputImage(_Lenient):
+    type: Literal["input_image"]
+    image_url: str
+    detail: str | None = None
+
+
+class InputAudio(_Lenient):
+    type: Literal["input_audio"]
+    audio: str
+    transcript: str | None = None
+
+
+ContentPart = Annotated[InputText | InputImage | InputAudio, Field(discriminator="type")]
+
+
+class MessageItem(_Lenient):
+    type: Literal["message"] = "message"
+    id: str | None = Field(default=None, max_length=64)
+    role: Literal["user", "system", "assistant"]
+    content: list[ContentPart] = Field(min_length=1, max_length=64)
+
+
+# ---------------------------------------------------------------- client events
+
+
+class _ClientEvent(_Lenient):
+    event_id: str | None = Field(default=None, max_length=128)
+
+
+class SessionUpdate(_ClientEvent):
+    type: Literal["session.update"]
+    session: SessionOptions
+
+
+class ItemCreate(_ClientEvent):
+    type: Literal["conversation.item.create"]
+    previous_item_id: str | None = None
+    item: MessageItem
+
+
+class ItemTruncate(_ClientEvent):
+    type: Literal["conversation.item.truncate"]
+    item_id: str
+    content_index: int = Field(ge=0)
+    audio_end_ms: int = Field(ge=0)
+
+
+class ItemDelete(_ClientEvent):
+    type: Literal["conversation.item.delete"]
+    item_id: str
+
+
+class AudioAppend(_ClientEvent):
+    type: Literal["input_audio_buffer.append"]
+    audio: str
+
+
+class AudioCommit(_ClientEvent):
+    type: Literal["input_audio_buffer.commit"]
+
+
+class AudioClear(_ClientEvent):
+    type: Literal["input_audio_buffer.clear"]
+
+
+class ResponseCreate(_ClientEvent):
+    type: Literal["response.create"]
+    response: ResponseOptions | None = None
+
+
+class ResponseCancel(_ClientEvent):
+    type: Literal["response.cancel"]
+    response_id: str | None = None
+
+
+ClientEvent = Annotated[
+    SessionUpdate
+    | ItemCreate
+    | ItemTruncate
+    | ItemDelete
+    | AudioAppend
+    | AudioCommit
+    | AudioClear
+    | ResponseCreate
+    | ResponseCancel,
+    Field(discriminator="type"),
+]
+
+_CLIENT_ADAPTER: TypeAdapter[Any] = TypeAdapter(ClientEvent)
+CLIENT_EVENT_TYPES = frozenset(
+    m.model_fields["type"].annotation.__args__[0]  # type: ignore[union-attr]
+    for m in (
+        SessionUpdate,
+        ItemCreate,
+        ItemTruncate,
+        ItemDelete,
+        AudioAppend,
+        AudioCommit,
+        AudioClear,
+        ResponseCreate,
+        ResponseCancel,
+    )
+)
+
+
+class ProtocolError(Exception):
+    """A client event we cannot act on; becomes an ``error`` server event."""
+
+    def __init__(self, code: str, message: str, event_id: str | None = None, param: str | None = None):
+        super().__init__(message)
+        self.code = code
+        self.message = message
+        self.event_id = event_id
+        self.param = param
+
+
+def _depth(raw: str) -> int:
+    """Maximum bracket nesting of a JSON text (strings skipped). Linear, never recursive."""
+    depth = best = 0
+    in_str = esc = False
+    for ch in raw:
+        if in_str:
+            if esc:
+                esc = False
+            elif ch == "\\":
+                esc = True
+            elif ch == '"':
+                in_str = False
+        elif ch == '"':
+            in_str = True
+        elif ch in "[{":
+            depth += 1
+            best = max(best, depth)
+        elif ch in "]}":
+            depth -= 1
+    return best
+
+
+def _event_id_of(raw: str | bytes) -> str | None:
+    import json
+
+    try:
+        obj = json.loads(raw)
+    except (ValueError, RecursionError):
+        return None
+    event_id = obj.get("event_id") if isinstance(obj, dict) else None
+    return event_id[:128] if isinstance(event_id, str) else None
+
+
+def parse(raw: str | bytes, max_depth: int = MAX_JSON_DEPTH) -> Any:
+    """One JSON text frame → a client event model, or ``ProtocolError``."""
+    text = raw.decode("utf-8", "strict") if isinstance(raw, bytes) else raw
+    if _depth(text) > max_depth:
+        raise ProtocolError("invalid_json", f"JSON nesting deeper than {max_depth} levels")
+    try:
+        return _CLIENT_ADAPTER.validate_json(text)
+    except ValidationError as exc:
+        event_id = _event_id_of(text)
+        errs = exc.errors(include_url=False, include_input=False)
+        first = errs[0] if errs else {"type": "", "loc": (), "msg": "invalid event"}
+        if first["type"] == "json_invalid":
+            raise ProtocolError("invalid_json", "frame is not valid JSON", event_id) from None
+        if first["type"] in ("union_tag_invalid", "union_tag_not_found", "model_attributes_type"):
+            raise ProtocolError(
+                "invalid_event_type",
+                "unknown or missing event 'type'",
+                event_id,
+                "type",
+            ) from None
+        loc = ".".join(str(p) for p in first["loc"][1:]) or None
+        raise ProtocolError("invalid_value", f"{loc or 'event'}: {first['msg']}", event_id, loc) from None
+
+
+# ---------------------------------------------------------------- server events
+
+_event_counter = itertools.count()
+
+
+def server_event(type_: str, **fields: Any) -> dict[str, Any]:
+    """A server event envelope. ``seq`` is stamped later by the session's outbox."""
+    return {"type": type_, "event_id": f"event_{next(_event_counter):x}", **fields}
+
+
+_ADDRESS = re.compile(r"<[^<>]*\bat 0x[0-9a-fA-F]+>")
+_PATH = re.compile(r"(?<![\w/])/(?:[\w.-]+/)+[\w.-]*")
+
+
+def clean(message: str) -> str:
+    """An error message fit for a client: no object addresses, no file paths."""
+    return _PATH.sub("<path>", _ADDRESS.sub("the data", message))
+
+
+def error_event(
+    code: str,
+    message: str,
+    event_id: str | None = None,
+    param: str | None = None,
+    type_: str = "invalid_request_error",
+) -> dict[str, Any]:
+    return server_event(
+        "error",
+        error={"type": type_, "code": code, "message": clean(message), "param": param, "event_id": event_id},
+    )

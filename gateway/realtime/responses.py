@@ -1,0 +1,103 @@
+"""One assistant response's state and the server events that open and close it. Pure."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from . import protocol as p
+from .conversation import Item
+
+
+@dataclass
+class ResponseState:
+    id: str
+    item_id: str  # the assistant message item its text goes to
+    modalities: list[str]
+    store: bool  # conversation "auto" (True) or "none"
+    text: str = ""  # delivered text only
+    started: bool = False  # item/part events sent
+    images: dict[str, dict[str, Any]] = field(default_factory=dict)  # image_generation_call items by id
+    ending: tuple[Any, ...] | None = None  # text finished; response.done waits for images
+
+    @property
+    def images_pending(self) -> bool:
+        return any(i["status"] == "in_progress" for i in self.images.values())
+
+    def item(self, status: str) -> Item:
+        """The assistant message item as it stands."""
+        return {
+            "id": self.item_id,
+            "object": "realtime.item",
+            "type": "message",
+            "role": "assistant",
+            "status": status,
+            "content": [{"type": "output_text", "text": self.text}] if self.started or status == "in_progress" else [],
+        }
+
+    def start_events(self, previous_item_id: str | None) -> list[dict[str, Any]]:
+        """The events before the first text delta (the item and its text part open)."""
+        self.started = True
+        item = self.item("in_progress")
+        item["content"] = []
+        return [
+            p.server_event("response.output_item.added", response_id=self.id, output_index=0, item=item),
+            p.server_event("conversation.item.added", previous_item_id=previous_item_id, item=item),
+            p.server_event(
+                "response.content_part.added",
+                response_id=self.id,
+                item_id=self.item_id,
+                output_index=0,
+                content_index=0,
+                part={"type": "text", "text": ""},
+            ),
+        ]
+
+
+def final_events(
+    r: ResponseState,
+    item: Item | None,
+    status: str,
+    details: dict[str, Any] | None,
+    metrics: dict[str, Any] | None,
+    usage: dict[str, Any],
+) -> list[dict[str, Any]]:
+    """Everything that closes ``r``: its text part and item (``item``, when text went out), images
+    still denoising (incomplete), then exactly one ``response.done``."""
+    events: list[dict[str, Any]] = []
+    output: list[dict[str, Any]] = []
+    if item is not None:
+        common = {"response_id": r.id, "item_id": r.item_id, "output_index": 0, "content_index": 0}
+        events += [
+            p.server_event("response.output_text.done", **common, text=r.text),
+            p.server_event("response.content_part.done", **common, part={"type": "text", "text": r.text}),
+            p.server_event("response.output_item.done", response_id=r.id, output_index=0, item=item),
+            p.server_event("conversation.item.done", item=item),
+        ]
+        output.append(item)
+    for img in r.images.values():
+        if img["status"] == "in_progress":  # cancelled with the response
+            img["status"] = "incomplete"
+            view = {"id": img["id"], "type": "image_generation_call", "status": "incomplete"}
+            events.append(
+                p.server_event(
+                    "response.output_item.done", response_id=r.id, output_index=img["output_index"], item=view
+                )
+            )
+        output.append({k: v for k, v in img.items() if k != "output_index"})
+    events.append(
+        p.server_event(
+            "response.done",
+            response={
+                "id": r.id,
+                "object": "realtime.response",
+                "status": status,
+                "status_details": details,
+                "output": output,
+                "output_modalities": r.modalities,
+                "usage": usage or None,
+                "metrics": metrics or None,
+            },
+        )
+    )
+    return events

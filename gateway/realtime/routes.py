@@ -1,0 +1,74 @@
+"""``/v1/realtime``: the WebSocket upgrade — origin, auth, model, new session or resume — then a ``Connection``."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from starlette.routing import BaseRoute, WebSocketRoute
+from starlette.websockets import WebSocket
+
+from ..security import bearer, check_origin, key_digest, subprotocol_key, ws_api_key_ok
+from ..services import Services
+from . import protocol as p
+from .connection import CLOSE_NORMAL, CLOSE_POLICY, CLOSE_TRY_AGAIN, Connection
+from .live import LiveSession
+from .registry import TooManySessions
+
+
+def routes(services: Callable[[], Services]) -> list[BaseRoute]:
+    """``services()`` returns the app's ``Services`` once started."""
+
+    async def realtime(ws: WebSocket) -> None:
+        await _realtime(services(), ws)
+
+    return [WebSocketRoute("/v1/realtime", realtime)]
+
+
+async def _realtime(s: Services, ws: WebSocket) -> None:
+    server = s.config.server
+    if not check_origin(ws, server):
+        await ws.close(CLOSE_POLICY)  # before accept: the client sees HTTP 403
+        return
+    subprotocol = ws_api_key_ok(ws, server.api_keys)
+    if subprotocol is False:
+        await ws.accept()
+        await ws.close(CLOSE_POLICY, "invalid or missing API key")
+        return
+    key = key_digest(bearer(ws) or subprotocol_key(ws))
+    token = ws.query_params.get("resume_token")
+    model = ws.query_params.get("model")
+    await ws.accept(subprotocol=subprotocol or None)
+    if model and model not in (s.backend.name, "embedded"):
+        err = p.error_event("model_not_found", f"model {model!r} is not served here; use {s.backend.name!r}")
+        await ws.send_json(err)
+        await ws.close(CLOSE_POLICY, "model not found")
+        return
+    if token is not None:
+        await _resume(s, ws, token, key)
+        return
+    try:
+        s.registry.admit(key)
+    except TooManySessions as exc:
+        await ws.close(CLOSE_TRY_AGAIN, str(exc))
+        return
+    live = LiveSession(s, key)
+    s.registry.add(live)
+    await Connection(ws, live).run()
+
+
+async def _resume(s: Services, ws: WebSocket, token: str, key: str) -> None:
+    try:
+        last_seq = int(ws.query_params.get("last_seq", "-1"))
+    except ValueError:
+        last_seq = -2  # not a number: fails below
+    live = s.registry.find(token, key)
+    if not isinstance(live, LiveSession) or live.outbox.since(last_seq) is None:
+        why = "unknown or expired resume token" if live is None else f"events after seq {last_seq} are gone"
+        s.metrics.errors.labels(code="resume_failed").inc()
+        await ws.send_json(p.error_event("resume_failed", f"cannot resume: {why}"))
+        await ws.close(CLOSE_NORMAL, "resume failed")
+        if live is not None and live.attached is None:
+            s.registry.detached(live)  # restart its grace timer
+        return
+    s.metrics.resumes.inc()
+    await Connection(ws, live, last_seq).run(resumed=True)

@@ -1,0 +1,94 @@
+"""What the running app holds: config, engine, processors, session registry. Data only.
+
+Built once by ``gateway.app``'s lifespan (from ``gateway.loading``) and handed to every route;
+nothing here does I/O or imports the app, so every module can depend on it without a cycle.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from models.backend import Backend
+from models.engine import Engine
+from models.sampling import SamplingParams
+from models.scheduler import SchedulerConfig
+from processors.asr import Transcriber
+from processors.audio import AudioLimits
+
+from .config import Config
+from .metrics import Metrics
+from .realtime.registry import SessionRegistry
+from .realtime.session import SessionDefaults
+
+# (drafter, verifier) for one response, or (None, None): see models.speculative
+Drafting = tuple[Any, Any]
+# an image data URL → text the LLM reads (CLIP labels or a VLM caption)
+ImageDescriber = Callable[[str], str]
+
+
+@dataclass
+class Services:
+    """Everything a connection needs, built once per app."""
+
+    config: Config
+    backend: Backend
+    engine: Engine
+    registry: SessionRegistry
+    metrics: Metrics = field(default_factory=Metrics)
+    drafter_factory: Callable[[], Drafting] | None = None  # → (drafter, verifier) per response
+    asr: Transcriber | None = None  # None when audio input is disabled
+    image_describer: ImageDescriber | None = None  # None when image input is disabled
+    image_gen: Any = None  # models.image_gen.ImageGenerator, or None when image output is off
+    started: float = field(default_factory=time.time)
+
+    @property
+    def session_defaults(self) -> SessionDefaults:
+        c = self.config
+        return SessionDefaults(
+            model=self.backend.name,
+            instructions=c.session.instructions,
+            temperature=c.session.temperature,
+            top_p=c.session.top_p,
+            max_output_tokens=c.session.max_output_tokens,
+            scheduler={},
+        )
+
+    def sampling(self, opts: dict[str, Any]) -> SamplingParams:
+        return SamplingParams(
+            temperature=float(opts.get("temperature") or 0.0),
+            top_p=float(opts.get("top_p") or 1.0),
+            seed=opts.get("seed"),
+            max_tokens=int(opts.get("max_tokens") or self.config.session.max_output_tokens),
+        )
+
+    def scheduler_config(self, opts: dict[str, Any]) -> SchedulerConfig:
+        d = self.config.scheduler.model_dump(exclude_none=True)
+        d.update({k: v for k, v in opts.items() if v is not None})
+        strategy = d.pop("strategy", "balanced")
+        if self.image_gen is not None:
+            d.setdefault("intercept", ("<image>", "</image>"))
+        if self.drafter_factory is None:
+            d["lookahead_tokens"] = 0  # nothing drafts
+        else:
+            d.setdefault("lookahead_tokens", self.config.speculative.k_max)
+        return SchedulerConfig.for_strategy(strategy, **d)
+
+    def drafting(self) -> Drafting:
+        return self.drafter_factory() if self.drafter_factory else (None, None)
+
+    @property
+    def audio_limits(self) -> AudioLimits:
+        return AudioLimits(
+            max_buffer_s=self.config.audio.max_buffer_s, max_frame_bytes=self.config.limits.max_text_frame_bytes
+        )
+
+    @property
+    def default_turn_detection(self) -> dict[str, Any] | None:
+        return {"type": "server_vad"} if self.config.audio.turn_detection == "server_vad" else None
+
+    def engine_has_room(self) -> bool:
+        running, waiting = self.engine.depth
+        return running < self.engine.max_running or waiting < self.engine.max_waiting

@@ -1,0 +1,149 @@
+"""Voice in over /v1/realtime: real espeak-ng speech, server VAD, Whisper, barge-in, bad audio."""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+
+import numpy as np
+
+from processors.asr import word_error_rate
+from processors.audio import float32_to_pcm16
+from testkit.speech import silence, speak
+from tests.conftest import requires_espeak
+from tests.wsclient import RealtimeClient
+
+pytestmark = requires_espeak
+
+SENTENCE_1 = "Please open the kitchen window."
+SENTENCE_2 = "My favorite color is blue."
+
+
+def pcm24(audio16: np.ndarray) -> bytes:
+    import soxr
+
+    return float32_to_pcm16(soxr.resample(audio16, 16_000, 24_000).astype(np.float32))
+
+
+async def stream(c: RealtimeClient, pcm: bytes, frame_ms: int = 40, rate: int = 24_000) -> None:
+    step = rate * 2 * frame_ms // 1000
+    for i in range(0, len(pcm), step):
+        await c.ws.send(pcm[i : i + step])  # binary frame = raw pcm16
+        await asyncio.sleep(0)
+
+
+async def test_streamed_speech_becomes_a_transcribed_turn_and_a_response(tiny_backend, server_factory):
+    with server_factory(tiny_backend) as addr:
+        c = await RealtimeClient.connect(addr)
+        await c.until("session.created")
+        audio = np.concatenate([silence(0.5), speak(SENTENCE_1), silence(1.2)])
+        await stream(c, pcm24(audio), frame_ms=40)
+        started = await c.until("input_audio_buffer.speech_started")
+        stopped = await c.until("input_audio_buffer.speech_stopped")
+        assert 200 <= started["audio_start_ms"] <= 700
+        assert stopped["audio_end_ms"] > started["audio_start_ms"] + 800
+        await c.until("input_audio_buffer.committed")
+        done = await c.until("conversation.item.input_audio_transcription.completed")
+        assert word_error_rate(SENTENCE_1, done["transcript"]) <= 0.25, done["transcript"]
+        # create_response defaults to true: a response follows by itself
+        rdone = await c.until("response.done")
+        assert rdone["response"]["status"] in ("completed", "incomplete")
+        await c.close()
+
+
+async def test_two_utterances_separated_by_silence_are_two_turns(tiny_backend, server_factory):
+    with server_factory(tiny_backend) as addr:
+        c = await RealtimeClient.connect(addr)
+        await c.until("session.created")
+        await c.send(
+            {
+                "type": "session.update",
+                "session": {"audio": {"input": {"turn_detection": {"type": "server_vad", "create_response": False}}}},
+            }
+        )
+        await c.until("session.updated")
+        audio = np.concatenate([silence(0.3), speak(SENTENCE_1), silence(1.0), speak(SENTENCE_2), silence(1.0)])
+        await stream(c, pcm24(audio), frame_ms=100)
+        t1 = await c.until("conversation.item.input_audio_transcription.completed")
+        t2 = await c.until("conversation.item.input_audio_transcription.completed")
+        assert word_error_rate(SENTENCE_1, t1["transcript"]) <= 0.25, t1["transcript"]
+        assert word_error_rate(SENTENCE_2, t2["transcript"]) <= 0.25, t2["transcript"]
+        assert t1["item_id"] != t2["item_id"]
+        assert not any(e["type"] == "response.created" for e in c.events)
+        await c.close()
+
+
+async def test_manual_commit_at_16k_with_base64_append(tiny_backend, server_factory):
+    with server_factory(tiny_backend) as addr:
+        c = await RealtimeClient.connect(addr)
+        await c.until("session.created")
+        await c.send(
+            {
+                "type": "session.update",
+                "session": {
+                    "audio": {"input": {"format": {"type": "audio/pcm", "rate": 16000}, "turn_detection": None}}
+                },
+            }
+        )
+        await c.until("session.updated")
+        pcm = float32_to_pcm16(speak(SENTENCE_2))
+        step = 16000 * 2 // 50  # 20 ms frames
+        for i in range(0, len(pcm), step):
+            await c.send({"type": "input_audio_buffer.append", "audio": base64.b64encode(pcm[i : i + step]).decode()})
+        await c.send({"type": "input_audio_buffer.commit"})
+        await c.send({"type": "response.create", "response": {"max_output_tokens": 8}})  # held until transcribed
+        done = await c.until("conversation.item.input_audio_transcription.completed")
+        assert word_error_rate(SENTENCE_2, done["transcript"]) <= 0.25
+        await c.until("response.done")
+        types = [e["type"] for e in c.events]
+        assert types.index("conversation.item.input_audio_transcription.completed") < types.index("response.created")
+        assert not any(e["type"] == "input_audio_buffer.speech_started" for e in c.events)
+        await c.close()
+
+
+async def test_speech_during_a_response_barges_in(tiny_backend, server_factory):
+    with server_factory(tiny_backend, **{"speculative.drafter": "none"}) as addr:
+        c = await RealtimeClient.connect(addr)
+        await c.until("session.created")
+        await c.say("tell me a very long story")
+        await c.send({"type": "response.create", "response": {"max_output_tokens": 500}})
+        await c.until("response.output_text.delta")
+        await stream(c, pcm24(np.concatenate([speak(SENTENCE_1), silence(1.0)])), frame_ms=20)
+        done = await c.until("response.done")
+        assert done["response"]["status"] == "cancelled"
+        assert done["response"]["status_details"]["reason"] == "turn_detected"
+        rid = done["response"]["id"]
+        delivered = c.text_of(rid)
+        assert done["response"]["output"][0]["content"][0]["text"] == delivered
+        await c.until("conversation.item.input_audio_transcription.completed")
+        await c.close()
+
+
+async def test_bad_audio_gets_errors_and_other_sessions_keep_working(tiny_backend, server_factory):
+    with server_factory(tiny_backend, **{"audio.max_buffer_s": 2.0}) as addr:
+        c = await RealtimeClient.connect(addr)
+        other = await RealtimeClient.connect(addr)
+        await c.until("session.created")
+        await other.until("session.created")
+        await c.ws.send(b"\x01\x02\x03")  # odd byte count
+        assert (await c.until("error"))["error"]["code"] == "invalid_audio"
+        await c.send({"type": "input_audio_buffer.append", "audio": "***not base64***", "event_id": "b64"})
+        err = await c.until("error")
+        assert err["error"]["code"] == "invalid_base64" and err["error"]["event_id"] == "b64"
+        await c.send({"type": "session.update", "session": {"audio": {"input": {"format": {"rate": 44100}}}}})
+        assert (await c.until("error"))["error"]["code"] == "unsupported_rate"
+        await c.send({"type": "session.update", "session": {"audio": {"input": {"turn_detection": None}}}})
+        await c.until("session.updated")
+        noise = (np.random.default_rng(0).standard_normal(24000 * 3) * 0.01).astype(np.float32)
+        pcm = float32_to_pcm16(noise)
+        for i in range(0, len(pcm), 48000):
+            await c.ws.send(pcm[i : i + 48000])
+        assert (await c.until("error"))["error"]["code"] == "buffer_too_long"
+        await c.send({"type": "input_audio_buffer.clear"})
+        await c.until("input_audio_buffer.cleared")
+        await c.send({"type": "input_audio_buffer.commit", "event_id": "empty"})
+        assert (await c.until("error"))["error"]["code"] == "input_audio_buffer_commit_empty"
+        done = await other.ask("are you there", max_output_tokens=4)
+        assert done["response"]["status"] in ("completed", "incomplete")
+        await c.close()
+        await other.close()

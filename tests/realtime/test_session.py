@@ -1,0 +1,143 @@
+"""gateway.realtime.session, sans-I/O: events in, events + actions out. No sockets, no model."""
+
+from __future__ import annotations
+
+import itertools
+
+from gateway.realtime import protocol as p
+from gateway.realtime.session import CancelResponse, Session, SessionDefaults, StartResponse
+
+
+def make() -> Session:
+    counter = itertools.count()
+
+    def stamp(ev):
+        ev["seq"] = next(counter)
+        return ev
+
+    return Session(SessionDefaults(model="m", max_output_tokens=64), stamp)
+
+
+def ev(raw: str):
+    return p.parse(raw)
+
+
+USER = (
+    '{"type":"conversation.item.create",'
+    '"item":{"type":"message","role":"user","content":[{"type":"input_text","text":"hi"}]}}'
+)
+
+
+def test_response_lifecycle_and_contiguous_seq():
+    s = make()
+    events = s.created().events
+    events += s.handle(ev(USER)).events
+    out = s.handle(ev('{"type":"response.create"}'))
+    events += out.events
+    start = out.actions[0]
+    assert isinstance(start, StartResponse)
+    assert start.messages[-1] == {"role": "user", "content": "hi"}
+    assert start.sampling["max_tokens"] == 64
+    events += s.on_chunk(start.response_id, "Hel").events
+    events += s.on_chunk(start.response_id, "lo").events
+    events += s.on_done(start.response_id, "stop", {"tokens": 2}, {"output_tokens": 2}).events
+    types = [e["type"] for e in events]
+    assert types[-1] == "response.done"
+    assert types.count("response.output_text.delta") == 2
+    assert [e["seq"] for e in events] == list(range(len(events)))
+    assert s.items[-1]["role"] == "assistant" and s.items[-1]["content"][0]["text"] == "Hello"
+
+
+def test_cancel_keeps_delivered_text_and_drops_late_chunks():
+    s = make()
+    s.handle(ev(USER))
+    rid = s.handle(ev('{"type":"response.create"}')).actions[0].response_id
+    s.on_chunk(rid, "Partial")
+    out = s.handle(ev('{"type":"response.cancel"}'))
+    assert isinstance(out.actions[0], CancelResponse)
+    done = out.events[-1]
+    assert done["type"] == "response.done" and done["response"]["status"] == "cancelled"
+    assert done["response"]["status_details"]["reason"] == "client_cancelled"
+    assert s.on_chunk(rid, " more").events == []  # late chunk after done: dropped
+    assert s.on_done(rid, "cancelled", {}, {}).events == []
+    assert s.messages()[-1] == {"role": "assistant", "content": "Partial"}
+
+
+def test_cancel_with_nothing_active_is_an_error_and_changes_nothing():
+    s = make()
+    out = s.handle(ev('{"type":"response.cancel","event_id":"x"}'))
+    assert out.events[0]["error"]["code"] == "response_cancel_not_active"
+    assert out.events[0]["error"]["event_id"] == "x" and not out.actions
+
+
+def test_length_limit_ends_incomplete():
+    s = make()
+    rid = s.handle(ev('{"type":"response.create","response":{"max_output_tokens":3}}')).actions[0].response_id
+    s.on_chunk(rid, "a b c")
+    done = s.on_done(rid, "length", {}, {}).events[-1]
+    assert done["response"]["status"] == "incomplete"
+    assert done["response"]["status_details"]["reason"] == "max_output_tokens"
+
+
+def test_session_update_merges_scheduler_and_instructions():
+    s = make()
+    s.handle(ev('{"type":"session.update","session":{"scheduler":{"strategy":"fast"}}}'))
+    s.handle(ev('{"type":"session.update","session":{"instructions":"Be brief","scheduler":{"max_chunk_tokens":9}}}'))
+    start = s.handle(ev('{"type":"response.create"}')).actions[0]
+    assert start.scheduler == {"strategy": "fast", "max_chunk_tokens": 9}
+    assert start.messages[0] == {"role": "system", "content": "Be brief"}
+
+
+def test_previous_item_id_must_exist():
+    s = make()
+    raw = USER.replace('"item":', '"previous_item_id":"ghost","item":')
+    out = s.handle(ev(raw))
+    assert out.events[0]["error"]["code"] == "item_not_found" and not s.items
+
+
+def test_system_items_reach_the_prompt_in_order():
+    s = make()
+    s.handle(ev(USER.replace('"role":"user"', '"role":"system"').replace('"hi"', '"rules"')))
+    s.handle(ev(USER))
+    start = s.handle(ev('{"type":"response.create"}')).actions[0]
+    assert [m["role"] for m in start.messages] == ["system", "user"]
+
+
+# ---------------------------------------------------------------------- responses wait for pending items
+
+
+def test_a_response_create_waits_for_every_pending_item_then_starts_once():
+    s = make()
+    create = ev('{"type":"response.create","event_id":"client"}')
+    s.item_pending("transcript-1")
+    s.item_pending("image-2")
+    assert s.want_response(create) is None  # held: a transcript is still being made
+    auto = p.ResponseCreate(type="response.create")
+    assert s.want_response(auto) is None  # a second one for the same batch is dropped, not queued
+    assert s.settle("transcript-1") is None  # the image is still pending
+    assert s.settle("image-2") is create  # the first held one starts, once
+    assert s.settle("image-2") is None
+
+
+def test_with_nothing_pending_a_response_create_starts_at_once():
+    s = make()
+    create = ev('{"type":"response.create"}')
+    assert s.want_response(create) is create
+    s.item_pending("t")
+    assert s.settle("t") is None  # nothing was held
+
+
+def test_the_handle_dispatch_refuses_audio_buffer_events_it_does_not_own():
+    s = make()
+    out = s.handle(ev('{"type":"input_audio_buffer.commit","event_id":"e1"}'))
+    err = out.events[0]["error"]
+    assert (err["code"], err["event_id"]) == ("unsupported_event", "e1")
+    assert out.actions == []
+
+
+def test_the_conversation_is_bounded_and_keeps_system_items():
+    s = Session(SessionDefaults(model="m", max_items=3), lambda e: e)
+    s.handle(ev(USER.replace('"user"', '"system"').replace('"hi"', '"rules"')))
+    for i in range(5):
+        s.handle(ev(USER.replace('"hi"', f'"hi {i}"')))
+    assert [m["content"] for m in s.messages()] == ["rules", "hi 3", "hi 4"]
