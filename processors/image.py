@@ -32,6 +32,8 @@ from dataclasses import dataclass
 import numpy as np
 from PIL import Image, ImageFile, ImageOps
 
+from .errors import InputError
+
 DEFAULT_MAX_BYTES = 20_000_000  # PROTOCOL.md: an image up to 20 MB …
 DEFAULT_MAX_PIXELS = 40_000_000  # … and 40 megapixels declared
 
@@ -46,17 +48,9 @@ _MIME_ALIASES = {"image/jpg": "image/jpeg", "image/pjpeg": "image/jpeg", "image/
 _DATA_URL = re.compile(r"data:([^;,]*)((?:;[^;,]*)*),(.*)", re.DOTALL | re.IGNORECASE)
 
 
-class ImageError(Exception):
+class ImageError(InputError):
     """A rejected image. ``code``: invalid_image | image_too_large | unsupported_image_format |
     image_url_not_allowed | image_fetch_failed."""
-
-    def __init__(self, code: str, message: str):
-        super().__init__(message)
-        self.code = code
-        self.message = message
-
-    def __repr__(self) -> str:
-        return f"ImageError({self.code!r}, {self.message!r})"
 
 
 @dataclass(frozen=True)

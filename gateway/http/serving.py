@@ -57,20 +57,16 @@ def _job(svc: Services, req: ChatRequest, messages: list[dict[str, str]]) -> Dec
     sched: dict[str, Any] = req.scheduler.model_dump(exclude_none=True) if req.scheduler else {}
     sched["stop"] = req.stop_sequences()
     try:
-        return DecodeJob(
-            svc.backend,
+        return svc.decode_job(
             svc.backend.new_state(),
-            svc.backend.chat_tokens(messages),
-            svc.sampling(
-                {
-                    "temperature": req.temperature if req.temperature is not None else svc.config.session.temperature,
-                    "top_p": req.top_p if req.top_p is not None else svc.config.session.top_p,
-                    "seed": req.seed,
-                    "max_tokens": cap if asked is None else min(asked, cap),
-                }
-            ),
-            svc.scheduler_config(sched),
-            *svc.drafting(),
+            messages,
+            {
+                "temperature": req.temperature if req.temperature is not None else svc.config.session.temperature,
+                "top_p": req.top_p if req.top_p is not None else svc.config.session.top_p,
+                "seed": req.seed,
+                "max_tokens": cap if asked is None else min(asked, cap),
+            },
+            sched,
         )
     except ContextOverflow as exc:
         raise ApiError(400, "context_length_exceeded", str(exc), "messages") from None

@@ -16,9 +16,9 @@ from collections.abc import Callable, Coroutine
 from dataclasses import dataclass
 from typing import Any
 
-from models.decode import ContextOverflow, DecodeJob, JobEvents
+from models.decode import ContextOverflow, JobEvents
 from models.engine import EngineBusy, Handle
-from processors.audio import AudioError
+from processors.errors import InputError
 from processors.image import ImageError
 
 from ..services import Services
@@ -114,15 +114,7 @@ class LiveSession:
         svc = self.svc
         rid = action.response_id
         try:
-            prompt = svc.backend.chat_tokens(action.messages)
-            job = DecodeJob(
-                svc.backend,
-                self.state,
-                prompt,
-                svc.sampling(action.sampling),
-                svc.scheduler_config(action.scheduler),
-                *svc.drafting(),
-            )
+            job = svc.decode_job(self.state, action.messages, action.sampling, action.scheduler)
             self.handles[rid] = svc.engine.submit(job, AsyncSink(asyncio.get_running_loop(), self.model_q, rid))
         except ContextOverflow as exc:
             self.send(self.session.error("context_length_exceeded", str(exc)))
@@ -198,7 +190,7 @@ class LiveSession:
                     parts.append(p.InputText(type="input_text", text=await asyncio.to_thread(describe, part.image_url)))
                 else:
                     parts.append(part)
-        except (AudioError, ImageError) as exc:
+        except InputError as exc:  # an audio or image part the processors refused
             self.svc.metrics.errors.labels(code=exc.code).inc()
             self.send(self.session.error(exc.code, exc.message, ev.event_id, "item.content"))
             return

@@ -8,13 +8,14 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from audio_fixtures import requires_espeak, silence, speak
 
 from processors import asr as asr_mod
 from processors.asr import AsrConfig, AsrError, load_asr, model_dir, word_error_rate
 from processors.audio import AudioBuffer, float32_to_pcm16
 from processors.vad import ServerVad, SpeechStopped
 from processors.whisper_convert import ConversionError, converted_checkpoint, read_ct2
+from testkit.speech import silence, speak
+from tests.conftest import requires_espeak
 
 SENTENCE = "Please send me the weather report for tomorrow morning."
 OTHER = "Open the door and turn on the lights in the kitchen."

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from audio_fixtures import requires_espeak, silence, speak
 
 from processors.audio import AudioError
 from processors.vad import (
@@ -18,6 +17,8 @@ from processors.vad import (
     SpeechStopped,
     VadStateMachine,
 )
+from testkit.speech import silence, speak
+from tests.conftest import requires_espeak
 
 CFG = ServerVadConfig(threshold=0.5, prefix_padding_ms=96, silence_duration_ms=128)  # 3 and 4 windows
 

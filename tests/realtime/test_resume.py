@@ -68,7 +68,9 @@ async def test_resume_after_expiry_fails_cleanly(fake, server_factory):
         ws = await connect(addr, s)
         s.accept(json.loads(await ws.recv()))
         await ws.close()
-        await asyncio.sleep(0.6)
+        deadline = asyncio.get_running_loop().time() + 10
+        while addr.call(lambda: len(addr.services.registry)) and asyncio.get_running_loop().time() < deadline:
+            await asyncio.sleep(0.05)  # polling the server until the grace period has ended the session
         ws2 = await connect(addr, s)
         err = json.loads(await ws2.recv())
         assert err["type"] == "error" and err["error"]["code"] == "resume_failed"
