@@ -174,6 +174,7 @@ def test_harness_reports_each_failure_with_its_message(browser: Any) -> None:
     assert "zero is not one" in message["fails on a falsy assert"]
     assert "Error: late" in message["fails when an async case rejects"]
     assert "still running after 200 ms" in message["fails when a case never ends"]
+    assert '{"a":1,"b":"<undefined>"}' in message["objects with other keys differ"]
 
 
 def test_a_suite_that_cannot_load_is_an_error_not_a_pass(browser: Any) -> None:

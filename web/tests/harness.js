@@ -28,9 +28,9 @@ export function test(name, fn, timeoutMs = DEFAULT_TIMEOUT_MS) {
 }
 
 function show(v) {
-  if (typeof v === "string") return JSON.stringify(v);
+  // JSON, except that undefined (which JSON drops) is spelled out: {a: 1} and {a: 1, b: undefined} differ
   try {
-    return JSON.stringify(v) ?? String(v);
+    return JSON.stringify(v, (_, x) => (x === undefined ? "<undefined>" : x)) ?? String(v);
   } catch {
     return String(v);
   }
