@@ -1,7 +1,7 @@
 // A very small test harness for web/'s ES modules, run in a real browser.
 //
 // A suite file registers cases with test(name, fn); run() runs them one after another (an async
-// case is awaited, with a timeout) and returns [{name, ok, message}]. tests/test_web_units.py
+// case is awaited, with a timeout) and returns [{name, ok, message}]. tests/e2e/test_web_units.py
 // opens index.html?suite=<name> in headless Chromium, reads window.__unit back and turns each case
 // into one pytest test, so a failed assertion here fails that pytest test with this message.
 // Names must be plain string literals: pytest reads them from the source to know what to expect.

@@ -1,5 +1,5 @@
 // Loads the suite named in ?suite=, runs it, shows the results and leaves them in window.__unit
-// for tests/test_web_units.py: {done, suite, results: [{name, ok, message}], error}.
+// for tests/e2e/test_web_units.py: {done, suite, results: [{name, ok, message}], error}.
 
 import { run } from "./harness.js";
 

@@ -20,11 +20,11 @@ from urllib.parse import urlsplit
 
 import pytest
 
-from tests.browser_fixtures import CHROMIUM, CHROMIUM_ARGS, requires_browser
+from tests.e2e.browser_fixtures import CHROMIUM, CHROMIUM_ARGS, requires_browser
 
 pytestmark = requires_browser
 
-WEB = Path(__file__).resolve().parent.parent / "web"
+WEB = Path(__file__).resolve().parents[2] / "web"
 ORIGIN = "http://web.test"  # never resolved: every request to it is answered from web/ below
 SUITES = ("markdown", "protocol")
 # test("name", ...) at the start of a line. A name with a quote or backslash in it would be
