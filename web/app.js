@@ -150,111 +150,95 @@ function responseFor(ev) {
   );
 }
 
+// One handler per server event type; a type with no handler is ignored (the protocol may add
+// events, and a client must tolerate ones it does not know).
+const imageGenerating = (ev) => {
+  const r = responseFor(ev);
+  if (r) r.image(ev.item_id, ev.output_index).status("Generating an image…");
+};
+
+const ON_SERVER_EVENT = {
+  "session.created": (ev) => {
+    if (ev.session && ev.session.model) ui.model.textContent = ev.session.model;
+  },
+  "conversation.item.added": (ev) => onItemAdded(ev.item),
+  "input_audio_buffer.speech_started": (ev) => {
+    voiceTurn(ev.item_id);
+    voiceStatus("Hearing you…");
+  },
+  "input_audio_buffer.speech_stopped": () => voiceStatus("Transcribing…"),
+  "input_audio_buffer.committed": (ev) => voiceTurn(ev.item_id),
+  "conversation.item.input_audio_transcription.delta": (ev) => {
+    const v = voiceTurn(ev.item_id);
+    v.transcript += ev.delta || "";
+    v.p.textContent = v.transcript;
+    v.el.classList.remove("pending");
+    stick();
+  },
+  "conversation.item.input_audio_transcription.completed": (ev) => {
+    const v = voiceTurn(ev.item_id);
+    v.transcript = ev.transcript || "";
+    v.p.textContent = v.transcript || "(no words recognised)";
+    v.el.classList.remove("pending");
+    v.el.dataset.final = "true";
+    voiceStatus(state.mic && state.mic.active ? "Listening…" : "");
+    stick();
+  },
+  "conversation.item.input_audio_transcription.failed": (ev) => {
+    const v = voiceTurn(ev.item_id);
+    v.el.classList.remove("pending");
+    v.p.textContent = "(could not transcribe)";
+    v.status.textContent = errorWords(ev.error && ev.error.code, ev.error && ev.error.message);
+  },
+  "response.created": (ev) => {
+    const r = new ResponseView(ev.response.id);
+    state.responses.set(r.id, r);
+    state.active = r;
+    state.awaitingResponse = null;
+    refreshControls();
+  },
+  "response.output_item.added": (ev) => {
+    const r = responseFor(ev);
+    if (!r || !ev.item) return;
+    state.owners.set(ev.item.id, r);
+    if (ev.item.type === "image_generation_call") r.image(ev.item.id, ev.output_index);
+    else r.text(ev.item.id, ev.output_index);
+  },
+  "response.output_text.delta": (ev) => {
+    const r = responseFor(ev);
+    if (!r) return;
+    r.text(ev.item_id, ev.output_index).append(ev.delta || "");
+    r.waiting.remove();
+  },
+  "response.output_text.done": (ev) => {
+    const r = responseFor(ev);
+    if (r) r.text(ev.item_id, ev.output_index).done(ev.text);
+  },
+  "response.image_generation_call.in_progress": imageGenerating,
+  "response.image_generation_call.generating": imageGenerating,
+  "response.image_generation_call.partial_image": (ev) => {
+    const r = responseFor(ev);
+    if (r) r.image(ev.item_id, ev.output_index).preview(ev.partial_image_b64, ev.partial_image_index ?? 0);
+    stick();
+  },
+  "response.image_generation_call.completed": (ev) => {
+    const r = responseFor(ev);
+    if (r) r.image(ev.item_id, ev.output_index).status("Finishing the image…");
+  },
+  "response.output_item.done": (ev) => {
+    const r = responseFor(ev);
+    if (r && ev.item && ev.item.type === "image_generation_call") {
+      r.image(ev.item.id, ev.output_index).done(ev.item);
+      stick();
+    }
+  },
+  "response.done": (ev) => finishResponse(ev.response),
+  error: (ev) => onServerError(ev.error || {}),
+};
+
 function onServerEvent(ev) {
-  switch (ev.type) {
-    case "session.created":
-      if (ev.session && ev.session.model) ui.model.textContent = ev.session.model;
-      break;
-    case "conversation.item.added":
-      onItemAdded(ev.item);
-      break;
-    case "input_audio_buffer.speech_started":
-      voiceTurn(ev.item_id);
-      voiceStatus("Hearing you…");
-      break;
-    case "input_audio_buffer.speech_stopped":
-      voiceStatus("Transcribing…");
-      break;
-    case "input_audio_buffer.committed":
-      voiceTurn(ev.item_id);
-      break;
-    case "conversation.item.input_audio_transcription.delta": {
-      const v = voiceTurn(ev.item_id);
-      v.transcript += ev.delta || "";
-      v.p.textContent = v.transcript;
-      v.el.classList.remove("pending");
-      stick();
-      break;
-    }
-    case "conversation.item.input_audio_transcription.completed": {
-      const v = voiceTurn(ev.item_id);
-      v.transcript = ev.transcript || "";
-      v.p.textContent = v.transcript || "(no words recognised)";
-      v.el.classList.remove("pending");
-      v.el.dataset.final = "true";
-      voiceStatus(state.mic && state.mic.active ? "Listening…" : "");
-      stick();
-      break;
-    }
-    case "conversation.item.input_audio_transcription.failed": {
-      const v = voiceTurn(ev.item_id);
-      v.el.classList.remove("pending");
-      v.p.textContent = "(could not transcribe)";
-      v.status.textContent = errorWords(ev.error && ev.error.code, ev.error && ev.error.message);
-      break;
-    }
-    case "response.created": {
-      const r = new ResponseView(ev.response.id);
-      state.responses.set(r.id, r);
-      state.active = r;
-      state.awaitingResponse = null;
-      refreshControls();
-      break;
-    }
-    case "response.output_item.added": {
-      const r = responseFor(ev);
-      if (!r || !ev.item) break;
-      state.owners.set(ev.item.id, r);
-      if (ev.item.type === "image_generation_call") r.image(ev.item.id, ev.output_index);
-      else r.text(ev.item.id, ev.output_index);
-      break;
-    }
-    case "response.output_text.delta": {
-      const r = responseFor(ev);
-      if (!r) break;
-      r.text(ev.item_id, ev.output_index).append(ev.delta || "");
-      r.waiting.remove();
-      break;
-    }
-    case "response.output_text.done": {
-      const r = responseFor(ev);
-      if (r) r.text(ev.item_id, ev.output_index).done(ev.text);
-      break;
-    }
-    case "response.image_generation_call.in_progress":
-    case "response.image_generation_call.generating": {
-      const r = responseFor(ev);
-      if (r) r.image(ev.item_id, ev.output_index).status("Generating an image…");
-      break;
-    }
-    case "response.image_generation_call.partial_image": {
-      const r = responseFor(ev);
-      if (r) r.image(ev.item_id, ev.output_index).preview(ev.partial_image_b64, ev.partial_image_index ?? 0);
-      stick();
-      break;
-    }
-    case "response.image_generation_call.completed": {
-      const r = responseFor(ev);
-      if (r) r.image(ev.item_id, ev.output_index).status("Finishing the image…");
-      break;
-    }
-    case "response.output_item.done": {
-      const r = responseFor(ev);
-      if (r && ev.item && ev.item.type === "image_generation_call") {
-        r.image(ev.item.id, ev.output_index).done(ev.item);
-        stick();
-      }
-      break;
-    }
-    case "response.done":
-      finishResponse(ev.response);
-      break;
-    case "error":
-      onServerError(ev.error || {});
-      break;
-    default:
-      break;
-  }
+  // Object.hasOwn: an event type such as "constructor" or "__proto__" must not reach Object.prototype
+  if (Object.hasOwn(ON_SERVER_EVENT, ev.type)) ON_SERVER_EVENT[ev.type](ev);
   showConnection({ state: state.client.state });
 }
 
