@@ -1,7 +1,7 @@
 // Stream-Omni browser chat client: the page's behaviour. Speaks only PROTOCOL.md.
 
-import { dragHasFiles, imageFiles, prepareImage } from "./attachments.js";
-import { Microphone } from "./mic.js";
+import { dragHasFiles, imageFiles } from "./attachments.js";
+import { AttachmentTray, MicControl } from "./controls.js";
 import { CLOSE_TOO_BIG, CLOSE_TRY_AGAIN, RealtimeClient, realtimeUrl } from "./protocol.js";
 import {
   ui,
@@ -25,9 +25,9 @@ const state = {
   pending: new Map(), // item id we sent → {eventId, view, modalities}
   awaitingResponse: null, // event_id of a response.create not yet answered
   voiceTurns: new Map(), // input audio item id → view
-  attachments: [], // {key, name, dataUrl, chip}
+  attachments: new AttachmentTray(),
   stopAfterResume: false,
-  mic: null,
+  mic: new MicControl((buf) => state.client && state.client.sendAudio(buf)),
 };
 
 function busy() {
@@ -72,7 +72,7 @@ function showConnection(detail) {
 function sendMessage() {
   const c = state.client;
   const text = ui.input.value.trim();
-  const images = state.attachments.slice();
+  const images = state.attachments.items.slice();
   if (!text && images.length === 0) return;
   if (!c || c.state !== "open") {
     flashHint("Not connected yet. Your message is still in the box.");
@@ -98,7 +98,7 @@ function sendMessage() {
   });
   ui.input.value = "";
   autosize();
-  clearAttachments();
+  state.attachments.clear();
   refreshControls();
 }
 
@@ -164,9 +164,9 @@ const ON_SERVER_EVENT = {
   "conversation.item.added": (ev) => onItemAdded(ev.item),
   "input_audio_buffer.speech_started": (ev) => {
     voiceTurn(ev.item_id);
-    voiceStatus("Hearing you…");
+    state.mic.status("Hearing you…");
   },
-  "input_audio_buffer.speech_stopped": () => voiceStatus("Transcribing…"),
+  "input_audio_buffer.speech_stopped": () => state.mic.status("Transcribing…"),
   "input_audio_buffer.committed": (ev) => voiceTurn(ev.item_id),
   "conversation.item.input_audio_transcription.delta": (ev) => {
     const v = voiceTurn(ev.item_id);
@@ -181,7 +181,7 @@ const ON_SERVER_EVENT = {
     v.p.textContent = v.transcript || "(no words recognised)";
     v.el.classList.remove("pending");
     v.el.dataset.final = "true";
-    voiceStatus(state.mic && state.mic.active ? "Listening…" : "");
+    state.mic.status(state.mic.active ? "Listening…" : "");
     stick();
   },
   "conversation.item.input_audio_transcription.failed": (ev) => {
@@ -276,7 +276,7 @@ function onServerError(err) {
     }
   }
   if (err.event_id && err.event_id === state.awaitingResponse) state.awaitingResponse = null;
-  if (code === "audio_disabled" && state.mic && state.mic.active) stopMic();
+  if (code === "audio_disabled" && state.mic.active) state.mic.stop();
   const n = notice(errorWords(code, err.message), "error");
   n.dataset.code = code || "";
   refreshControls();
@@ -348,75 +348,6 @@ function voiceTurn(itemId) {
   return v;
 }
 
-function voiceStatus(words) {
-  ui.voice.textContent = words;
-  ui.voice.hidden = !words;
-}
-
-async function toggleMic() {
-  if (state.mic && state.mic.active) return stopMic();
-  state.mic = new Microphone({
-    onFrame: (buf) => state.client && state.client.sendAudio(buf),
-    onLevel: (rms) => ui.mic.style.setProperty("--level", String(Math.min(1, rms * 6))),
-  });
-  ui.mic.disabled = true;
-  try {
-    await state.mic.start();
-    ui.mic.setAttribute("aria-pressed", "true");
-    ui.mic.setAttribute("aria-label", "Stop microphone");
-    ui.micLabel.textContent = "Mic on";
-    voiceStatus("Listening…");
-  } catch (err) {
-    notice(`The microphone could not start: ${err.message}.`, "error");
-  } finally {
-    ui.mic.disabled = false;
-  }
-}
-
-async function stopMic() {
-  if (state.mic) await state.mic.stop();
-  ui.mic.setAttribute("aria-pressed", "false");
-  ui.mic.setAttribute("aria-label", "Start microphone");
-  ui.micLabel.textContent = "Mic";
-  voiceStatus("");
-}
-
-// ---------------------------------------------------------------------------- attachments
-
-async function addFiles(files) {
-  for (const file of files) {
-    try {
-      const im = await prepareImage(file);
-      const key = rid("att_");
-      const chip = h("figure", "chip");
-      const img = h("img");
-      if (im.decoded) img.src = im.dataUrl;
-      img.alt = `Attached: ${im.name}`;
-      const remove = h("button", "chip-remove", "×");
-      remove.type = "button";
-      remove.setAttribute("aria-label", `Remove ${im.name}`);
-      remove.addEventListener("click", () => {
-        state.attachments = state.attachments.filter((a) => a.key !== key);
-        chip.remove();
-        ui.attachments.hidden = state.attachments.length === 0;
-        ui.input.focus();
-      });
-      chip.append(img, remove);
-      ui.attachments.append(chip);
-      ui.attachments.hidden = false;
-      state.attachments.push({ key, ...im, chip });
-    } catch (err) {
-      notice(`Could not attach: ${err.message}.`, "error");
-    }
-  }
-}
-
-function clearAttachments() {
-  for (const a of state.attachments) a.chip.remove();
-  state.attachments = [];
-  ui.attachments.hidden = true;
-}
-
 // ---------------------------------------------------------------------------- wiring
 
 function autosize() {
@@ -440,7 +371,7 @@ ui.input.addEventListener("paste", (e) => {
   const files = imageFiles(e.clipboardData).filter((f) => f.type.startsWith("image/"));
   if (files.length) {
     e.preventDefault();
-    addFiles(files);
+    state.attachments.add(files);
   }
 });
 document.addEventListener("keydown", (e) => {
@@ -452,10 +383,10 @@ document.addEventListener("keydown", (e) => {
 ui.stop.addEventListener("click", stopReply);
 ui.attach.addEventListener("click", () => ui.file.click());
 ui.file.addEventListener("change", () => {
-  addFiles([...ui.file.files]);
+  state.attachments.add([...ui.file.files]);
   ui.file.value = "";
 });
-ui.mic.addEventListener("click", toggleMic);
+ui.mic.addEventListener("click", () => state.mic.toggle());
 ui.imageMode.addEventListener("click", () => {
   const on = ui.imageMode.getAttribute("aria-pressed") !== "true";
   ui.imageMode.setAttribute("aria-pressed", String(on));
@@ -479,7 +410,7 @@ document.addEventListener("drop", (e) => {
   e.preventDefault();
   dragDepth = 0;
   ui.dropzone.hidden = true;
-  addFiles(imageFiles(e.dataTransfer).filter((f) => f.type.startsWith("image/")));
+  state.attachments.add(imageFiles(e.dataTransfer).filter((f) => f.type.startsWith("image/")));
 });
 
 async function servedModel() {
