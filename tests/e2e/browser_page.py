@@ -1,0 +1,73 @@
+"""Constants and helpers of the browser tests: reading the page, checking it stayed clean."""
+
+from __future__ import annotations
+
+import io
+from typing import Any
+
+import numpy as np
+
+from tests.e2e.browser_fixtures import (
+    ARTIFACTS,
+    Recorder,
+)
+
+SPOKEN = "Please open the kitchen window."
+# Whisper is only loaded for the microphone test. The tiny random-init model, greedy, writes
+# little but newlines; sampled (temperature 1) it writes visible gibberish — what these tests need.
+NO_AUDIO = {"audio.enabled": False, "session.temperature": 1.0}
+STEP_S = 0.02  # per model step: a reply of N tokens lasts about N × 20 ms
+ENDED = 'article.assistant:not([data-status="in_progress"]):not([data-status="resuming"])'
+
+# Records each distinct length of the assistant's rendered text as the DOM changes.
+WATCH_GROWTH = """() => {
+  window.__growth = [];
+  const log = document.getElementById('log');
+  new MutationObserver(() => {
+    const a = log.querySelector('article.assistant:last-of-type .md');
+    const n = a ? a.textContent.length : 0;
+    const g = window.__growth;
+    if (n > 0 && g[g.length - 1] !== n) g.push(n);
+  }).observe(log, {childList: true, subtree: true, characterData: true});
+}"""
+
+RAW_REPLIES = """() => [...document.querySelectorAll('article.assistant')].map(
+  a => [...a.querySelectorAll('.md')].map(b => b.rawText || '').join(''))"""
+
+
+def shot(page: Any, name: str) -> None:
+    ARTIFACTS.mkdir(parents=True, exist_ok=True)
+    page.screenshot(path=str(ARTIFACTS / f"{name}.png"))
+
+
+def replies(page: Any) -> list[str]:
+    return list(page.evaluate(RAW_REPLIES))
+
+
+def wait_reply_text(page: Any, min_chars: int = 1) -> None:
+    page.wait_for_function(
+        """n => { const a = document.querySelector('article.assistant:last-of-type .md');
+                  return a && (a.rawText || '').length >= n; }""",
+        arg=min_chars,
+    )
+
+
+def done_texts(rec: Recorder) -> dict[str, str]:
+    """response id → the final text the server said it sent (response.output_text.done)."""
+    return {e["response_id"]: e["text"] for e in rec.received_of("response.output_text.done")}
+
+
+def assert_clean(rec: Recorder, allow: tuple[str, ...] = ()) -> None:
+    assert rec.page_errors == [], rec.page_errors
+    assert rec.dialogs == [], rec.dialogs
+    assert rec.unexpected_console_errors(allow) == [], rec.console_errors
+
+
+def png_bytes(width: int = 48, height: int = 32) -> bytes:
+    from PIL import Image
+
+    rng = np.random.default_rng(7)
+    im = Image.fromarray(rng.integers(0, 256, (height, width, 3), dtype=np.uint8))
+    buf = io.BytesIO()
+    im.save(buf, "PNG")
+    return buf.getvalue()
