@@ -73,7 +73,7 @@ def run_server(config: Any, backend: Any, loader: Callable[[Any], Any] | None = 
 
     thread = threading.Thread(target=serve, daemon=True)
     thread.start()
-    deadline = time.monotonic() + 30
+    deadline = time.monotonic() + 120  # model loading on a busy 2-core machine can take a minute
     while not server.started:
         if time.monotonic() > deadline or not thread.is_alive():
             raise RuntimeError("uvicorn did not start")
