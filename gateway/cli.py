@@ -78,13 +78,8 @@ def serve(args: argparse.Namespace) -> int:
 
 def bench(args: argparse.Namespace) -> int:
     import runpy
-    from pathlib import Path
 
-    # benchmarks live beside the package in the checkout and reuse the test fixtures (tests.*),
-    # which an editable install does not put on the path: run them from the checkout root
-    root = Path(__file__).resolve().parent.parent
-    if (root / "bench").is_dir() and str(root) not in sys.path:
-        sys.path.insert(0, str(root))
+    # bench/ and the fakes it shares with the tests (testkit/) are packages of this project
     module = f"bench.{args.what}"
     sys.argv = [module, *args.rest]
     runpy.run_module(module, run_name="__main__")
