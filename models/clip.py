@@ -132,7 +132,3 @@ class ClipLabeler:
         values, idx = probs.topk(k)
         top = tuple((self.labels[int(i)], float(v)) for v, i in zip(values, idx, strict=True))
         return ClipResult(top=top, description=describe(top, self.cfg.min_score))
-
-
-def load_clip(cfg: ClipConfig) -> ClipLabeler:
-    return ClipLabeler(cfg)

@@ -273,7 +273,3 @@ class ImageGenerator:
             return result
         emit({"kind": "completed", "png_b64": _b64(result.png), "width": image.width, "height": image.height})
         return result
-
-
-def load_image_generator(cfg: ImageGenConfig) -> ImageGenerator:
-    return ImageGenerator(cfg)

@@ -191,7 +191,3 @@ class VisionLanguageModel:
     def generate(self, messages: Sequence[dict[str, Any]], max_new_tokens: int = 256, **kw: Any) -> str:
         """The whole reply as one string."""
         return "".join(step.text for step in self.stream(messages, max_new_tokens, **kw))
-
-
-def load_vlm(cfg: VLMConfig) -> VisionLanguageModel:
-    return VisionLanguageModel(cfg)
