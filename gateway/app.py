@@ -17,10 +17,12 @@ from starlette.staticfiles import StaticFiles
 
 from models.backend import Backend
 from models.engine import Engine
+from models.remote import RemoteModel
+from models.remote_engine import RemoteEngine
 
 from .config import Config
 from .http import routes as http_routes
-from .loading import default_loader, load_audio, load_speculator, load_vision
+from .loading import default_loader, load_audio, load_speculator, load_vision, make_engine
 from .realtime import routes as realtime_routes
 from .realtime.registry import SessionRegistry
 from .services import Services
@@ -29,7 +31,9 @@ WEB_DIR = Path(__file__).resolve().parent.parent / "web"  # the browser client, 
 
 
 def create_app(
-    config: Config, backend_loader: Callable[[Config], Backend] | None = None, engine: Engine | None = None
+    config: Config,
+    backend_loader: Callable[[Config], Backend | RemoteModel] | None = None,
+    engine: Engine | RemoteEngine | None = None,
 ) -> Starlette:
     """The ASGI app. ``backend_loader`` defaults to the configured backend (see models/); it runs on
     the engine's thread. Pass ``engine`` when the model was already loaded on that engine's thread."""
@@ -46,7 +50,7 @@ def create_app(
         sys.setswitchinterval(0.001)
         loader = backend_loader or default_loader
         # the engine's thread is the only one that ever runs the model (see models/engine.py)
-        engine = given_engine or Engine(config.engine.max_running, config.engine.max_waiting)
+        engine = given_engine or make_engine(config)  # (backend: openai: workers streaming from the engine)
         try:
             backend = await asyncio.wrap_future(engine.call(loader, config))
             spec = await asyncio.wrap_future(engine.call(load_speculator, config, backend))
@@ -86,6 +90,8 @@ def create_app(
             engine.close()
             if image_gen is not None:
                 image_gen.close()
+            if isinstance(backend, RemoteModel):
+                backend.close()
 
     async def health(request: Request) -> Response:
         return JSONResponse({"status": "ok"})
@@ -93,7 +99,10 @@ def create_app(
     async def ready(request: Request) -> Response:
         if "svc" not in state:
             return JSONResponse({"status": "loading"}, status_code=503)
-        return JSONResponse({"status": "ready", "model": svc().backend.name})
+        backend = svc().backend
+        if isinstance(backend, RemoteModel) and not await asyncio.to_thread(backend.ready):
+            return JSONResponse({"status": "engine_unavailable", "model": backend.name}, status_code=503)
+        return JSONResponse({"status": "ready", "model": backend.name})
 
     async def models(request: Request) -> Response:
         s = svc()

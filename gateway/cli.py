@@ -37,12 +37,11 @@ def serve(args: argparse.Namespace) -> int:
     os.environ.setdefault("HF_HUB_OFFLINE", "1")  # the embedded default never needs a hub
     import uvicorn
 
-    from models.engine import Engine
     from models.llm import ModelLoadError
 
     from .app import create_app
     from .config import ConfigError, load_config
-    from .loading import default_loader
+    from .loading import default_loader, make_engine
     from .server import DrainingServer
 
     try:
@@ -61,7 +60,7 @@ def serve(args: argparse.Namespace) -> int:
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     print(f"stream-omni: loading model {config.model.model!r} ({config.model.backend}) …", file=sys.stderr)
     # loaded on the engine's worker thread, the one that will decode (see models/engine.py)
-    engine = Engine(config.engine.max_running, config.engine.max_waiting)
+    engine = make_engine(config)  # (backend: openai: the workers that stream from the remote engine)
     try:
         backend = engine.call(default_loader, config).result()
     except ModelLoadError as exc:
@@ -95,7 +94,7 @@ def main(argv: list[str] | None = None) -> int:
     p_serve.add_argument("--port", type=int, default=None, help="TCP port (default 8000)")
     p_serve.set_defaults(func=serve)
     p_bench = sub.add_parser("bench", help="run a benchmark (decode, …); writes bench/results/")
-    p_bench.add_argument("what", help="decode | scheduler | asr | image | llama")
+    p_bench.add_argument("what", help="decode | scheduler | asr | image | llama | remote")
     p_bench.add_argument("rest", nargs=argparse.REMAINDER)
     p_bench.set_defaults(func=bench)
     args = parser.parse_args(argv)

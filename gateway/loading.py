@@ -2,10 +2,15 @@
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 from typing import Any
 
 from models.backend import Backend
+from models.engine import Engine
+from models.llm import ModelLoadError
+from models.remote import RemoteConfig, RemoteModel
+from models.remote_engine import RemoteEngine
 from processors.asr import Transcriber
 
 from .config import Config
@@ -23,10 +28,10 @@ def load_audio(config: Config) -> Transcriber:
     return asr
 
 
-def load_speculator(config: Config, backend: Backend) -> Any:
+def load_speculator(config: Config, backend: Backend | RemoteModel) -> Any:
     """Speculative decoding for every response (None when drafter is 'none'); measures the verify cost once."""
     s = config.speculative
-    if s.drafter == "none":
+    if s.drafter == "none" or isinstance(backend, RemoteModel):  # a remote engine drafts (or not) itself
         return None
     from models.speculative import SpecConfig, Speculator
 
@@ -83,6 +88,33 @@ def load_vision(config: Config) -> tuple[ImageDescriber | None, Any]:
     return describer, gen
 
 
+def make_engine(config: Config) -> Engine | RemoteEngine:
+    """The thread that decodes locally, or the workers that stream from a remote engine."""
+    cls = RemoteEngine if config.model.backend == "openai" else Engine
+    return cls(config.engine.max_running, config.engine.max_waiting)
+
+
+def remote_config(config: Config) -> RemoteConfig:
+    """``model`` (backend: openai) → the remote engine's settings; the key is read from its env var."""
+    m = config.model
+    assert m.base_url is not None  # ModelConfig checks it for backend: openai
+    key = os.environ.get(m.api_key_env) if m.api_key_env else None
+    if m.api_key_env and not key:
+        raise ModelLoadError(f"model.api_key_env names {m.api_key_env}, which is not set")
+    return RemoteConfig(
+        base_url=m.base_url,
+        model="auto" if m.model in ("auto", "embedded") else m.model,
+        api_key=key,
+        served_name=m.served_name,
+        connect_timeout_s=m.connect_timeout_s,
+        read_timeout_s=m.read_timeout_s,
+        retries=m.retries,
+        pool_size=m.pool_size,
+        startup_wait_s=m.startup_wait_s,
+        extra_body=dict(m.extra_body),
+    )
+
+
 def backend_kind(config: Config) -> str:
     """``auto``: GGUF models (the embedded default included) run on llama.cpp, others on transformers."""
     m = config.model
@@ -92,10 +124,14 @@ def backend_kind(config: Config) -> str:
     return "llama_cpp" if is_gguf and m.device == "cpu" else "transformers"
 
 
-def default_loader(config: Config) -> Backend:
+def default_loader(config: Config) -> Backend | RemoteModel:
     from models.llm import LLMConfig, load_backend
 
     m = config.model
+    if m.backend == "openai":
+        from models.remote import load_remote
+
+        return load_remote(remote_config(config))  # raises ModelLoadError (one line) if the engine is down
     if backend_kind(config) == "llama_cpp":
         from models.llama_cpp import LlamaCppConfig, load_llama_backend
 

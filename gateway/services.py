@@ -14,6 +14,8 @@ from typing import Any
 from models.backend import Backend, KVState
 from models.decode import DecodeJob
 from models.engine import Engine
+from models.remote import RemoteJob, RemoteModel
+from models.remote_engine import RemoteEngine
 from models.sampling import SamplingParams
 from models.scheduler import SchedulerConfig
 from processors.asr import Transcriber
@@ -35,8 +37,8 @@ class Services:
     """Everything a connection needs, built once per app."""
 
     config: Config
-    backend: Backend
-    engine: Engine
+    backend: Backend | RemoteModel  # a local step backend, or a remote engine (backend: openai)
+    engine: Engine | RemoteEngine
     registry: SessionRegistry
     metrics: Metrics = field(default_factory=Metrics)
     drafter_factory: Callable[[], Drafting] | None = None  # → (drafter, verifier) per response
@@ -82,10 +84,14 @@ class Services:
 
     def decode_job(
         self, state: KVState, messages: list[dict[str, str]], sampling: dict[str, Any], scheduler: dict[str, Any]
-    ) -> DecodeJob:
-        """One response: ``messages`` through the chat template, decoded on ``state`` with these options.
+    ) -> DecodeJob | RemoteJob:
+        """One response: ``messages`` through the chat template, decoded on ``state`` with these options;
+        or, with a remote engine (backend: openai), streamed from it. Either way ``engine.submit`` takes
+        it and the same JobEvents come back.
 
         Raises ``ContextOverflow`` (prompt too long) or ``ValueError`` (bad sampling/scheduler values)."""
+        if isinstance(self.backend, RemoteModel):
+            return RemoteJob(self.backend, messages, self.sampling(sampling), self.scheduler_config(scheduler))
         return DecodeJob(
             self.backend,
             state,

@@ -14,6 +14,7 @@ from starlette.responses import JSONResponse, Response
 
 from models.decode import ContextOverflow, DecodeJob, Done, JobEvents
 from models.engine import EngineBusy, Handle
+from models.remote import RemoteJob
 
 from ..services import Services
 from ..sink import AsyncSink
@@ -26,6 +27,25 @@ from .stream import CompletionStore, CompletionStream, SseResponse, dumps
 log = logging.getLogger("stream_omni.http")
 
 HTTP_GRACE_S = 30.0  # resume window for SSE when server.grace_period_s is 0
+
+Job = DecodeJob | RemoteJob  # decoded here, or streamed from a remote engine (backend: openai)
+
+# a failed response's error code → HTTP status (anything else: 500)
+FAILED_STATUS = {
+    "server_busy": 503,
+    "engine_unavailable": 502,
+    "engine_error": 502,
+    "engine_timeout": 504,
+    "context_length_exceeded": 400,
+}
+_FAILED = {  # what a client is told; never the engine's address or its own words
+    "generation_failed": "generation failed",
+    "server_busy": "the model engine is at capacity; retry shortly",
+    "engine_unavailable": "the model engine is unavailable",
+    "engine_timeout": "the model engine did not answer in time",
+    "engine_error": "the model engine failed this request",
+    "context_length_exceeded": "the conversation does not fit the model's context",
+}
 
 
 # ---------------------------------------------------------------------- POST /v1/chat/completions
@@ -51,7 +71,7 @@ async def create(svc: Services, store: CompletionStore, request: Request, owner:
     return await _complete(svc, request, job, header)
 
 
-def _job(svc: Services, req: ChatRequest, messages: list[dict[str, str]]) -> DecodeJob:
+def _job(svc: Services, req: ChatRequest, messages: list[dict[str, str]]) -> Job:
     cap = svc.config.session.max_output_tokens
     asked = req.token_cap()
     sched: dict[str, Any] = req.scheduler.model_dump(exclude_none=True) if req.scheduler else {}
@@ -74,7 +94,7 @@ def _job(svc: Services, req: ChatRequest, messages: list[dict[str, str]]) -> Dec
         raise ApiError(400, "invalid_value", str(exc)) from None
 
 
-def _submit(svc: Services, job: DecodeJob, tag: str) -> tuple[Handle, asyncio.Queue[tuple[str, JobEvents]]]:
+def _submit(svc: Services, job: Job, tag: str) -> tuple[Handle, asyncio.Queue[tuple[str, JobEvents]]]:
     queue: asyncio.Queue[tuple[str, JobEvents]] = asyncio.Queue()
     try:
         handle = svc.engine.submit(job, AsyncSink(asyncio.get_running_loop(), queue, tag))
@@ -89,7 +109,12 @@ def _finished(svc: Services, done: Done) -> None:
         svc.metrics.observe_response(done.metrics)
     svc.metrics.responses.labels(status=shapes.STATUS.get(done.reason, done.reason)).inc()
     if done.reason == "error":
-        svc.metrics.errors.labels(code="generation_failed").inc()
+        svc.metrics.errors.labels(code=_error_code(done)).inc()
+
+
+def _error_code(done: Done) -> str:
+    code = str(done.metrics.get("error_code") or "generation_failed")
+    return code if code in _FAILED else "generation_failed"
 
 
 def _cancel(svc: Services, handle: Handle) -> Callable[[], None]:
@@ -104,7 +129,7 @@ def _cancel(svc: Services, handle: Handle) -> Callable[[], None]:
 # ---------------------------------------------------------------------- non-streamed
 
 
-async def _complete(svc: Services, request: Request, job: DecodeJob, h: shapes.Header) -> Response:
+async def _complete(svc: Services, request: Request, job: Job, h: shapes.Header) -> Response:
     handle, queue = _submit(svc, job, h.id)
     collect = asyncio.create_task(_collect(queue))
     gone = asyncio.create_task(_disconnected(request))
@@ -120,7 +145,10 @@ async def _complete(svc: Services, request: Request, job: DecodeJob, h: shapes.H
     if done.reason == "cancelled":
         return Response(status_code=499)  # nobody is listening
     if done.reason not in shapes.FINISH:
-        return JSONResponse(error_body(500, "generation_failed", "generation failed"), status_code=500)
+        code = _error_code(done)
+        status = FAILED_STATUS.get(code, 500)
+        headers = {"Retry-After": "1"} if code == "server_busy" else None
+        return JSONResponse(error_body(status, code, _FAILED[code]), status_code=status, headers=headers)
     return JSONResponse(shapes.completion(h, text, shapes.FINISH[done.reason], done.metrics))
 
 
@@ -142,7 +170,7 @@ async def _disconnected(request: Request) -> None:
 
 
 def _start_stream(
-    svc: Services, store: CompletionStore, owner: str, req: ChatRequest, job: DecodeJob, h: shapes.Header
+    svc: Services, store: CompletionStore, owner: str, req: ChatRequest, job: Job, h: shapes.Header
 ) -> Response:
     stream = CompletionStream(h.id, owner, svc.config.server.grace_period_s or HTTP_GRACE_S)
     if not store.add(stream):
@@ -183,9 +211,8 @@ async def _pump(
         elif done.reason == "cancelled":
             stream.push(dumps(error_body(500, "cancelled", "the completion was cancelled")))
         else:
-            stream.push(dumps(error_body(500, "generation_failed", "generation failed")))
+            code = _error_code(done)
+            stream.push(dumps(error_body(FAILED_STATUS.get(code, 500), code, _FAILED[code])))
         stream.push("[DONE]")
         stream.finish()
         return
-
-

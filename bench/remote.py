@@ -1,0 +1,264 @@
+"""`stream-omni bench remote`: one engine, reached directly vs through our gateway, side by side.
+
+The engine is llama-cpp-python's own OpenAI server (``python -m llama_cpp.server``) on the
+embedded GGUF; the gateway is ``stream-omni serve`` with ``model.backend: openai`` pointing at
+it, each in its own process. Three ways to ask the same engine the same thing, in one run:
+
+* **direct**: the engine's ``/v1/chat/completions`` stream (what a client without us gets);
+* **gateway SSE**: our ``/v1/chat/completions`` stream (``fast`` chunking);
+* **gateway WebSocket**: our ``/v1/realtime`` (``response.create``, ``fast`` chunking).
+
+Greedy, 128 tokens. The three rows send the *same* messages back to back (order rotated per
+prompt), right after one unmeasured request that puts those messages in the engine's prompt cache:
+each row then prefills one token, as every turn does on an engine with prefix caching, instead of
+a whole prompt whose time under this shared box's load swings from 0.2 to 8 s (measured in the
+first version of this benchmark) and drowns a gap of milliseconds. A fresh nonce per prompt keeps
+the previous triple's cache from helping. Medians over every request, and the median of the
+per-triple differences to the direct row.
+
+TTFT: from sending the request to the first text. Our chunk scheduler never shows half a word,
+so its first chunk waits for the engine's *second* delta (the one that tells where the first word
+ends); the direct row also reports that time ("direct, 2nd delta"), which is the floor for any
+client that shows whole words. tok/s: (tokens − 1) / (last text − first text), tokens from the
+engine's usage. Then cancel: ``response.cancel`` → ``response.done`` over the WebSocket, and →
+our upstream connection leaving ESTABLISHED (read from /proc/net/tcp).
+
+    python -m bench.remote [--rounds 3] [--tokens 128] [--engine-threads 1]
+
+Writes bench/results/remote.{json,md}.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import itertools
+import json
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+import httpx
+
+from bench.common import machine, markdown_table, median, server_process, write
+
+PROMPTS = [
+    "Write a long story about a lighthouse keeper who finds a message in a bottle.",
+    "Explain in detail how the internet works, from undersea cables to web pages.",
+    "Give a thorough history of the bicycle.",
+]
+_nonce = itertools.count(1)
+
+
+def messages(prompt: str) -> list[dict[str, str]]:
+    """The same prompt with a new nonce in front: no cache from an earlier request helps it."""
+    return [
+        {"role": "system", "content": f"Request {next(_nonce)}. You are a helpful assistant."},
+        {"role": "user", "content": prompt},
+    ]
+
+
+def sse_run(client: httpx.Client, url: str, body: dict[str, Any]) -> dict[str, Any]:
+    """One streamed Chat Completion: times of the first two text deltas and the last, usage."""
+    t0 = time.perf_counter()
+    times: list[float] = []
+    usage: dict[str, Any] = {}
+    with client.stream("POST", url, json=body) as r:
+        r.raise_for_status()
+        for line in r.iter_lines():
+            if not line.startswith("data:") or line.strip() == "data: [DONE]":
+                continue
+            data = json.loads(line[5:])
+            if data.get("usage"):
+                usage = data["usage"]
+            if any((c.get("delta") or {}).get("content") for c in data.get("choices") or []):
+                times.append(time.perf_counter())
+    return summary(t0, times, int(usage.get("completion_tokens") or len(times)))
+
+
+def summary(t0: float, times: list[float], tokens: int) -> dict[str, Any]:
+    span = times[-1] - times[0] if len(times) > 1 else float("nan")
+    return {
+        "ttft_ms": (times[0] - t0) * 1000,
+        "second_ms": (times[1] - t0) * 1000 if len(times) > 1 else float("nan"),
+        "tokens": tokens,
+        "tok_s": (tokens - 1) / span if span and span > 0 else float("nan"),
+    }
+
+
+async def session(addr: str, prompt: list[dict[str, str]]) -> Any:
+    """A new Realtime session holding exactly ``prompt`` (what the other rows send), ready to respond."""
+    import websockets
+
+    ws = await websockets.connect(f"ws://{addr}/v1/realtime", max_size=None)
+    await ws.recv()  # session.created
+    for m in prompt:
+        item = {"type": "message", "role": m["role"], "content": [{"type": "input_text", "text": m["content"]}]}
+        await ws.send(json.dumps({"type": "conversation.item.create", "item": item}))
+        while json.loads(await ws.recv())["type"] != "conversation.item.added":
+            pass
+    return ws
+
+
+async def ws_run(addr: str, prompt: list[dict[str, str]], n: int) -> dict[str, Any]:
+    """One Realtime response (connecting and adding the items happen before the clock starts)."""
+    ws = await session(addr, prompt)
+    try:
+        t0 = time.perf_counter()
+        body = {"max_output_tokens": n, "temperature": 0, "scheduler": {"strategy": "fast"}}
+        await ws.send(json.dumps({"type": "response.create", "response": body}))
+        times: list[float] = []
+        while True:
+            ev = json.loads(await asyncio.wait_for(ws.recv(), 120))
+            if ev["type"] == "response.output_text.delta":
+                times.append(time.perf_counter())
+            elif ev["type"] == "response.done":
+                return summary(t0, times, int(ev["response"]["usage"]["output_tokens"]))
+    finally:
+        await ws.close()
+
+
+async def ws_cancel(addr: str, engine_port: int, prompt: list[dict[str, str]]) -> dict[str, float]:
+    """Cancel at the first delta: ms to response.done, and to our engine connection leaving ESTABLISHED."""
+    from testkit.remote_engines import tcp_states
+
+    ws = await session(addr, prompt)
+    body = {"max_output_tokens": 600, "scheduler": {"strategy": "fast"}}
+    await ws.send(json.dumps({"type": "response.create", "response": body}))
+    while json.loads(await ws.recv())["type"] != "response.output_text.delta":
+        pass
+
+    def ours() -> set[int]:  # our (the gateway's) ends of established connections to the engine
+        return {lp for (lp, rp), s in tcp_states(engine_port).items() if rp == engine_port and s == "ESTABLISHED"}
+
+    before = ours()
+    t0 = time.perf_counter()
+    await ws.send(json.dumps({"type": "response.cancel"}))
+    closed_ms = float("nan")
+    deadline = t0 + 5
+    while time.perf_counter() < deadline:  # a tight poll: /proc/net/tcp costs well under 1 ms here
+        if before - ours():
+            closed_ms = (time.perf_counter() - t0) * 1000
+            break
+        await asyncio.sleep(0)
+    while True:
+        ev = json.loads(await asyncio.wait_for(ws.recv(), 10))
+        if ev["type"] == "response.done":
+            done_ms = (time.perf_counter() - t0) * 1000
+            assert ev["response"]["status"] == "cancelled", ev
+            await ws.close()
+            return {"done_ms": done_ms, "upstream_closed_ms": closed_ms}
+
+
+async def run(args: argparse.Namespace) -> dict[str, Any]:
+    from testkit.remote_engines import llama_server
+
+    tmp = Path(tempfile.mkdtemp(prefix="bench_remote_"))
+    engine = llama_server(tmp)
+    engine.argv[engine.argv.index("--n_threads") + 1] = str(args.engine_threads)
+    engine.start()
+    rows: dict[str, list[dict[str, Any]]] = {"direct": [], "gateway SSE": [], "gateway WebSocket": []}
+    cancels: list[dict[str, float]] = []
+    overrides = {"model.backend": "openai", "model.base_url": engine.base_url, "audio.enabled": False}
+    try:
+        with server_process(overrides) as addr, httpx.Client(timeout=120) as client:
+            n = args.tokens
+
+            def body(prompt: list[dict[str, str]], ours: bool) -> dict[str, Any]:
+                b: dict[str, Any] = {"model": "smollm2-engine", "messages": prompt, "max_tokens": n, "stream": True}
+                b |= {"temperature": 0.0, "stream_options": {"include_usage": True}}
+                return b | ({"scheduler": {"strategy": "fast"}} if ours else {})
+
+            # warm-up: each path once (connections, first-request costs)
+            sse_run(client, f"{engine.base_url}/chat/completions", body(messages(PROMPTS[0]), False))
+            sse_run(client, f"http://{addr}/v1/chat/completions", body(messages(PROMPTS[0]), True))
+            await ws_run(addr, messages(PROMPTS[0]), 16)
+            order = list(rows)
+            for r in range(args.rounds):
+                for i, prompt in enumerate(PROMPTS):
+                    k = (r * len(PROMPTS) + i) % 3
+                    msgs = messages(prompt)
+                    warm = body(msgs, False) | {"max_tokens": 1}
+                    sse_run(client, f"{engine.base_url}/chat/completions", warm)  # the prompt into the cache
+                    for who in order[k:] + order[:k]:
+                        if who == "direct":
+                            res = sse_run(client, f"{engine.base_url}/chat/completions", body(msgs, False))
+                        elif who == "gateway SSE":
+                            res = sse_run(client, f"http://{addr}/v1/chat/completions", body(msgs, True))
+                        else:
+                            res = await ws_run(addr, msgs, n)
+                        rows[who].append(res)
+                        await asyncio.sleep(0.05)
+            for i in range(args.cancels):
+                cancels.append(await ws_cancel(addr, engine.port, messages(PROMPTS[i % len(PROMPTS)])))
+                await asyncio.sleep(0.2)
+    finally:
+        engine.stop()
+    return {"rows": rows, "cancels": cancels}
+
+
+def report(raw: dict[str, Any], args: argparse.Namespace) -> None:
+    rows = raw["rows"]
+    d_ttft = median([x["ttft_ms"] for x in rows["direct"]])
+    d_second = median([x["second_ms"] for x in rows["direct"]])
+    d_tok = median([x["tok_s"] for x in rows["direct"]])
+    table = []
+    for who, xs in rows.items():
+        ttft = median([x["ttft_ms"] for x in xs])
+        tok = median([x["tok_s"] for x in xs])
+        pairs = list(zip(xs, rows["direct"], strict=True))
+        table.append(
+            {
+                "path": who,
+                "requests": len(xs),
+                "TTFT ms": ttft,
+                "direct 2nd delta ms": d_second if who == "direct" else None,
+                "TTFT − direct ms": ttft - d_ttft,
+                "paired TTFT gap ms": median([x["ttft_ms"] - d["ttft_ms"] for x, d in pairs]),
+                "paired tok/s ratio": median([x["tok_s"] / d["tok_s"] for x, d in pairs]),
+                "TTFT − direct 2nd delta ms": ttft - d_second,
+                "tok/s": tok,
+                "× direct tok/s": tok / d_tok,
+                "tokens": median([x["tokens"] for x in xs]),
+            }
+        )
+    c = raw["cancels"]
+    cancel = {
+        "n": len(c),
+        "done_ms_median": median([x["done_ms"] for x in c]),
+        "done_ms_max": max((x["done_ms"] for x in c), default=float("nan")),
+        "upstream_closed_ms_median": median([x["upstream_closed_ms"] for x in c]),
+        "upstream_closed_ms_max": max((x["upstream_closed_ms"] for x in c), default=float("nan")),
+    }
+    cols = ["path", "requests", "TTFT ms", "TTFT − direct ms", "paired TTFT gap ms", "TTFT − direct 2nd delta ms"]
+    cols += ["tok/s", "× direct tok/s", "paired tok/s ratio"]
+    md = (
+        "# Remote engine: direct vs through the gateway\n\n"
+        f"Engine: llama-cpp-python's OpenAI server (`python -m llama_cpp.server`), embedded SmolLM2-135M "
+        f"Q4_1, {args.engine_threads} thread(s); gateway: `stream-omni serve` with `model.backend: openai`; "
+        f"greedy, {args.tokens} tokens, {args.rounds} rounds × {len(PROMPTS)} prompts, medians. "
+        f"Direct TTFT {d_ttft:.1f} ms to the first delta, {d_second:.1f} ms to the second (where our scheduler's "
+        "first whole word can end).\n\n"
+        + markdown_table(table, cols)
+        + "\nCancel over the WebSocket (at the first delta): "
+        f"`response.done` after {cancel['done_ms_median']:.1f} ms median (max {cancel['done_ms_max']:.1f}); "
+        f"our connection to the engine closed after {cancel['upstream_closed_ms_median']:.1f} ms median "
+        f"(max {cancel['upstream_closed_ms_max']:.1f}), n = {cancel['n']}.\n\n"
+        f"Machine: {json.dumps(machine())}\n"
+    )
+    write("remote", {"machine": machine(), "args": vars(args), "table": table, "cancel": cancel, "raw": raw}, md)
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__)
+    ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--tokens", type=int, default=128)
+    ap.add_argument("--cancels", type=int, default=5)
+    ap.add_argument("--engine-threads", type=int, default=1)
+    args = ap.parse_args()
+    report(asyncio.run(run(args)), args)
+
+
+if __name__ == "__main__":
+    main()
