@@ -13,6 +13,7 @@ import numpy as np
 import pytest
 from openai import APIStatusError, AsyncOpenAI, OpenAI
 
+from testkit.fake_backend import FakeBackend
 from testkit.speech import speak, wav_bytes
 from tests.conftest import requires_espeak
 from tests.http.helpers import LONG, MODEL, NO_AUDIO, assert_error, body, content_of, post, prompt_len, sse_events, user
@@ -220,19 +221,22 @@ def test_context_length_exceeded_is_400(tiny_backend, server_factory):
     assert err["param"] == "messages"
 
 
-def test_busy_engine_is_503_server_busy(tiny_backend, server_factory):
+def test_busy_engine_is_503_server_busy(server_factory):
+    # a model that takes 40 s to answer: the first stream surely still runs when the second asks
+    # (the tiny random model decoded 4000 tokens before the second request arrived, now and then)
+    slow = FakeBackend(answer_tokens=4000, step_s=0.01)
     cfg = {**LONG, "engine.max_running": 1, "engine.max_waiting": 0, "server.grace_period_s": 0.2}
-    with server_factory(tiny_backend, **cfg) as addr:
+    with server_factory(slow, **cfg) as addr:
         with httpx.stream(
-            "POST", f"http://{addr}/v1/chat/completions", json=body(max_tokens=4000, stream=True), timeout=60
+            "POST", f"http://{addr}/v1/chat/completions", json=body(model="fake", stream=True), timeout=60
         ) as first:
             next(first.iter_lines())  # the job is in the engine
-            r = post(addr, body(max_tokens=2))
+            r = post(addr, body(model="fake", max_tokens=2))
             err = assert_error(r, 503, "server_busy")
             assert r.headers["retry-after"] == "1" and err["type"] == "server_error"
         # the dropped stream is cancelled after its grace period; then there is room again
         deadline = time.monotonic() + 30
-        while (r := post(addr, body(max_tokens=2))).status_code == 503 and time.monotonic() < deadline:
+        while (r := post(addr, body(model="fake", max_tokens=2))).status_code == 503 and time.monotonic() < deadline:
             time.sleep(0.2)
         assert r.status_code == 200
 
