@@ -33,7 +33,8 @@ class ModelConfig(_Frozen):
     dtype: Literal["bfloat16", "float32", "float16"] = "bfloat16"  # transformers weights dtype
     device: str = "cpu"  # cpu | cuda | cuda:N (transformers)
     threads: int | None = None  # compute threads (None: llama_cpp 2, transformers 1)
-    n_seq: int = 4  # llama_cpp: conversations resident in the KV cache at once (more re-prefill)
+    # llama_cpp: conversations resident in the KV cache at once (more re-prefill); None: engine.max_running
+    n_seq: int | None = None
     max_context: int = 4096  # tokens one conversation may hold
     n_batch: int = 512  # llama.cpp batch size
     flash_attn: bool = True  # llama.cpp flash attention: faster here, and keeps drafting's greedy output exact
@@ -56,8 +57,10 @@ class ModelConfig(_Frozen):
 
 
 class EngineConfig(_Frozen):
-    max_running: int = Field(default=4, ge=1)  # responses decoded interleaved, step by step
+    max_running: int = Field(default=16, ge=1)  # responses batched into every model step (continuous batching)
     max_waiting: int = Field(default=8, ge=0)  # responses queued behind them; more → server_busy
+    prefill_chunk: int = Field(default=128, ge=1)  # prompt tokens prefilled per step (all new prompts together)
+    draft_max_batch: int = Field(default=4, ge=0)  # speculation pauses while more responses share a step
 
 
 class SchedulerDefaults(_Frozen):

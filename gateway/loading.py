@@ -90,8 +90,10 @@ def load_vision(config: Config) -> tuple[ImageDescriber | None, Any]:
 
 def make_engine(config: Config) -> Engine | RemoteEngine:
     """The thread that decodes locally, or the workers that stream from a remote engine."""
-    cls = RemoteEngine if config.model.backend == "openai" else Engine
-    return cls(config.engine.max_running, config.engine.max_waiting)
+    e = config.engine
+    if config.model.backend == "openai":
+        return RemoteEngine(e.max_running, e.max_waiting)
+    return Engine(e.max_running, e.max_waiting, prefill_chunk=e.prefill_chunk, draft_max_batch=e.draft_max_batch)
 
 
 def remote_config(config: Config) -> RemoteConfig:
@@ -142,7 +144,7 @@ def default_loader(config: Config) -> Backend | RemoteModel:
                 threads=m.threads or 2,
                 n_ctx=m.max_context,
                 n_batch=m.n_batch,
-                n_seq=m.n_seq,
+                n_seq=m.n_seq or config.engine.max_running,
                 flash_attn=m.flash_attn,
                 served_name=m.served_name,
             )

@@ -8,6 +8,13 @@ rejection is ``crop``.
 
 Shapes: ``forward`` returns a float32 numpy array ``[n_logits, vocab_size]`` whose row ``i``
 is the next-token distribution after ``state.tokens[len(state.tokens) - n_logits + i]``.
+
+Batching: ``forward_batch([(state_j, tokens_j, n_logits_j), ...])`` is one model call for many
+conversations (continuous batching: every running response's next token(s) in one step); item
+``j`` of the result is exactly what ``forward(state_j, tokens_j, n_logits_j)`` would return,
+``[n_logits_j, vocab_size]``. States in one batch are distinct. It is all-or-nothing: when it
+raises, no state has changed, so the caller can retry the items one by one to find the bad one.
+A backend without a batched kernel loops (``forward_each``); ``forward`` is the batch of one.
 """
 
 from __future__ import annotations
@@ -25,6 +32,9 @@ class KVState:
 
     tokens: list[int] = field(default_factory=list)
     cache: Any = None  # backend-specific (a transformers DynamicCache, a llama.cpp sequence…)
+
+
+BatchItem = tuple[KVState, list[int], int]  # (state, tokens to append, n_logits)
 
 
 @runtime_checkable
@@ -46,6 +56,10 @@ class Backend(Protocol):
         ``n_logits`` may not exceed ``len(state.tokens)`` after the append. Returns
         float32 ``[n_logits, vocab_size]``.
         """
+        ...
+
+    def forward_batch(self, items: list[BatchItem]) -> list[np.ndarray]:
+        """``forward`` of every ``(state, tokens, n_logits)`` in one call; item j → ``[n_logits_j, V]``."""
         ...
 
     def crop(self, state: KVState, length: int) -> None:
@@ -95,3 +109,28 @@ def sync_prefix(backend: Backend, state: KVState, target: list[int]) -> list[int
     if common < len(state.tokens):
         backend.crop(state, common)
     return target[common:]
+
+
+def forward_each(backend: Any, items: list[BatchItem]) -> list[np.ndarray]:
+    """``forward_batch`` for a backend without a batched kernel: one ``forward`` per item.
+
+    Keeps the all-or-nothing contract by rolling back (``crop``) the items already applied
+    when a later one raises."""
+    out: list[np.ndarray] = []
+    done: list[tuple[KVState, int]] = []
+    try:
+        for state, tokens, n_logits in items:
+            before = len(state.tokens)
+            out.append(backend.forward(state, tokens, n_logits))
+            done.append((state, before))
+    except BaseException:
+        for state, before in done:
+            backend.crop(state, before)
+        raise
+    return out
+
+
+def run_batch(backend: Any, items: list[BatchItem]) -> list[np.ndarray]:
+    """``backend.forward_batch(items)`` where the backend has it, else ``forward_each``."""
+    batch = getattr(backend, "forward_batch", None)
+    return list(batch(items)) if batch is not None else forward_each(backend, items)

@@ -1,8 +1,14 @@
 """One response's decode loop, advanced one model step at a time.
 
-``DecodeJob.step()`` does exactly one forward pass (prefill, one token, or one
-draft-and-verify) and returns the events it produced, so the engine can interleave many
-sessions and stop any of them within one step. Sync code: it runs on the engine's thread.
+A step is one forward pass (a prefill piece, one token, or one draft-and-verify) split in two so
+the engine can batch it with every other running response's: ``plan()`` says what this job needs
+forwarded (a ``Forward``: tokens + how many logit rows), the engine runs one
+``Backend.forward_batch`` for all of them, and ``complete(rows)`` takes this job's rows, chooses
+the next token and returns the events. ``step()`` is the same on a batch of one. A prompt is
+prefilled in pieces of at most the ``prefill_budget`` the engine grants (chunked prefill), so
+running streams keep flowing while a newcomer's prompt goes in. Beam search (``quality``) runs
+several dependent forwards per step and so steps alone (``batchable`` is False).
+Sync code: it runs on the engine's thread.
 """
 
 from __future__ import annotations
@@ -28,7 +34,9 @@ class Drafter(Protocol):
 class Verifier(Protocol):
     """Chooses the lookahead ``k`` and accepts drafted tokens (models.speculative)."""
 
-    def lookahead(self) -> int: ...
+    def lookahead(self, load: int = 0) -> int:
+        """``load``: how many other tokens share this step's forward (the batch accounts for it)."""
+        ...
 
     def accept(
         self, rows: np.ndarray, drafts: list[int], params: SamplingParams, rng: np.random.Generator
@@ -47,6 +55,16 @@ class ContextOverflow(Exception):
 class Done:
     reason: str  # "stop" (eos / stop sequence) | "length" | "cancelled" | "error"
     metrics: dict[str, Any]
+
+
+@dataclass
+class Forward:
+    """What one job needs forwarded this step: ``tokens`` appended to its state, logits of the
+    last ``n_logits`` positions (rows ``[n_logits, V]`` go back to ``complete``)."""
+
+    tokens: list[int]
+    n_logits: int
+    prefill: bool = False  # a piece of the prompt (the engine budgets these per step)
 
 
 @dataclass
@@ -77,9 +95,7 @@ class DecodeJob:
         track_logprobs: bool = False,
     ):
         if len(prompt_ids) + 1 > backend.max_context:
-            raise ContextOverflow(
-                f"prompt is {len(prompt_ids)} tokens; the model's context is {backend.max_context}"
-            )
+            raise ContextOverflow(f"prompt is {len(prompt_ids)} tokens; the model's context is {backend.max_context}")
         self.backend = backend
         self.state = state
         self.prompt_ids = prompt_ids
@@ -106,29 +122,96 @@ class DecodeJob:
         self._next_logits: np.ndarray | None = None  # [V] distribution of the next position
         self._pending: int | None = None  # the next token, when already chosen
         self._feed: int | None = None  # the last shown token, not yet fed to the model
+        self._prompt_left: list[int] | None = None  # prompt ids still to prefill (chunked prefill)
+        self._inflight: tuple[Any, ...] | None = None  # what the planned forward was for
 
     # -------------------------------------------------------------------------------------
 
+    @property
+    def batchable(self) -> bool:
+        """False: beam search, whose step is several dependent forwards (the engine runs it alone)."""
+        return self.beam == 1
+
     def step(self) -> JobEvents:
-        """One model forward, then the next token is chosen and shown at once.
+        """One model forward, then the next token is chosen and shown at once (a batch of one).
 
         A chosen token is emitted *before* it is fed to the model (it is fed at the start of the
         next step), so text reaches the client one model step earlier than forward-then-emit.
         """
         if self.finished:
             return JobEvents()
-        out = JobEvents()
-        if self._next_logits is None and self._pending is None and self._feed is None:
-            self._prefill()
-            if self.beam > 1:
-                return self._beam_block()
-        elif self.beam > 1:
+        if self.beam > 1:
+            if self._next_logits is None:
+                self._prefill()
             return self._beam_block()
-        elif self._feed is not None:
-            out = self._advance()
+        fw = self.plan()
+        if fw is None:
+            return JobEvents()
+        t0 = self.clock()
+        rows = self.backend.forward(self.state, fw.tokens, fw.n_logits)
+        return self.complete(rows, self.clock() - t0)
+
+    def plan(self, load: int = 0, prefill_budget: int | None = None, draft: bool = True) -> Forward | None:
+        """What this step needs forwarded; None: nothing now (finished, or no prefill budget left).
+
+        ``load``: tokens of other jobs sharing the forward (the adaptive lookahead weighs drafts
+        against it); ``draft=False``: no drafting this step (the engine's batch already fills the
+        machine). ``prefill_budget``: the most prompt tokens this step may feed (None: all at once).
+        """
+        assert self._inflight is None, "plan() twice without complete()"
+        if self.finished or self.beam > 1:
+            return None
+        if self._next_logits is None and self._pending is None and self._feed is None and self._prompt_left is None:
+            to_feed = sync_prefix(self.backend, self.state, self.prompt_ids)
+            self.cached_tokens = len(self.prompt_ids) - len(to_feed)
+            self.prompt_tokens = len(to_feed)
+            self._prompt_left = to_feed
+        if self._prompt_left is not None:
+            n = len(self._prompt_left) if prefill_budget is None else min(prefill_budget, len(self._prompt_left))
+            if n <= 0:
+                return None
+            self._inflight = ("prefill", n)
+            return Forward(self._prompt_left[:n], 1, prefill=True)
+        if self._feed is None:
+            return None
+        tok = self._feed
+        budget = self.params.max_tokens - len(self.generated)  # tokens we may still show
+        room = self.backend.max_context - len(self.state.tokens) - 1
+        drafts: list[int] = []
+        # no drafting before the first text is out: a verify batch costs more than one token, and
+        # time to first text matters more than throughput until then
+        first_out = self.t_first is not None or self.scheduler.config.draft_before_first_text
+        if draft and self.drafter is not None and self.verifier is not None and budget > 0 and room > 2 and first_out:
+            # k = budget: when every draft is accepted the response is complete without another forward
+            k = min(self.verifier.lookahead(load), budget, room - 2, self.scheduler.config.lookahead_tokens)
+            if k > 0:
+                drafts = self.drafter.propose(self.state.tokens + [tok], k)[:k]
+        self._inflight = ("advance", tok, drafts, len(self.state.tokens))
+        return Forward([tok, *drafts], len(drafts) + 1)
+
+    def complete(self, rows: np.ndarray, seconds: float = 0.0) -> JobEvents:
+        """This job's rows ``[n_logits, V]`` of the forward ``plan()`` asked for → its events.
+
+        ``seconds``: the forward's wall time when it ran alone (0: shared with others, not timed).
+        """
+        assert self._inflight is not None, "complete() without plan()"
+        inflight, self._inflight = self._inflight, None
+        out = JobEvents()
+        if inflight[0] == "prefill":
+            assert self._prompt_left is not None
+            self._prompt_left = self._prompt_left[inflight[1] :]
+            if self._prompt_left:
+                return out  # more pieces to go
+            self._prompt_left = None
+            self._next_logits = rows[0]
+            self.t_prefilled = self.clock()
+        else:
+            _, tok, drafts, base = inflight
+            self._feed = None
+            out = self._verified(rows, tok, drafts, base, seconds)
             if self.finished:
                 return out
-        if self._pending is not None:  # chosen by the verifier in _advance
+        if self._pending is not None:  # chosen by the verifier
             tok, self._pending = self._pending, None
             lp = self._pending_lp
         else:
@@ -143,41 +226,24 @@ class DecodeJob:
             self._feed = tok
         return _merge(out, ev)
 
-    def _advance(self) -> JobEvents:
-        """Feed the last shown token, with drafted tokens after it when drafting pays."""
-        assert self._feed is not None
-        tok, self._feed = self._feed, None
-        budget = self.params.max_tokens - len(self.generated)  # tokens we may still show
-        room = self.backend.max_context - len(self.state.tokens) - 1
-        drafts: list[int] = []
-        # no drafting before the first text is out: a verify batch costs more than one token, and
-        # time to first text matters more than throughput until then
-        first_out = self.t_first is not None or self.scheduler.config.draft_before_first_text
-        if self.drafter is not None and self.verifier is not None and budget > 0 and room > 2 and first_out:
-            # k = budget: when every draft is accepted the response is complete without another forward
-            k = min(self.verifier.lookahead(), budget, room - 2, self.scheduler.config.lookahead_tokens)
-            if k > 0:
-                drafts = self.drafter.propose(self.state.tokens + [tok], k)[:k]
-        t0 = self.clock()
+    def _verified(self, rows: np.ndarray, tok: int, drafts: list[int], base: int, seconds: float) -> JobEvents:
+        """The forward of the last shown token (and drafts after it) is done: accept what verifies."""
         if drafts:
             assert self.verifier is not None
-            base = len(self.state.tokens)
-            rows = self.backend.forward(self.state, [tok, *drafts], n_logits=len(drafts) + 1)
             new, n_ok = self.verifier.accept(rows, drafts, self.params, self.rng)
             # new = drafts[:n_ok] + [next token chosen from row n_ok]; rejected drafts leave the cache
             self.backend.crop(self.state, base + 1 + n_ok)
             self.drafted += len(drafts)
             self.accepted += n_ok
-            self.verifier.record(len(drafts), n_ok, self.clock() - t0)
+            self.verifier.record(len(drafts), n_ok, seconds)
             self._next_logits = None
             self._pending = new[-1]  # for sampling chosen from the residual distribution
             self._pending_lp = self._lp(rows[n_ok], new[-1])
             if n_ok:
                 return self._accept(drafts[:n_ok], lps=[self._lp(rows[i], d) for i, d in enumerate(drafts[:n_ok])])
             return JobEvents()
-        rows = self.backend.forward(self.state, [tok], n_logits=1)
         if self.verifier is not None:
-            self.verifier.record(0, 0, self.clock() - t0)
+            self.verifier.record(0, 0, seconds)
         self._next_logits = rows[0]
         return JobEvents()
 

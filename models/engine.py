@@ -1,7 +1,13 @@
 """One worker thread that owns the model and advances every running response one step at a time.
 
-Jobs from many sessions are interleaved round-robin at decode-step granularity, so every
-session progresses and any of them stops within one step of a cancel. Past ``max_running``
+Continuous batching: each engine step gathers the next forward of every running response (a
+decode token, a draft-verify block, or a piece of a new prompt) into ONE ``Backend.forward_batch``
+call, then hands each response its rows (``DecodeJob.plan`` / ``complete``). Prompts go in pieces
+of at most ``prefill_chunk`` tokens per step in total (FIFO), so running streams keep flowing while
+a newcomer is prefilled. Every running response advances once per step, so none starves, and any
+stops within one step of a cancel without disturbing the others. Past ``draft_max_batch``
+responses drafting pauses (verify tokens would be real compute in a full batch). Jobs without
+``plan`` (or not ``batchable``: beam search) step alone once per engine step. Past ``max_running``
 jobs wait in FIFO order; past ``max_waiting`` ``submit`` raises ``EngineBusy`` at once.
 
 Sync model code meets asyncio in exactly one place, outside this package: the gateway's
@@ -22,13 +28,17 @@ import concurrent.futures
 import itertools
 import logging
 import threading
+import time
 import traceback
 from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from .decode import DecodeJob, Done, JobEvents
+import numpy as np
+
+from .backend import run_batch
+from .decode import DecodeJob, Done, Forward, JobEvents
 
 log = logging.getLogger("stream_omni.engine")
 
@@ -51,8 +61,17 @@ class Handle:
 
 
 class Engine:
-    def __init__(self, max_running: int = 4, max_waiting: int = 16, name: str = "engine"):
-        self.max_running = max_running  # jobs interleaved step by step
+    def __init__(
+        self,
+        max_running: int = 16,
+        max_waiting: int = 16,
+        name: str = "engine",
+        prefill_chunk: int = 128,
+        draft_max_batch: int = 4,
+    ):
+        self.max_running = max_running  # jobs batched into each step
+        self.prefill_chunk = max(1, prefill_chunk)  # prompt tokens fed per engine step, all jobs together
+        self.draft_max_batch = draft_max_batch  # past this many batched jobs nobody drafts
         self.max_waiting = max_waiting  # jobs queued behind them before EngineBusy
         self._running: list[Handle] = []
         self._waiting: deque[Handle] = deque()
@@ -123,7 +142,6 @@ class Engine:
             self._running.append(h)
 
     def _loop(self) -> None:
-        rr = 0
         while True:
             with self._cv:
                 while (hook := self._idle if self._idle_due else None) is None and self._no_work():
@@ -143,29 +161,81 @@ class Engine:
                 if self._stop and not self._running and not self._waiting:
                     return
                 self._admit()
-                if not self._running:
-                    continue
                 # cancelled jobs leave first, before anything else touches their cache
                 for h in [h for h in self._running if h.cancelled.is_set()]:
                     self._running.remove(h)
                     self._deliver(h, h.job.cancel())
-                if not self._running:
-                    continue
-                rr %= len(self._running)
-                h = self._running[rr]
-            try:
-                events = h.job.step()
-            except Exception as exc:  # a model error ends this response only
-                log.error("decode step failed: %s", "".join(traceback.format_exception_only(exc)).strip())
-                h.job.finished = True
-                events = JobEvents(done=Done("error", {"error": type(exc).__name__}))
-            self._deliver(h, events)
+                running = list(self._running)
+            if not running:
+                continue
+            self._step(running)
             self._idle_due = True
             with self._cv:
-                if h.job.finished and h in self._running:
-                    self._running.remove(h)
-                else:
-                    rr += 1
+                for h in running:
+                    if h.job.finished and h in self._running:
+                        self._running.remove(h)
+
+    def _step(self, running: list[Handle]) -> None:
+        """One engine step: every batchable job's next forward in one ``forward_batch`` per backend
+        (prefill pieces FIFO within ``prefill_chunk`` tokens), then each other job steps once."""
+        batched = [h for h in running if getattr(h.job, "batchable", False)]
+        load = len(batched) - 1  # other tokens each job's forward shares (at least one per job)
+        draft = len(batched) <= self.draft_max_batch
+        budget = self.prefill_chunk
+        groups: dict[int, list[tuple[Handle, Forward]]] = {}
+        for h in batched:
+            try:
+                fw = h.job.plan(load=load, prefill_budget=budget, draft=draft)
+            except Exception as exc:
+                self._fail(h, exc)
+                continue
+            if fw is None:
+                continue
+            if fw.prefill:
+                budget -= len(fw.tokens)
+            groups.setdefault(id(h.job.backend), []).append((h, fw))
+        for group in groups.values():
+            self._forward_group(group)
+        for h in running:
+            if h not in batched and not h.job.finished and not h.cancelled.is_set():
+                try:
+                    events = h.job.step()
+                except Exception as exc:  # a model error ends this response only
+                    self._fail(h, exc)
+                    continue
+                self._deliver(h, events)
+
+    def _forward_group(self, group: list[tuple[Handle, Forward]]) -> None:
+        backend = group[0][0].job.backend
+        items = [(h.job.state, fw.tokens, fw.n_logits) for h, fw in group]
+        t0 = time.perf_counter()
+        results: list[np.ndarray | Exception]
+        try:
+            results = list(run_batch(backend, items))
+        except Exception:  # all-or-nothing: nothing changed; one by one finds the response at fault
+            results = []
+            for item in items:
+                try:
+                    results.append(run_batch(backend, [item])[0])
+                except Exception as exc:
+                    results.append(exc)
+        seconds = time.perf_counter() - t0 if len(items) == 1 else 0.0  # a shared step times no one job
+        for (h, _), rows in zip(group, results, strict=True):
+            if isinstance(rows, Exception):
+                self._fail(h, rows)
+                continue
+            try:
+                events = h.job.complete(rows, seconds)
+            except Exception as exc:
+                self._fail(h, exc)
+                continue
+            self._deliver(h, events)
+
+    def _fail(self, h: Handle, exc: Exception) -> None:
+        """A model error ends this response only."""
+        log.error("decode step failed: %s", "".join(traceback.format_exception_only(exc)).strip())
+        h.job.finished = True
+        self._deliver(h, JobEvents(done=Done("error", {"error": type(exc).__name__})))
 
     def _no_work(self) -> bool:
         return not self._stop and not self._running and not self._waiting and not self._calls

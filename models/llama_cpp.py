@@ -21,10 +21,14 @@ attention kernels of a one-token step round differently from a batch's (max ≈ 
 scale ≈ 30) and drafting can flip near-ties. A cold prompt decoded token by token matches
 ``Llama.generate`` with the same ``flash_attn`` token for token. ``reset()`` empties every sequence.
 
-``forward`` returns a float32 ``[n_logits, V]`` copy of the logits of the last ``n_logits``
-positions (``logits`` flags set only there); ``crop`` is ``llama_memory_seq_rm``. A prefill
-longer than ``n_batch`` is split into several ``llama_decode`` calls. ``state.tokens`` must only
-change through the backend (``forward``/``crop``).
+``forward_batch`` (continuous batching) puts every item's tokens into one ``llama_batch``, each
+token tagged with its conversation's ``seq_id``, and returns per item a float32 ``[n_logits, V]``
+copy of the logits of its last ``n_logits`` positions (``logits`` flags set only there);
+``forward`` is the batch of one. Entries go in ascending ``seq_id`` order: with per-sequence KV
+streams llama.cpp computes one ubatch per run of consecutive ids, and the LRU slot choice keeps
+concurrent conversations on neighbouring slots. A call longer than ``n_batch`` tokens is split
+into several ``llama_decode`` calls. ``crop`` is ``llama_memory_seq_rm``. ``state.tokens`` must
+only change through the backend (``forward``/``forward_batch``/``crop``).
 
 Tokens: the GGUF's embedded chat template rendered with jinja2 exactly as llama-cpp-python's
 ``create_chat_completion`` does, tokenized by llama.cpp with special tokens parsed (the same ids
@@ -43,7 +47,7 @@ from typing import Any
 
 import numpy as np
 
-from .backend import KVState, common_prefix
+from .backend import BatchItem, KVState, common_prefix
 from .llm import EMBEDDED_ID, ModelLoadError, embedded_gguf
 
 log = logging.getLogger(__name__)
@@ -110,17 +114,16 @@ class _SeqHandle:
 
 
 class _Slot:
-    __slots__ = ("seq", "tokens", "owner", "used", "seq_ptrs", "_seq_id")
+    __slots__ = ("seq", "tokens", "owner", "used", "seq_addr", "_seq_id")
 
-    def __init__(self, seq: int, n_batch: int) -> None:
+    def __init__(self, seq: int) -> None:
         self.seq = seq
         self.tokens: list[int] = []  # exactly the ids whose K/V this sequence holds
         self.owner: weakref.ref[_SeqHandle] | None = None
         self.used = 0
-        # batch.seq_id for this slot: n_batch pointers, all to one int32 holding ``seq``
+        # batch.seq_id[i] of this slot's tokens points at this one int32 holding ``seq``
         self._seq_id = (ctypes.c_int32 * 1)(seq)
-        ptr = ctypes.cast(self._seq_id, ctypes.POINTER(ctypes.c_int32))
-        self.seq_ptrs = (ctypes.POINTER(ctypes.c_int32) * n_batch)(*([ptr] * n_batch))
+        self.seq_addr = ctypes.addressof(self._seq_id)
 
     def owned_by(self, handle: _SeqHandle) -> bool:
         return self.owner is not None and self.owner() is handle
@@ -143,6 +146,10 @@ class LlamaCppBackend:
         _quiet_llama_log(lc)
         lc.llama_backend_init()
         mparams = lc.llama_model_default_params()
+        # no extra weight buffers (AMX, repacking): where the CPU reports AMX but the sandbox faults
+        # on its tile instructions (ldtilecfg → SIGSEGV on every batch of 2+ tokens, seen on this
+        # project's machines) llama.cpp would put the Q4_1 weights there; Q4_1 has no CPU repack
+        mparams.use_extra_bufts = False
         self._model = lc.llama_model_load_from_file(str(path).encode(), mparams)
         if not self._model:
             raise ModelLoadError(f"llama.cpp cannot load {path}")
@@ -178,15 +185,16 @@ class LlamaCppBackend:
         self._pos = np.zeros(n, dtype=np.int32)
         self._nseq = np.ones(n, dtype=np.int32)
         self._want = np.zeros(n, dtype=np.int8)
+        self._seqp = np.zeros(n, dtype=np.uint64)  # batch.seq_id: per token, the address of its slot's seq id
         self._batch = lc.llama_batch()
         self._batch.token = self._tok.ctypes.data_as(ctypes.POINTER(lc.llama_token))
         self._batch.embd = None
         self._batch.pos = self._pos.ctypes.data_as(ctypes.POINTER(lc.llama_pos))
         self._batch.n_seq_id = self._nseq.ctypes.data_as(ctypes.POINTER(ctypes.c_int32))
         self._batch.logits = self._want.ctypes.data_as(ctypes.POINTER(ctypes.c_int8))
-        self._arange = np.arange(n, dtype=np.int32)
+        self._batch.seq_id = ctypes.cast(self._seqp.ctypes.data, ctypes.POINTER(ctypes.POINTER(ctypes.c_int32)))
         self._text_buf = ctypes.create_string_buffer(1 << 14)  # decode's output, grown on demand
-        self._slots = [_Slot(i, n) for i in range(cfg.n_seq)]
+        self._slots = [_Slot(i) for i in range(cfg.n_seq)]
         self._clock = itertools.count(1)
 
         self._template = self._meta("tokenizer.chat_template")
@@ -200,23 +208,43 @@ class LlamaCppBackend:
         return KVState(tokens=[], cache=_SeqHandle())
 
     def forward(self, state: KVState, tokens: list[int], n_logits: int = 1) -> np.ndarray:
-        if not tokens:
-            raise ValueError("forward needs at least one token")
-        full_len = len(state.tokens) + len(tokens)
-        if not 1 <= n_logits <= full_len:
-            raise ValueError(f"n_logits={n_logits} outside 1..{full_len}")
-        if full_len > self.max_context:
-            raise ValueError(f"{full_len} tokens exceed the context of {self.max_context}")
-        slot, fresh = self._bind(state, tokens)
-        if not fresh and len(slot.tokens) == len(state.tokens) and n_logits <= len(tokens):
-            start, todo = len(state.tokens), tokens  # fast path: the slot mirrors the state
-        else:
-            full = state.tokens + tokens
-            start = min(common_prefix(slot.tokens, full), full_len - n_logits)
-            todo = full[start:]
-        self._crop_slot(slot, start)
-        out = self._decode(slot, todo, n_logits)
-        state.tokens.extend(tokens)
+        return self.forward_batch([(state, tokens, n_logits)])[0]
+
+    def forward_batch(self, items: list[BatchItem]) -> list[np.ndarray]:
+        """Every item's tokens in one ``llama_batch`` (its own ``seq_id``), split into ``n_batch``
+        token ``llama_decode`` calls only when longer; item j → float32 ``[n_logits_j, V]``.
+
+        All-or-nothing: on a failed decode every sequence of the call is cut back and no
+        ``state.tokens`` changes. More items than ``n_seq`` go in groups of ``n_seq`` (a
+        conversation's slot must not be evicted by another item of the same call)."""
+        for state, tokens, n_logits in items:
+            if not tokens:
+                raise ValueError("forward needs at least one token")
+            full_len = len(state.tokens) + len(tokens)
+            if not 1 <= n_logits <= full_len:
+                raise ValueError(f"n_logits={n_logits} outside 1..{full_len}")
+            if full_len > self.max_context:
+                raise ValueError(f"{full_len} tokens exceed the context of {self.max_context}")
+        if len({id(s) for s, _, _ in items}) != len(items):
+            raise ValueError("forward_batch: a state appears twice in one batch")
+        out: list[np.ndarray] = []
+        n_seq = len(self._slots)
+        for lo in range(0, len(items), n_seq):
+            group = items[lo : lo + n_seq]
+            work = []
+            for state, tokens, n_logits in group:
+                slot, fresh = self._bind(state, tokens)
+                if not fresh and len(slot.tokens) == len(state.tokens) and n_logits <= len(tokens):
+                    start, todo = len(state.tokens), tokens  # fast path: the slot mirrors the state
+                else:
+                    full = state.tokens + tokens
+                    start = min(common_prefix(slot.tokens, full), len(full) - n_logits)
+                    todo = full[start:]
+                self._crop_slot(slot, start)
+                work.append((slot, todo, n_logits))
+            out.extend(self._decode(work))
+            for state, tokens, _ in group:
+                state.tokens.extend(tokens)
         return out
 
     def crop(self, state: KVState, length: int) -> None:
@@ -344,33 +372,54 @@ class LlamaCppBackend:
                 raise RuntimeError(f"llama.cpp could not remove positions {length}.. of sequence {slot.seq}")
             del slot.tokens[length:]
 
-    def _decode(self, slot: _Slot, todo: list[int], n_logits: int) -> np.ndarray:
-        """Decode ``todo`` after ``slot.tokens``; logits of its last ``n_logits`` positions."""
+    def _decode(self, work: list[tuple[_Slot, list[int], int]]) -> list[np.ndarray]:
+        """Decode each ``todo`` after its ``slot.tokens`` in shared batches; logits of the last
+        ``n_logits`` positions of each.
+
+        Entries go in ascending ``seq_id`` order: with per-sequence KV streams llama.cpp splits
+        a batch into one compute per run of consecutive sequence ids (``split_equal``)."""
         lc, batch = self._lc, self._batch
-        out = np.empty((n_logits, self.vocab_size), dtype=np.float32)
-        first_out = len(todo) - n_logits  # index in todo of the first position with logits
-        row = 0
-        batch.seq_id = slot.seq_ptrs
-        for lo in range(0, len(todo), self.n_batch):
-            chunk = todo[lo : lo + self.n_batch]
-            n = len(chunk)
-            base = len(slot.tokens)
-            self._tok[:n] = chunk
-            np.add(self._arange[:n], base, out=self._pos[:n])
-            k = min(n, max(0, lo + n - first_out))  # outputs in this chunk (always its tail)
-            self._want[: n - k] = 0
-            self._want[n - k : n] = 1
+        order = sorted(range(len(work)), key=lambda j: work[j][0].seq)
+        outs = [np.empty((n, self.vocab_size), dtype=np.float32) for _, _, n in work]
+        # flattened entries of the whole call: token, position, seq_id address, row to fill (-1: none)
+        toks = np.concatenate([np.asarray(work[j][1], dtype=np.int32) for j in order])
+        pos = np.concatenate(
+            [
+                np.arange(len(w[0].tokens), len(w[0].tokens) + len(w[1]), dtype=np.int32)
+                for w in (work[j] for j in order)
+            ]
+        )
+        seqp = np.concatenate([np.full(len(work[j][1]), work[j][0].seq_addr, dtype=np.uint64) for j in order])
+        item = np.concatenate([np.full(len(work[j][1]), j, dtype=np.int64) for j in order])
+        row = np.concatenate(
+            [np.arange(len(work[j][1]), dtype=np.int64) - (len(work[j][1]) - work[j][2]) for j in order]
+        )  # row of the item's output; negative: no logits
+        bases = [(w[0], len(w[0].tokens)) for w in work]
+        total = len(toks)
+        for lo in range(0, total, self.n_batch):
+            n = min(self.n_batch, total - lo)
+            sl = slice(lo, lo + n)
+            self._tok[:n] = toks[sl]
+            self._pos[:n] = pos[sl]
+            self._seqp[:n] = seqp[sl]
+            want = row[sl] >= 0
+            self._want[:n] = want
             batch.n_tokens = n
             rc = lc.llama_decode(self._ctx, batch)
             if rc != 0:
-                lc.llama_memory_seq_rm(self._mem, slot.seq, base, -1)  # leave the slot consistent
-                raise RuntimeError(f"llama_decode returned {rc} (sequence {slot.seq}, {base}+{n} tokens)")
-            slot.tokens.extend(chunk)
-            for i in range(n - k, n):
-                ptr = lc.llama_get_logits_ith(self._ctx, i)
-                out[row] = np.ctypeslib.as_array(ptr, shape=(self.vocab_size,))
-                row += 1
-        return out
+                for slot, base in bases:  # leave every sequence of the call as it was
+                    lc.llama_memory_seq_rm(self._mem, slot.seq, base, -1)
+                    del slot.tokens[base:]
+                raise RuntimeError(f"llama_decode returned {rc} ({len(work)} sequences, {total} tokens)")
+            for i in np.flatnonzero(want):
+                ptr = lc.llama_get_logits_ith(self._ctx, int(i))
+                outs[item[lo + i]][row[lo + i]] = np.ctypeslib.as_array(ptr, shape=(self.vocab_size,))
+            for j in np.unique(item[sl]):  # the decoded tokens are cached now
+                w_slot, w_todo, _ = work[j]
+                k = int(np.count_nonzero(item[sl] == j))
+                done = len(w_slot.tokens) - bases[j][1]
+                w_slot.tokens.extend(w_todo[done : done + k])
+        return outs
 
     def _meta(self, key: str) -> str:
         lc = self._lc

@@ -187,7 +187,7 @@ class FixedLookahead:
     def __init__(self, k: int):
         self.k = k
 
-    def lookahead(self) -> int:
+    def lookahead(self, load: int = 0) -> int:
         return self.k
 
     def record(self, drafted: int, accepted: int, seconds: float, cls: int = 0) -> None:
@@ -240,6 +240,7 @@ class AdaptiveLookahead:
         self._probe = False  # a probe is armed (kept until a step actually drafts)
         self._wait = config.probe_every  # plain steps before the next global probe
         self._probing_cls: int | None = None  # the class whose proposal the last limit() probed
+        self._load = 0  # other tokens sharing this step's forward (set by lookahead)
 
     def _stats(self, cls: int) -> _ClassStats:
         st = self._classes.get(cls)
@@ -266,9 +267,13 @@ class AdaptiveLookahead:
         """(k, expected speed-up over plain decoding) at per-draft acceptance ``a``; ``free``:
         drafting costs nothing (else it costs ``draft_cost()`` per token)."""
         d = 0.0 if free else self.draft_cost()
+        # in a batch with ``load`` other tokens the step yields load + E(k) tokens at cost(load + k):
+        # drafts pay only while the batch has not already made the step compute-bound
+        n = self._load
+        plain = (n + 1) / cost_at(self.cost, n)
         best_k, best_rate = 0, 1.0  # plain: one token per unit time
         for k in range(1, self.config.k_max + 1):
-            rate = expected_tokens(a, k) / (cost_at(self.cost, k) + k * d)
+            rate = (n + expected_tokens(a, k)) / (cost_at(self.cost, n + k) + k * d) / plain
             if rate > best_rate:
                 best_k, best_rate = k, rate
         if best_rate < self.config.min_gain:
@@ -295,7 +300,10 @@ class AdaptiveLookahead:
         st.off_seen += 1
         return 0
 
-    def lookahead(self) -> int:
+    def lookahead(self, load: int = 0) -> int:
+        """The most drafts any class would take now; ``load``: tokens of other responses in the
+        same forward (kept for this step's ``limit``/``budget`` too)."""
+        self._load = max(0, load)
         ks = [self.rate(c)[0] for c in self._classes]
         free = self.draft_seconds() <= 0.0 or bool(self.free_classes)
         if not self._classes or free:
@@ -382,8 +390,8 @@ class Speculation:
             drafts = drafts[: self.policy.limit(self._cls, len(drafts))]
         return drafts
 
-    def lookahead(self) -> int:
-        return self.policy.lookahead()
+    def lookahead(self, load: int = 0) -> int:
+        return self.policy.lookahead(load)
 
     def accept(
         self, rows: np.ndarray, drafts: list[int], params: SamplingParams, rng: np.random.Generator

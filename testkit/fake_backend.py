@@ -11,7 +11,7 @@ import zlib
 
 import numpy as np
 
-from models.backend import KVState
+from models.backend import KVState, forward_each
 
 WORDS = ["alpha", "bravo", "charlie", "delta", "echo", "fox", "golf", "hotel", "india", "juliet",
          "kilo", "lima", "mike", "nov", "oscar", "papa", "quebec", "romeo", "sierra", "tango"]
@@ -28,6 +28,7 @@ class FakeBackend:
     def __init__(self, answer_tokens: int = 40, step_s: float = 0.0):
         self.answer_tokens = answer_tokens  # tokens in every answer before eos
         self.step_s = step_s  # simulated compute per forward call
+        self.batches: list[list[tuple[int, int]]] = []  # per forward_batch call: (tokens, n_logits) per item
 
     def new_state(self) -> KVState:
         return KVState(tokens=[], cache=None)
@@ -49,6 +50,17 @@ class FakeBackend:
         for i in range(n_logits):
             out[i, self._next(state.tokens[: len(state.tokens) - n_logits + i + 1])] = 10.0
         return out
+
+    def forward_batch(self, items: list[tuple[KVState, list[int], int]]) -> list[np.ndarray]:
+        """One simulated step for every item (``step_s`` once, not per item: batching's point)."""
+        self.batches.append([(len(tokens), n) for _, tokens, n in items])
+        step_s, self.step_s = self.step_s, 0.0
+        try:
+            return forward_each(self, items)  # all-or-nothing: a failing item rolls the others back
+        finally:
+            self.step_s = step_s
+            if step_s:
+                time.sleep(step_s)
 
     def crop(self, state: KVState, length: int) -> None:
         del state.tokens[length:]

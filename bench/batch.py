@@ -1,0 +1,362 @@
+"""`stream-omni bench batch`: continuous batching, N concurrent Realtime sessions over WebSocket.
+
+One real ``stream-omni serve`` process (default config: the embedded model on llama.cpp, the
+engine batching up to ``engine.max_running`` responses per step). First every prompt is answered
+alone, one after another (the N = 1 row and the greedy reference); then for N = 2, 4, 8, 16, N
+sessions connect, and all send their question at once (different open questions, greedy,
+``--tokens`` each). Per row: aggregate tok/s (all tokens / wall time from the first send to the
+last response.done), mean per-session tok/s, TTFT p50/p99/max, inter-chunk p99, server RSS, and
+how many replies are token-for-token the text the same prompt got alone.
+
+Optional physical rows, measured in the same run when the binaries are given (never needed):
+``--batched-bench PATH`` runs llama.cpp's ``llama-batched-bench`` on the same GGUF (S_TG per B);
+``--llama-server PATH`` serves the GGUF with ``llama-server --parallel N`` and sends the same
+prompts to its streaming /completion endpoint. Writes bench/results/batch.{json,md}.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import subprocess
+import time
+import urllib.request
+from pathlib import Path
+from typing import Any
+
+from bench.common import free_port, machine, markdown_table, server_process, write
+
+QUESTIONS = [
+    "Why is the sky blue?",
+    "What makes a good friend?",
+    "How do airplanes stay in the air?",
+    "Why do we dream at night?",
+    "What is the best way to learn a new language?",
+    "How does a refrigerator keep food cold?",
+    "Why do cats purr?",
+    "What causes the seasons on Earth?",
+    "How can I sleep better?",
+    "What is photosynthesis?",
+    "Why is exercise good for the brain?",
+    "How do vaccines work?",
+    "What should I pack for a beach trip?",
+    "Why do leaves change color in autumn?",
+    "How do bees make honey?",
+    "What is the difference between weather and climate?",
+]
+
+
+def pct(xs: list[float], q: float) -> float:
+    if not xs:
+        return float("nan")
+    xs = sorted(xs)
+    return xs[min(len(xs) - 1, int(q * len(xs)))]
+
+
+def server_pid() -> int | None:
+    """Our child running ``gateway.cli serve`` (bench.common's server_process started it)."""
+    me = str(os.getpid())
+    for d in Path("/proc").iterdir():
+        if not d.name.isdigit():
+            continue
+        try:
+            stat = (d / "stat").read_text()
+            cmd = (d / "cmdline").read_bytes()
+        except OSError:
+            continue
+        if stat.rsplit(")", 1)[1].split()[1] == me and b"gateway.cli" in cmd:
+            return int(d.name)
+    return None
+
+
+def rss_mb(pid: int | None) -> float:
+    if pid is None:
+        return float("nan")
+    try:
+        with open(f"/proc/{pid}/status") as f:
+            for line in f:
+                if line.startswith("VmRSS:"):
+                    return int(line.split()[1]) / 1024
+    except OSError:
+        pass
+    return float("nan")
+
+
+async def session(addr: str, question: str, tokens: int, start: asyncio.Event, recv_s: float) -> dict[str, Any]:
+    """One Realtime session: connect, wait for the common start, ask, collect timings and text."""
+    import websockets
+
+    async with websockets.connect(f"ws://{addr}/v1/realtime", max_size=None) as ws:
+        await asyncio.wait_for(ws.recv(), recv_s)  # session.created
+        item = {
+            "type": "conversation.item.create",
+            "item": {"type": "message", "role": "user", "content": [{"type": "input_text", "text": question}]},
+        }
+        await ws.send(json.dumps(item))
+        await start.wait()
+        t0 = time.monotonic()
+        await ws.send(
+            json.dumps({"type": "response.create", "response": {"max_output_tokens": tokens, "temperature": 0.0}})
+        )
+        stamps: list[float] = []
+        text: list[str] = []
+        out: dict[str, Any] = {"error": None, "tokens": 0}
+        while True:
+            ev = json.loads(await asyncio.wait_for(ws.recv(), recv_s))
+            now = time.monotonic()
+            if ev["type"] == "error":
+                out["error"] = ev["error"].get("code")
+                break
+            if ev["type"] == "response.output_text.delta":
+                stamps.append(now)
+                text.append(ev["delta"])
+            if ev["type"] == "response.done":
+                resp = ev["response"]
+                out["tokens"] = (
+                    (resp.get("usage") or {}).get("output_tokens") or (resp.get("metrics") or {}).get("tokens") or 0
+                )
+                out["status"] = resp.get("status")
+                break
+        out.update(
+            t0=t0,
+            t_end=time.monotonic(),
+            text="".join(text),
+            ttft=(stamps[0] - t0) if stamps else None,
+            gaps=[b - a for a, b in zip(stamps, stamps[1:], strict=False)],
+        )
+        return out
+
+
+async def round_of(addr: str, questions: list[str], tokens: int, pid: int | None, recv_s: float) -> dict[str, Any]:
+    start = asyncio.Event()
+    tasks = [asyncio.create_task(session(addr, q, tokens, start, recv_s)) for q in questions]
+    await asyncio.sleep(0.5)  # every session connected and its question sent before the common start
+    rss: list[float] = [rss_mb(pid)]
+    start.set()
+
+    async def sample() -> None:
+        while not all(t.done() for t in tasks):
+            rss.append(rss_mb(pid))
+            await asyncio.sleep(0.2)
+
+    sampler = asyncio.create_task(sample())
+    results = await asyncio.gather(*tasks)
+    await sampler
+    return {"sessions": results, "rss_mb_max": max(rss)}
+
+
+def summarize(n: int, runs: list[dict[str, Any]], solo: dict[str, str]) -> dict[str, Any]:
+    """``runs``: rounds of ``n`` sessions (the solo row: many rounds of one)."""
+    sessions = [s for r in runs for s in r["sessions"]]
+    ok = [s for s in sessions if s["error"] is None]
+    toks = sum(s["tokens"] for s in ok)
+    wall = sum(max(s["t_end"] for s in r["sessions"]) - min(s["t0"] for s in r["sessions"]) for r in runs)
+    ttft = [s["ttft"] for s in ok if s["ttft"] is not None]
+    gaps = [g for s in ok for g in s["gaps"]]
+    per = [s["tokens"] / max(s["t_end"] - s["t0"], 1e-9) for s in ok]
+    same = sum(1 for s in ok if solo.get(s["question"]) == s["text"])
+    return {
+        "sessions": n,
+        "aggregate tok/s": toks / max(wall, 1e-9),
+        "per-session tok/s": sum(per) / len(per) if per else float("nan"),
+        "TTFT p50 ms": pct(ttft, 0.5) * 1000,
+        "TTFT p99 ms": pct(ttft, 0.99) * 1000,
+        "TTFT max ms": max(ttft) * 1000 if ttft else float("nan"),
+        "chunk gap p99 ms": pct(gaps, 0.99) * 1000,
+        "server RSS MB": max(r["rss_mb_max"] for r in runs),
+        "errors": len(sessions) - len(ok),
+        "same as alone": f"{same}/{len(ok)}",
+    }
+
+
+async def gateway_rows(addr: str, ns: list[int], tokens: int, recv_s: float) -> tuple[list[dict[str, Any]], Any]:
+    pid = server_pid()
+    await round_of(addr, [QUESTIONS[-1]], 16, pid, recv_s)  # warm-up (graphs, caches)
+    top = max(ns)
+    solo_runs = []
+    for q in QUESTIONS[:top]:
+        r = await round_of(addr, [q], tokens, pid, recv_s)
+        r["sessions"][0]["question"] = q
+        solo_runs.append(r)
+    solo = {r["sessions"][0]["question"]: r["sessions"][0]["text"] for r in solo_runs}
+    rows = [summarize(1, solo_runs, solo)]
+    raw: dict[str, Any] = {"1": solo_runs}
+    for n in ns:
+        if n == 1:
+            continue
+        qs = QUESTIONS[:n]
+        r = await round_of(addr, qs, tokens, pid, recv_s)
+        for s, q in zip(r["sessions"], qs, strict=True):
+            s["question"] = q
+        raw[str(n)] = [r]
+        rows.append(summarize(n, [r], solo))
+    return rows, raw
+
+
+def batched_bench_rows(binary: str, gguf: str, ns: list[int], threads: int) -> list[dict[str, Any]]:
+    """llama.cpp's own ``llama-batched-bench``: the physical ceiling of batching on this box."""
+    cmd = [
+        binary,
+        "-m",
+        gguf,
+        "-c",
+        str(4096 * 4),
+        "-b",
+        "2048",
+        "-ub",
+        "512",
+        "-npp",
+        "32",
+        "-ntg",
+        "64",
+        "-npl",
+        ",".join(map(str, ns)),
+        "-t",
+        str(threads),
+        "-fa",
+        "on",
+        "--output-format",
+        "jsonl",
+    ]
+    out = subprocess.run(cmd, capture_output=True, text=True, timeout=900, check=True).stdout
+    rows = []
+    for line in out.splitlines():
+        if line.startswith("{"):
+            d = json.loads(line)
+            rows.append({"sessions": d["pl"], "llama-batched-bench S_TG t/s": d["speed_tg"]})
+    return rows
+
+
+async def llama_server_round(port: int, questions: list[str], tokens: int, recv_s: float) -> dict[str, Any]:
+    """Streaming /completion requests (chat template applied by the server's /v1/chat/completions)."""
+    import httpx
+
+    async def one(client: Any, q: str) -> dict[str, Any]:
+        t0 = time.monotonic()
+        stamps: list[float] = []
+        n = 0
+        body = {"messages": [{"role": "user", "content": q}], "max_tokens": tokens, "temperature": 0.0, "stream": True}
+        async with client.stream("POST", f"http://127.0.0.1:{port}/v1/chat/completions", json=body) as r:
+            async for line in r.aiter_lines():
+                if line.startswith("data: ") and line != "data: [DONE]":
+                    d = json.loads(line[6:])
+                    if d["choices"] and d["choices"][0]["delta"].get("content"):
+                        stamps.append(time.monotonic())
+                        n += 1
+        return {
+            "t0": t0,
+            "t_end": time.monotonic(),
+            "tokens": n,
+            "error": None,
+            "text": "",
+            "ttft": stamps[0] - t0 if stamps else None,
+            "gaps": [b - a for a, b in zip(stamps, stamps[1:], strict=False)],
+            "question": q,
+        }
+
+    async with httpx.AsyncClient(timeout=recv_s) as client:
+        res = await asyncio.gather(*(one(client, q) for q in questions))
+    return {"sessions": list(res), "rss_mb_max": float("nan")}
+
+
+def llama_server_rows(binary: str, gguf: str, ns: list[int], tokens: int, threads: int, recv_s: float) -> list[dict]:
+    rows = []
+    for n in ns:
+        port = free_port()
+        cmd = [
+            binary,
+            "-m",
+            gguf,
+            "--port",
+            str(port),
+            "--parallel",
+            str(n),
+            "-c",
+            str(4096 * n),
+            "-t",
+            str(threads),
+            "-fa",
+            "on",
+            "--no-webui",
+        ]
+        proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        try:
+            deadline = time.monotonic() + 120
+            while True:
+                try:
+                    with urllib.request.urlopen(f"http://127.0.0.1:{port}/health", timeout=2) as r:
+                        if r.status == 200:
+                            break
+                except OSError:
+                    pass
+                if time.monotonic() > deadline or proc.poll() is not None:
+                    raise RuntimeError("llama-server did not start")
+                time.sleep(0.3)
+            asyncio.run(llama_server_round(port, QUESTIONS[:1], 16, recv_s))  # warm-up
+            r = asyncio.run(llama_server_round(port, QUESTIONS[:n], tokens, recv_s))
+            row = summarize(n, [r], {})
+            rows.append(
+                {
+                    "sessions": n,
+                    "llama-server aggregate tok/s": row["aggregate tok/s"],
+                    "llama-server TTFT p99 ms": row["TTFT p99 ms"],
+                }
+            )
+        finally:
+            proc.terminate()
+            proc.wait(30)
+    return rows
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__)
+    ap.add_argument("--sessions", default="1,2,4,8,16", help="comma-separated N")
+    ap.add_argument("--tokens", type=int, default=128, help="max_output_tokens per response")
+    ap.add_argument("--timeout", type=float, default=120.0, help="seconds any one receive may take")
+    ap.add_argument("--set", action="append", default=[], help="config override KEY=VALUE (e.g. engine.max_running=4)")
+    ap.add_argument("--batched-bench", default=None, help="path to llama-batched-bench (optional row)")
+    ap.add_argument("--llama-server", default=None, help="path to llama-server (optional rows)")
+    ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--name", default="batch", help="results file name under bench/results/")
+    args = ap.parse_args()
+    ns = [int(x) for x in args.sessions.split(",")]
+    overrides: dict[str, Any] = {"audio.enabled": False}
+    for kv in args.set:
+        key, _, value = kv.partition("=")
+        overrides[key] = json.loads(value) if value[:1].isdigit() or value in ("true", "false") else value
+    with server_process(overrides) as addr:
+        rows, raw = asyncio.run(gateway_rows(addr, ns, args.tokens, args.timeout))
+    from models.llm import embedded_gguf
+
+    gguf = str(embedded_gguf())
+    extra: list[dict[str, Any]] = []
+    if args.batched_bench:
+        extra += batched_bench_rows(args.batched_bench, gguf, ns, args.threads)
+    if args.llama_server:
+        extra += llama_server_rows(args.llama_server, gguf, ns, args.tokens, args.threads, args.timeout)
+    for e in extra:
+        for r in rows:
+            if r["sessions"] == e["sessions"]:
+                r.update({k: v for k, v in e.items() if k != "sessions"})
+    one = rows[0]["aggregate tok/s"]
+    for r in rows:
+        r["× one"] = r["aggregate tok/s"] / one
+    cols = list(dict.fromkeys(k for r in rows for k in r))
+    md = f"# bench batch — {machine()}\n\n"
+    md += (
+        f"`stream-omni serve` (default config{', ' + ', '.join(args.set) if args.set else ''}; audio off), "
+        f"{args.tokens} tokens per response, greedy, different questions. N = 1: each question alone, "
+        "one after another (also the greedy reference for 'same as alone').\n\n"
+    )
+    md += markdown_table(rows, cols)
+    for rnd in raw.values():
+        for r in rnd:
+            for s in r["sessions"]:
+                s.pop("gaps", None)
+    write(args.name, {"machine": machine(), "args": vars(args), "rows": rows, "raw": raw}, md)
+
+
+if __name__ == "__main__":
+    main()
