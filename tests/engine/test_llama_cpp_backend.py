@@ -40,12 +40,27 @@ def backend() -> Iterator[LlamaCppBackend]:
 
 
 @pytest.fixture(scope="module")
-def reference() -> Iterator[Any]:
+def reference(monkeypatch_module: pytest.MonkeyPatch) -> Iterator[Any]:
+    # the weight buffers our backend uses: no extra (AMX) buffers, which fault on this project's machines
+    default = llama_cpp.llama_cpp.llama_model_default_params
+
+    def params() -> Any:
+        p = default()
+        p.use_extra_bufts = False
+        return p
+
+    monkeypatch_module.setattr(llama_cpp.llama_cpp, "llama_model_default_params", params)
     ref = llama_cpp.Llama(  # same attention kernels as our backend's default
         str(embedded_gguf()), n_ctx=N_CTX, n_threads=2, n_threads_batch=2, flash_attn=True, verbose=False
     )
     yield ref
     ref.close()
+
+
+@pytest.fixture(scope="module")
+def monkeypatch_module() -> Iterator[pytest.MonkeyPatch]:
+    with pytest.MonkeyPatch.context() as mp:
+        yield mp
 
 
 def greedy_job(backend: Backend, prompt: list[int], state: KVState | None = None, n: int = 40) -> DecodeJob:
@@ -225,7 +240,7 @@ def test_a_new_conversation_borrows_the_shared_prefix_of_a_live_one(backend: Lla
     backend.forward(live, first)  # stays alive: its sequence is not free
     fed: list[int] = []
     original = backend._decode
-    monkeypatch.setattr(backend, "_decode", lambda slot, todo, n: fed.append(len(todo)) or original(slot, todo, n))
+    monkeypatch.setattr(backend, "_decode", lambda work: fed.extend(len(t) for _, t, _ in work) or original(work))
     state = backend.new_state()
     rows = backend.forward(state, second)
     assert state.cache.slot != live.cache.slot
