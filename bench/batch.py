@@ -134,6 +134,7 @@ async def round_of(addr: str, questions: list[str], tokens: int, pid: int | None
     tasks = [asyncio.create_task(session(addr, q, tokens, start, recv_s)) for q in questions]
     await asyncio.sleep(0.5)  # every session connected and its question sent before the common start
     rss: list[float] = [rss_mb(pid)]
+    load = os.getloadavg()[0]  # other work on the box: these figures only compare within one quiet run
     start.set()
 
     async def sample() -> None:
@@ -144,7 +145,7 @@ async def round_of(addr: str, questions: list[str], tokens: int, pid: int | None
     sampler = asyncio.create_task(sample())
     results = await asyncio.gather(*tasks)
     await sampler
-    return {"sessions": results, "rss_mb_max": max(rss)}
+    return {"sessions": results, "rss_mb_max": max(rss), "loadavg": load}
 
 
 def summarize(n: int, runs: list[dict[str, Any]], solo: dict[str, str]) -> dict[str, Any]:
@@ -168,6 +169,7 @@ def summarize(n: int, runs: list[dict[str, Any]], solo: dict[str, str]) -> dict[
         "server RSS MB": max(r["rss_mb_max"] for r in runs),
         "errors": len(sessions) - len(ok),
         "same as alone": f"{same}/{len(ok)}",
+        "loadavg": max(r.get("loadavg", float("nan")) for r in runs),
     }
 
 
@@ -193,6 +195,38 @@ async def gateway_rows(addr: str, ns: list[int], tokens: int, recv_s: float) -> 
         raw[str(n)] = [r]
         rows.append(summarize(n, [r], solo))
     return rows, raw
+
+
+def backend_rows(ns: list[int], threads: int, rounds: int = 12, ctx: int = 96) -> list[dict[str, Any]]:
+    """The physical row, in this process (the server is stopped by then): our llama.cpp backend's
+    ``forward_batch`` of one token for each of B sequences (every sequence ``ctx`` tokens deep),
+    B visited in turn each round so load drift hits every B alike; fastest and median step."""
+    import statistics
+
+    from models.llama_cpp import LlamaCppBackend, LlamaCppConfig
+
+    b = LlamaCppBackend(LlamaCppConfig(threads=threads, n_ctx=1024, n_seq=max(ns)))
+    states = [b.new_state() for _ in range(max(ns))]
+    b.forward_batch([(s, [(17 + 31 * i + j) % 1000 + 10 for i in range(ctx)], 1) for j, s in enumerate(states)])
+    times: dict[int, list[float]] = {n: [] for n in ns}
+    for r in range(rounds + 1):
+        for n in ns:
+            base = [len(s.tokens) for s in states[:n]]
+            t0 = time.perf_counter()
+            b.forward_batch([(s, [100 + r], 1) for s in states[:n]])
+            if r:  # round 0 warms the graphs up
+                times[n].append(time.perf_counter() - t0)
+            for s, k in zip(states[:n], base, strict=True):
+                b.crop(s, k)
+    b.close()
+    return [
+        {
+            "sessions": n,
+            "backend step tok/s (fastest)": n / min(times[n]),
+            "backend step tok/s (median)": n / statistics.median(times[n]),
+        }
+        for n in ns
+    ]
 
 
 def batched_bench_rows(binary: str, gguf: str, ns: list[int], threads: int) -> list[dict[str, Any]]:
@@ -318,7 +352,8 @@ def main() -> None:
     ap.add_argument("--set", action="append", default=[], help="config override KEY=VALUE (e.g. engine.max_running=4)")
     ap.add_argument("--batched-bench", default=None, help="path to llama-batched-bench (optional row)")
     ap.add_argument("--llama-server", default=None, help="path to llama-server (optional rows)")
-    ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--threads", type=int, default=2, help="llama.cpp threads of the physical rows")
+    ap.add_argument("--no-backend-rows", action="store_true", help="skip the in-process forward_batch rows")
     ap.add_argument("--name", default="batch", help="results file name under bench/results/")
     args = ap.parse_args()
     ns = [int(x) for x in args.sessions.split(",")]
@@ -331,7 +366,7 @@ def main() -> None:
     from models.llm import embedded_gguf
 
     gguf = str(embedded_gguf())
-    extra: list[dict[str, Any]] = []
+    extra: list[dict[str, Any]] = backend_rows(ns, args.threads) if not args.no_backend_rows else []
     if args.batched_bench:
         extra += batched_bench_rows(args.batched_bench, gguf, ns, args.threads)
     if args.llama_server:
@@ -340,6 +375,11 @@ def main() -> None:
         for r in rows:
             if r["sessions"] == e["sessions"]:
                 r.update({k: v for k, v in e.items() if k != "sessions"})
+    phys = [r for r in rows if "backend step tok/s (fastest)" in r]
+    if phys:
+        one_step = phys[0]["backend step tok/s (fastest)"]
+        for r in phys:
+            r["backend × one"] = r["backend step tok/s (fastest)"] / one_step
     one = rows[0]["aggregate tok/s"]
     for r in rows:
         r["× one"] = r["aggregate tok/s"] / one
@@ -348,7 +388,11 @@ def main() -> None:
     md += (
         f"`stream-omni serve` (default config{', ' + ', '.join(args.set) if args.set else ''}; audio off), "
         f"{args.tokens} tokens per response, greedy, different questions. N = 1: each question alone, "
-        "one after another (also the greedy reference for 'same as alone').\n\n"
+        "one after another (also the greedy reference for 'same as alone'). 'backend step': our llama.cpp "
+        "backend in this process after the server stopped, one forward_batch of one token for each of N "
+        "sequences, N visited in turn each round, fastest and median of 12 rounds (the physical ceiling, "
+        "like llama-batched-bench S_TG). loadavg: the box's 1-minute load when the round started (2 cores; "
+        "other work running makes every figure slower and noisier).\n\n"
     )
     md += markdown_table(rows, cols)
     for rnd in raw.values():
