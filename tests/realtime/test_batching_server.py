@@ -9,7 +9,7 @@ import asyncio
 from models.decode import DecodeJob
 from models.sampling import SamplingParams
 from models.scheduler import SchedulerConfig
-from tests.fake_backend import FakeBackend
+from testkit.fake_backend import FakeBackend
 from tests.wsclient import RealtimeClient
 
 QUESTIONS = [f"tell me about thing {i} and {i * 3}" for i in range(6)]

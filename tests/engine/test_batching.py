@@ -15,7 +15,7 @@ from models.engine import Engine
 from models.sampling import SamplingParams
 from models.scheduler import SchedulerConfig
 from models.verify import AdaptiveLookahead, FixedLookahead, LookaheadConfig, Speculation
-from tests.fake_backend import FakeBackend
+from testkit.fake_backend import FakeBackend
 
 WAIT = 10.0  # seconds any one response may take before the test fails
 
