@@ -361,7 +361,7 @@ def main() -> None:
     for kv in args.set:
         key, _, value = kv.partition("=")
         overrides[key] = json.loads(value) if value[:1].isdigit() or value in ("true", "false") else value
-    with server_process(overrides) as addr:
+    with server_process(overrides, timeout_s=900) as addr:
         rows, raw = asyncio.run(gateway_rows(addr, ns, args.tokens, args.timeout))
     from models.llm import embedded_gguf
 
