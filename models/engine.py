@@ -33,11 +33,11 @@ import traceback
 from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Protocol
 
 import numpy as np
 
-from .backend import run_batch
+from .backend import Backend, KVState, run_batch
 from .decode import DecodeJob, Done, Forward, JobEvents
 
 log = logging.getLogger("stream_omni.engine")
@@ -47,11 +47,35 @@ class EngineBusy(Exception):
     """The wait queue is full."""
 
 
+class Job(Protocol):
+    """What the engine runs (``DecodeJob``): a response that plans each step's forward, or steps alone."""
+
+    backend: Backend  # jobs on the same backend share one batched forward per step
+    state: KVState  # the conversation's cache the planned tokens go into
+    finished: bool
+
+    def plan(self, load: int = 0, prefill_budget: int | None = None, draft: bool = True) -> Forward | None:
+        """This step's tokens to forward (None: nothing now); ``load``: tokens others put in the batch."""
+        ...
+
+    def complete(self, rows: np.ndarray, seconds: float = 0.0) -> JobEvents:
+        """The logits rows of the planned forward → this step's events."""
+        ...
+
+    def step(self) -> JobEvents:
+        """A whole step alone (beam search, or a job the batch could not carry)."""
+        ...
+
+    def cancel(self) -> JobEvents:
+        """End now; the events that close the response."""
+        ...
+
+
 @dataclass(eq=False)
 class Handle:
     """A submitted job. ``cancel()`` is safe from any thread and idempotent."""
 
-    job: Any  # DecodeJob or anything with step()/cancel()/finished/state
+    job: Job
     sink: Callable[[JobEvents], None]
     id: int = 0
     cancelled: threading.Event = field(default_factory=threading.Event)
@@ -86,7 +110,7 @@ class Engine:
 
     # ------------------------------------------------------------------ any thread
 
-    def submit(self, job: Any, sink: Callable[[JobEvents], None]) -> Handle:
+    def submit(self, job: Job, sink: Callable[[JobEvents], None]) -> Handle:
         with self._cv:
             if self._stop:
                 raise EngineBusy("engine is shutting down")
@@ -266,4 +290,4 @@ class Engine:
                 log.exception("event sink failed")
 
 
-__all__ = ["DecodeJob", "Engine", "EngineBusy", "Handle"]
+__all__ = ["DecodeJob", "Engine", "EngineBusy", "Handle", "Job"]
