@@ -112,6 +112,7 @@ class DecodeJob:
         self.logprobs: list[float] = []  # log p of each generated token under the model (when tracked)
         self._pending_lp = 0.0
         self._pending_top: list[tuple[int, float]] = []
+        self._held = JobEvents()  # ids and logprobs of steps that produced no chunk yet
         self.finished = False
         self.t_start = clock()
         self.t_first: float | None = None
@@ -133,6 +134,21 @@ class DecodeJob:
         A chosen token is emitted *before* it is fed to the model (it is fed at the start of the
         next step), so text reaches the client one model step earlier than forward-then-emit.
         """
+        return self._release(self._step())
+
+    def _release(self, ev: JobEvents) -> JobEvents:
+        """Ids and logprobs wait for the next chunk or the end: the engine hands on only events with
+        one, and a wake-up of the event loop per token would cost every response time."""
+        self._held.tokens.extend(ev.tokens)
+        self._held.logprobs.extend(ev.logprobs)
+        if not ev.chunks and ev.done is None:
+            ev.tokens, ev.logprobs = [], []
+            return ev
+        ev.tokens, ev.logprobs = self._held.tokens, self._held.logprobs
+        self._held = JobEvents()
+        return ev
+
+    def _step(self) -> JobEvents:
         if self.finished:
             return JobEvents()
         out = JobEvents()
@@ -264,7 +280,7 @@ class DecodeJob:
         return self._accept(best, next_row=row, lps=best_lps)
 
     def cancel(self) -> JobEvents:
-        return self._finish("cancelled")
+        return self._release(self._finish("cancelled"))
 
     # -------------------------------------------------------------------------------------
 

@@ -7,7 +7,7 @@ ones whose effect it cannot honour (``n`` > 1, unknown content parts) are refuse
 
 from __future__ import annotations
 
-from typing import Annotated, Literal
+from typing import Annotated, Literal, TypeVar
 
 from pydantic import BaseModel, ConfigDict, Field, StrictBool, ValidationError
 from starlette.requests import Request
@@ -103,10 +103,14 @@ def _param(loc: tuple[int | str, ...]) -> str | None:
     return out or None
 
 
-def parse(body: bytes) -> ChatRequest:
-    """Bytes → a validated request, or ``ApiError`` 400 naming the first bad field."""
+Body = TypeVar("Body", bound=BaseModel)
+
+
+def parse(body: bytes, model: type[Body] = ChatRequest) -> Body:  # type: ignore[assignment]
+    """Bytes → a validated request (``model``: Chat Completions' by default), or ``ApiError`` 400
+    naming the first bad field."""
     try:
-        return ChatRequest.model_validate_json(body)
+        return model.model_validate_json(body)
     except ValidationError as exc:
         errors = exc.errors(include_url=False, include_input=False, include_context=False)
         first = max(errors, key=lambda e: len(e["loc"]))  # the most specific: the branch the input meant

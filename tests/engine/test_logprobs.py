@@ -47,6 +47,33 @@ def test_each_token_has_its_logprob_and_the_top_alternatives(temperature):
         assert all(g.top[0][0] == g.text for g in got)
 
 
+def test_ids_and_logprobs_ride_on_events_the_engine_delivers():
+    """The engine hands on only events with a chunk or the end: nothing may sit on the others."""
+    backend = FakeLM(vocab=12, eos=11)
+    sched = SchedulerConfig.for_strategy("quality", beam_width=1, lookahead_tokens=0)  # chunks of many tokens
+    job = DecodeJob(backend, backend.new_state(), [1, 2], SamplingParams(max_tokens=30), sched, top_logprobs=1)
+    events = []
+    while not job.finished:
+        events.append(job.step())
+    assert any(not ev.chunks for ev in events[:-1])  # some steps showed nothing
+    delivered = [ev for ev in events if ev.chunks or ev.done]
+    assert [t for ev in delivered for t in ev.tokens] == job.generated
+    assert len([lp for ev in delivered for lp in ev.logprobs]) == len(job.generated)
+
+
+def test_a_cancel_hands_on_what_was_held():
+    backend = FakeLM(vocab=12)  # no eos: still running when cancelled
+    sched = SchedulerConfig.for_strategy("quality", beam_width=1, lookahead_tokens=0)
+    job = DecodeJob(backend, backend.new_state(), [1, 2], SamplingParams(max_tokens=30), sched)
+    shown: list[int] = []
+    for _ in range(3):
+        ev = job.step()
+        shown += ev.tokens
+    last = job.cancel()
+    assert last.done is not None and last.done.reason == "cancelled"
+    assert shown + last.tokens == job.generated and len(job.generated) >= 2
+
+
 def test_zero_alternatives_still_reports_each_token():
     backend = FakeLM(vocab=12, eos=11)
     job, events = run(backend, [4, 5], SamplingParams(max_tokens=10), 0)
