@@ -146,17 +146,21 @@ class Config(_Frozen):
     vision: VisionConfig = VisionConfig()
     image_gen: ImageGenSettings = ImageGenSettings()
     limits: LimitsConfig = LimitsConfig()
+    filters: tuple[str, ...] = ()  # "module:callable" chunk filters run on each chunk before it is sent
 
 
 class ConfigError(Exception):
     pass
 
 
-def nest_overrides(overrides: dict[str, Any]) -> dict[str, dict[str, Any]]:
-    """``{"server.port": 9000}`` → ``{"server": {"port": 9000}}``; None values are left out."""
-    data: dict[str, dict[str, Any]] = {}
+def nest_overrides(overrides: dict[str, Any]) -> dict[str, Any]:
+    """``{"server.port": 9000}`` → ``{"server": {"port": 9000}}``; a top-level key (``filters``) stays
+    as it is; None values are left out."""
+    data: dict[str, Any] = {}
     for dotted, value in overrides.items():
-        if value is not None:
+        if value is not None and "." not in dotted:
+            data[dotted] = value
+        elif value is not None:
             section, _, key = dotted.partition(".")
             data.setdefault(section, {})[key] = value
     return data
@@ -173,7 +177,10 @@ def load_config(path: str | Path | None = None, **overrides: Any) -> Config:
         if not isinstance(data, dict):
             raise ConfigError(f"config {path} must be a mapping")
     for section, values in nest_overrides(overrides).items():
-        data.setdefault(section, {}).update(values)
+        if isinstance(values, dict):
+            data.setdefault(section, {}).update(values)
+        else:
+            data[section] = values
     try:
         return Config.model_validate(data)
     except ValidationError as exc:

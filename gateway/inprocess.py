@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import asyncio
 import inspect
+import secrets
 from collections import deque
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
@@ -36,6 +37,7 @@ from models.decode import DecodeJob, JobEvents
 from models.engine import EngineBusy, Handle
 
 from .config import Config, load_config
+from .filters import FILTER_FAILED, ResponseFilter
 from .http import serving
 from .http.content import chat_messages
 from .http.errors import ApiError
@@ -62,7 +64,7 @@ class StreamChunk:
     text: str  # this chunk's text ("" only on a final chunk with nothing left to show)
     token_ids: tuple[int, ...]  # the generated ids this chunk's text came from
     is_final: bool = False  # the last chunk of the response
-    finish_reason: str | None = None  # on the final chunk: stop | length | cancelled | error
+    finish_reason: str | None = None  # on the final chunk: stop | length | content_filter | cancelled | error
     metrics: dict[str, Any] | None = None  # on the final chunk: ttft_ms, tokens, tokens_per_s … (DecodeJob)
 
 
@@ -149,6 +151,9 @@ class ResponseStream:
         self._ready: deque[StreamChunk] = deque()
         self._ids: deque[int] = deque()  # generated ids not yet given to a chunk
         self._done = False  # the final chunk is made
+        self.id = f"resp_{secrets.token_hex(12)}"
+        self._filter = ResponseFilter(svc.filters, None, self.id)
+        self._error: StreamOmniError | None = None  # raised instead of a final chunk
 
     def __aiter__(self) -> ResponseStream:
         return self
@@ -158,6 +163,9 @@ class ResponseStream:
             if self._handle is None and not self._done:
                 await self._start()
             while not self._ready:
+                if self._error is not None:
+                    error, self._error = self._error, None
+                    raise error
                 if self._done:
                     raise StopAsyncIteration
                 _, events = await self._queue.get()
@@ -214,17 +222,26 @@ class ResponseStream:
 
     def _take(self, events: JobEvents) -> None:
         self._ids.extend(events.tokens)
-        shown = [c for c in events.chunks if c.text]
-        for c in shown[:-1] if events.done is not None else shown:
-            ids = tuple(self._ids.popleft() for _ in range(min(c.tokens, len(self._ids))))
-            self._ready.append(StreamChunk(c.text, ids))
+        shown: list[tuple[str, int]] = []  # (text as the filters let it through, tokens)
+        for c in events.chunks:
+            text = self._filter.check(c.text) if c.text else ""
+            if text is None:  # a filter stopped it: the job's done (within a step) ends the stream
+                if self._handle is not None:
+                    self._handle.cancel()
+            elif text:
+                shown.append((text, c.tokens))
+        for text, n in shown[:-1] if events.done is not None else shown:
+            self._ready.append(StreamChunk(text, tuple(self._ids.popleft() for _ in range(min(n, len(self._ids))))))
         done = events.done
         if done is None:
             return
         serving._finished(self.svc, done)
-        last = shown[-1].text if shown else ""
+        self._done = True
+        if self._filter.error is not None:
+            self._error = StreamOmniError(FILTER_FAILED, self._filter.error)
+            return
+        last = shown[-1][0] if shown else ""
         ids = tuple(self._ids)
         self._ids.clear()
-        reason = FINISH.get(done.reason, done.reason)
+        reason = self._filter.reason or FINISH.get(done.reason, done.reason)
         self._ready.append(StreamChunk(last, ids, True, reason, done.metrics))
-        self._done = True

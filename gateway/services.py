@@ -22,6 +22,7 @@ from processors.asr import Transcriber
 from processors.audio import AudioLimits
 
 from .config import Config
+from .filters import NamedFilter
 from .metrics import Metrics
 from .realtime.registry import SessionRegistry
 from .realtime.session import SessionDefaults
@@ -45,6 +46,7 @@ class Services:
     asr: Transcriber | None = None  # None when audio input is disabled
     image_describer: ImageDescriber | None = None  # None when image input is disabled
     image_gen: Any = None  # models.image_gen.ImageGenerator, or None when image output is off
+    filters: tuple[NamedFilter, ...] = ()  # chunk filters (gateway.filters), in order
     started: float = field(default_factory=time.time)
 
     @property

@@ -13,6 +13,7 @@ from models.remote import RemoteModel
 from models.remote_engine import RemoteEngine
 
 from .config import Config
+from .filters import load_filters
 from .loading import default_loader, load_audio, load_speculator, load_vision, make_engine
 from .realtime.registry import SessionRegistry
 from .services import Services
@@ -27,6 +28,7 @@ async def start_services(
     # the event loop and the decode thread hand text to each other many times a second: a 1 ms
     # GIL switch interval (default 5 ms) keeps those hand-offs from adding milliseconds of TTFT
     sys.setswitchinterval(0.001)
+    filters = load_filters(config.filters)  # a bad spec fails here, before minutes of model loading
     loader = backend_loader or default_loader
     # the engine's thread is the only one that ever runs the model (see models/engine.py)
     engine = engine or make_engine(config)  # (backend: openai: workers streaming from the engine)
@@ -56,6 +58,7 @@ async def start_services(
         asr=asr,
         image_describer=describer,
         image_gen=image_gen,
+        filters=filters,
         drafter_factory=None if spec is None else (lambda: (lambda s: (s, s))(spec.for_job())),
     )
 
