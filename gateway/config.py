@@ -119,6 +119,14 @@ class ImageGenSettings(_Frozen):
     guidance_scale: float | None = None  # None: the pipeline default (sd-turbo wants 0.0)
 
 
+class FilesConfig(_Frozen):
+    enabled: bool = True  # serve /v1/files and accept file ids in messages
+    folder: str | None = None  # where uploads are kept (None: "stream-omni-files" in the system temp dir)
+    max_file_bytes: int = 16 * 1024 * 1024  # one uploaded file
+    quota_bytes_per_key: int = 256 * 1024 * 1024  # stored bytes per API key (all keyless clients share one)
+    expiry_s: float = 24 * 3600.0  # a file is deleted this long after its upload
+
+
 class LimitsConfig(_Frozen):
     max_text_frame_bytes: int = 16 * 1024 * 1024  # one WS text frame (an image data URL fits)
     max_binary_frame_bytes: int = 1024 * 1024  # one WS binary (pcm16) frame
@@ -146,6 +154,7 @@ class Config(_Frozen):
     vision: VisionConfig = VisionConfig()
     image_gen: ImageGenSettings = ImageGenSettings()
     limits: LimitsConfig = LimitsConfig()
+    files: FilesConfig = FilesConfig()
     filters: tuple[str, ...] = ()  # "module:callable" chunk filters run on each chunk before it is sent
 
 

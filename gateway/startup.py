@@ -5,14 +5,19 @@ from __future__ import annotations
 
 import asyncio
 import sys
+import tempfile
 from collections.abc import Callable
+from pathlib import Path
 
 from models.backend import Backend
 from models.engine import Engine
 from models.remote import RemoteModel
 from models.remote_engine import RemoteEngine
+from processors.builtin import ImageProcessor, WavProcessor
+from processors.image import ImageLimits
 
 from .config import Config
+from .files import FileStore
 from .filters import load_filters
 from .loading import default_loader, load_audio, load_speculator, load_vision, make_engine
 from .realtime.registry import SessionRegistry
@@ -50,7 +55,7 @@ async def start_services(
         config.limits.max_sessions,
         config.limits.max_sessions_per_key if config.server.api_keys else None,
     )
-    return Services(
+    svc = Services(
         config=config,
         backend=backend,
         engine=engine,
@@ -59,8 +64,24 @@ async def start_services(
         image_describer=describer,
         image_gen=image_gen,
         filters=filters,
+        files=file_store(config),
         drafter_factory=None if spec is None else (lambda: (lambda s: (s, s))(spec.for_job())),
     )
+    # the built-in image and WAV processors first, then the installed plugins (which may replace them)
+    v = config.vision
+    limits = ImageLimits(max_bytes=v.max_image_bytes, max_pixels=v.max_image_pixels, max_side=v.max_side)
+    svc.processors.register(ImageProcessor(limits, describer))
+    svc.processors.register(WavProcessor(svc.audio_limits, asr))
+    svc.processors.load_entry_points()
+    return svc
+
+
+def file_store(config: Config) -> FileStore | None:
+    f = config.files
+    if not f.enabled:
+        return None
+    folder = Path(f.folder) if f.folder else Path(tempfile.gettempdir()) / "stream-omni-files"
+    return FileStore(folder, f.quota_bytes_per_key, f.expiry_s)
 
 
 def stop_services(svc: Services) -> None:

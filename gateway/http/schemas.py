@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import Annotated, Literal, TypeVar
 
-from pydantic import BaseModel, ConfigDict, Field, StrictBool, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, StrictBool, ValidationError, model_validator
 from starlette.requests import Request
 
 from ..options import SchedulerOptions
@@ -45,7 +45,24 @@ class ImagePart(_Strict):
     image_url: ImageUrl
 
 
-Part = Annotated[TextPart | AudioPart | ImagePart, Field(discriminator="type")]
+class FileRef(_Strict):
+    file_id: str | None = None  # an uploaded file's id (POST /v1/files); or instead …
+    file_data: str | None = None  # … the file inline, as a data URL (data:<type>;base64,…)
+    filename: str | None = None
+
+    @model_validator(mode="after")
+    def _one_source(self) -> FileRef:
+        if (self.file_id is None) == (self.file_data is None):
+            raise ValueError("a file part needs exactly one of file_id and file_data")
+        return self
+
+
+class FilePart(_Strict):
+    type: Literal["file"]
+    file: FileRef
+
+
+Part = Annotated[TextPart | AudioPart | ImagePart | FilePart, Field(discriminator="type")]
 
 
 class Message(_Strict):
@@ -85,7 +102,7 @@ class ChatRequest(_Strict):
 
 
 _TYPE_NAMES = {"str", "int", "float", "bool", "list", "dict"}
-_PART_TAGS = {"text", "input_audio", "image_url"}
+_PART_TAGS = {"text", "input_audio", "image_url", "file"}
 
 
 def _param(loc: tuple[int | str, ...]) -> str | None:

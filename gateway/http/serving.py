@@ -64,7 +64,7 @@ async def create(svc: Services, store: CompletionStore, request: Request, owner:
         )
     if not svc.engine_has_room():
         raise busy()
-    messages = await chat_messages(svc, req.messages)
+    messages = await chat_messages(svc, req.messages, owner)
     job = _job(svc, req, messages)
     header = shapes.Header(f"chatcmpl-{secrets.token_hex(16)}", int(time.time()), svc.backend.name)
     if req.stream:

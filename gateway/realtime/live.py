@@ -18,12 +18,12 @@ from typing import Any
 
 from models.decode import ContextOverflow, JobEvents
 from models.engine import EngineBusy, Handle
-from processors.errors import InputError
 from processors.image import ImageError
 
 from ..filters import FILTER_FAILED, ResponseFilter
 from ..services import Services
 from ..sink import AsyncSink
+from ..uploads import REFUSALS, data_url_text, file_text
 from . import protocol as p
 from .media import MediaInput
 from .registry import Attachment
@@ -178,11 +178,25 @@ class LiveSession:
                 self._create_response(go)
 
     async def _resolve_item(self, ev: p.ItemCreate) -> None:
-        parts: list[p.InputText | p.InputImage | p.InputAudio] = []
+        parts: list[p.InputText | p.InputImage | p.InputAudio | p.InputFile] = []
         try:
             for part in ev.item.content:
-                if isinstance(part, p.InputAudio):
-                    text = part.transcript or await self.media.resolve_audio_part(part.audio)
+                # files belong to the uploader's key, as the HTTP API names it ("" on a server without keys)
+                owner = self.key if self.svc.config.server.api_keys else ""
+                if isinstance(part, p.InputAudio) and part.transcript is None and part.file_id is not None:
+                    _, text = await file_text(self.svc, owner, part.file_id, "audio")
+                    parts.append(p.InputText(type="input_text", text=text))
+                elif isinstance(part, p.InputImage) and part.file_id is not None:
+                    _, text = await file_text(self.svc, owner, part.file_id, "image")
+                    parts.append(p.InputText(type="input_text", text=text))
+                elif isinstance(part, p.InputFile):
+                    if part.file_id is not None:
+                        _, text = await file_text(self.svc, owner, part.file_id)
+                    else:
+                        text = await data_url_text(self.svc, part.file_data or "", self.svc.config.files.max_file_bytes)
+                    parts.append(p.InputText(type="input_text", text=text))
+                elif isinstance(part, p.InputAudio):
+                    text = part.transcript or await self.media.resolve_audio_part(part.audio or "")
                     parts.append(p.InputText(type="input_text", text=text))
                 elif isinstance(part, p.InputImage):
                     describe = self.svc.image_describer
@@ -190,10 +204,11 @@ class LiveSession:
                         raise ImageError(
                             "unsupported_content", "image input is not enabled on this server (config: vision.mode)"
                         )
-                    parts.append(p.InputText(type="input_text", text=await asyncio.to_thread(describe, part.image_url)))
+                    url = part.image_url or ""
+                    parts.append(p.InputText(type="input_text", text=await asyncio.to_thread(describe, url)))
                 else:
                     parts.append(part)
-        except InputError as exc:  # an audio or image part the processors refused
+        except REFUSALS as exc:
             self.svc.metrics.errors.labels(code=exc.code).inc()
             self.send(self.session.error(exc.code, exc.message, ev.event_id, "item.content"))
             return
