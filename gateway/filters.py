@@ -58,7 +58,7 @@ def load_filters(specs: Sequence[str]) -> tuple[NamedFilter, ...]:
             raise ValueError(f"filter {spec!r} cannot be loaded: {exc}") from None
         if not callable(obj):
             raise ValueError(f"filter {spec!r} is not callable")
-        out.append(NamedFilter(spec, obj))  # type: ignore[arg-type]
+        out.append(NamedFilter(spec, obj))
     return tuple(out)
 
 
@@ -89,19 +89,20 @@ class ResponseFilter:
             self.sent.append(text)
             return text
         so_far = "".join(self.sent)
-        out: str | None = text
+        out = text
         for f in self.filters:
             try:
-                out = f.fn(out, FilterContext(self.session_id, self.response_id, so_far))
-                if out is not None and not isinstance(out, str):
-                    raise TypeError(f"returned {type(out).__name__}, not str or None")
+                res: object = f.fn(out, FilterContext(self.session_id, self.response_id, so_far))
+                if res is not None and not isinstance(res, str):
+                    raise TypeError(f"returned {type(res).__name__}, not str or None")
             except Exception as exc:  # the operator's code: it costs this response, never the server
                 self.stopped = True
                 self.error = f"chunk filter {f.name} failed: {type(exc).__name__}"
                 log.error("chunk filter %s failed on response %s", f.name, self.response_id, exc_info=True)
                 return None
-            if out is None:
+            if res is None:
                 self.stopped = True
                 return None
+            out = res
         self.sent.append(out)
         return out

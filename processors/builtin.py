@@ -14,8 +14,8 @@ from .image import MIME_TO_FORMAT, ImageError, ImageLimits, decode_image, to_dat
 
 
 class ImageProcessor:
-    name = "image"
-    mimes = tuple(MIME_TO_FORMAT)
+    name: str = "image"
+    mimes: tuple[str, ...] = tuple(MIME_TO_FORMAT)
 
     def __init__(self, limits: ImageLimits, describe: Callable[[str], str] | None):
         self.limits = limits
@@ -31,8 +31,8 @@ class ImageProcessor:
 
 
 class WavProcessor:
-    name = "audio"
-    mimes = ("audio/wav", "audio/x-wav", "audio/wave")
+    name: str = "audio"
+    mimes: tuple[str, ...] = ("audio/wav", "audio/x-wav", "audio/wave")
 
     def __init__(self, limits: AudioLimits, asr: Transcriber | None):
         self.limits = limits

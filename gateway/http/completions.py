@@ -116,13 +116,13 @@ async def create(svc: Services, store: CompletionStore, request: Request, owner:
 def _prompts(svc: Services, req: CompletionRequest) -> list[tuple[str | list[int], list[int]]]:
     """(the prompt as given, its ids) for each prompt."""
     given = req.prompt
-    items: list[str | list[int]]
+    items: list[str | list[int]] = []
     if isinstance(given, str):
-        items = [given]
-    elif given and isinstance(given[0], int):
-        items = [given]  # type: ignore[list-item]
+        items.append(given)
+    elif all(isinstance(t, int) for t in given):  # one prompt of token ids
+        items.append([t for t in given if isinstance(t, int)])
     else:
-        items = list(given)  # type: ignore[arg-type]
+        items.extend(p for p in given if not isinstance(p, int))
     backend = svc.backend
     out: list[tuple[str | list[int], list[int]]] = []
     for i, p in enumerate(items):
