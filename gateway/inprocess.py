@@ -33,7 +33,7 @@ from typing import Any
 from pydantic import ValidationError
 
 from models.backend import Backend
-from models.decode import DecodeJob, JobEvents
+from models.decode import JobEvents
 from models.engine import EngineBusy, Handle
 
 from .config import Config, load_config
@@ -145,7 +145,7 @@ class ResponseStream:
         self.svc = svc
         self._messages = messages
         self._options = options
-        self.job: DecodeJob | None = None
+        self.job: serving.Job | None = None
         self._handle: Handle | None = None
         self._queue: asyncio.Queue[tuple[int, JobEvents]] = asyncio.Queue()
         self._ready: deque[StreamChunk] = deque()

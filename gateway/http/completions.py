@@ -31,6 +31,7 @@ from starlette.responses import JSONResponse, Response
 from models.backend import PromptEncoder
 from models.decode import ContextOverflow, DecodeJob, Done, JobEvents, TokenLogprob
 from models.engine import EngineBusy, Handle
+from models.remote import RemoteModel
 
 from ..options import SchedulerOptions
 from ..services import Services
@@ -124,6 +125,8 @@ def _prompts(svc: Services, req: CompletionRequest) -> list[tuple[str | list[int
     else:
         items.extend(p for p in given if not isinstance(p, int))
     backend = svc.backend
+    if isinstance(backend, RemoteModel):  # a remote engine is driven by messages, not by token ids
+        raise ApiError(400, "unsupported_content", "raw completions need a local model (not backend: openai)", "prompt")
     out: list[tuple[str | list[int], list[int]]] = []
     for i, p in enumerate(items):
         where = "prompt" if len(items) == 1 else f"prompt[{i}]"
@@ -150,18 +153,22 @@ def _prompts(svc: Services, req: CompletionRequest) -> list[tuple[str | list[int
 async def _echo(svc: Services, req: CompletionRequest, prompt: str | list[int]) -> str:
     if isinstance(prompt, str):
         return prompt
+    backend = svc.backend
+    assert not isinstance(backend, RemoteModel)  # refused by _prompts
     # token ids are decoded on the engine's thread: a backend's decode buffer is not shared between threads
-    return str(await asyncio.wrap_future(svc.engine.call(svc.backend.decode, prompt)))
+    return str(await asyncio.wrap_future(svc.engine.call(backend.decode, prompt)))
 
 
 def _job(svc: Services, req: CompletionRequest, ids: list[int]) -> DecodeJob:
     cap = svc.config.session.max_output_tokens
     sched: dict[str, Any] = req.scheduler.model_dump(exclude_none=True) if req.scheduler else {}
     sched["stop"] = req.stop_sequences()
+    backend = svc.backend
+    assert not isinstance(backend, RemoteModel)  # refused by _prompts
     try:
         return DecodeJob(
-            svc.backend,
-            svc.backend.new_state(),
+            backend,
+            backend.new_state(),
             ids,
             svc.sampling(
                 {

@@ -10,7 +10,7 @@ from models.decode import DecodeJob, JobEvents
 from models.sampling import SamplingParams, log_softmax
 from models.scheduler import SchedulerConfig
 from models.verify import FixedLookahead, Speculation
-from tests.engine.test_speculative import FakeLM, ListDrafter, oracle_drafts
+from tests.engine.spec_fakes import FakeLM, ListDrafter, oracle_drafts
 
 
 def run(backend, prompt, params, top, drafter=None) -> tuple[DecodeJob, list[JobEvents]]:
