@@ -216,3 +216,22 @@ async def test_wav_file_is_transcribed_as_inline_audio_on_both_apis(server_facto
     texts = [a["item"]["content"][0]["text"] for a in added]
     assert "france" in texts[0].lower() and texts[0] == texts[1]
     assert missing["error"]["code"] == "file_not_found" and "file-ffff" in missing["error"]["message"]
+
+
+async def test_realtime_sees_only_its_own_keys_files(server_factory, tmp_path):
+    cfg = {**NO_AUDIO, "server.api_keys": ["k1", "k2"], "files.folder": str(tmp_path)}
+    with server_factory(FakeBackend(), **cfg) as addr:
+        f = client(addr, "k1").files.create(file=("n.txt", b"hello", "text/plain"), purpose="user_data")
+        rt = await RealtimeClient.connect(addr, "model=fake", additional_headers={"Authorization": "Bearer k2"})
+        await rt.until("session.created")
+        item = {"type": "message", "role": "user", "content": [{"type": "input_audio", "file_id": f.id}]}
+        await rt.send({"type": "conversation.item.create", "item": item})
+        err = await rt.until("error", timeout=30)
+        await rt.close()
+        owner = await RealtimeClient.connect(addr, "model=fake", additional_headers={"Authorization": "Bearer k1"})
+        await owner.until("session.created")
+        await owner.send({"type": "conversation.item.create", "item": item})
+        found = await owner.until("error", timeout=30)  # found, but it is not audio
+        await owner.close()
+    assert err["error"]["code"] == "file_not_found" and f.id in err["error"]["message"]
+    assert found["error"]["code"] == "invalid_file" and "not audio" in found["error"]["message"]
