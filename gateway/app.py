@@ -5,7 +5,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import gc
-import sys
 from collections.abc import AsyncIterator, Callable
 from pathlib import Path
 
@@ -22,10 +21,9 @@ from models.remote_engine import RemoteEngine
 
 from .config import Config
 from .http import routes as http_routes
-from .loading import default_loader, load_audio, load_speculator, load_vision, make_engine
 from .realtime import routes as realtime_routes
-from .realtime.registry import SessionRegistry
 from .services import Services
+from .startup import start_services, stop_services
 
 WEB_DIR = Path(__file__).resolve().parent.parent / "web"  # the browser client, served at GET /
 
@@ -45,36 +43,7 @@ def create_app(
 
     @contextlib.asynccontextmanager
     async def lifespan(app: Starlette) -> AsyncIterator[None]:
-        # the event loop and the decode thread hand text to each other many times a second: a 1 ms
-        # GIL switch interval (default 5 ms) keeps those hand-offs from adding milliseconds of TTFT
-        sys.setswitchinterval(0.001)
-        loader = backend_loader or default_loader
-        # the engine's thread is the only one that ever runs the model (see models/engine.py)
-        engine = given_engine or make_engine(config)  # (backend: openai: workers streaming from the engine)
-        try:
-            backend = await asyncio.wrap_future(engine.call(loader, config))
-            spec = await asyncio.wrap_future(engine.call(load_speculator, config, backend))
-        except BaseException:
-            engine.close()
-            raise
-        engine.on_idle(getattr(backend, "warm", None))  # e.g. the next new conversation's cache
-        asr = await asyncio.to_thread(load_audio, config) if config.audio.enabled else None
-        describer, image_gen = await asyncio.to_thread(load_vision, config)
-        registry = SessionRegistry(
-            config.server.grace_period_s,
-            config.limits.max_sessions,
-            config.limits.max_sessions_per_key if config.server.api_keys else None,
-        )
-        services = state["svc"] = Services(
-            config=config,
-            backend=backend,
-            engine=engine,
-            registry=registry,
-            asr=asr,
-            image_describer=describer,
-            image_gen=image_gen,
-            drafter_factory=None if spec is None else (lambda: (lambda s: (s, s))(spec.for_job())),
-        )
+        services = state["svc"] = await start_services(config, backend_loader, given_engine)
         app.state.services = services
         # what is loaded now (weights' wrappers, tokenizer, schemas: ≈ 0.5 M objects) lives as long
         # as the server: freeze it out of the cyclic GC's reach, or each full collection walks it
@@ -85,13 +54,9 @@ def create_app(
             yield
         finally:
             gc.unfreeze()  # an app that stops (tests start many) gives its objects back to the GC
-            await registry.drain(0)
+            await services.registry.drain(0)
             await app.state.completions.drain(0)
-            engine.close()
-            if image_gen is not None:
-                image_gen.close()
-            if isinstance(backend, RemoteModel):
-                backend.close()
+            stop_services(services)
 
     async def health(request: Request) -> Response:
         return JSONResponse({"status": "ok"})

@@ -122,6 +122,14 @@ class ImageGenSettings(_Frozen):
     guidance_scale: float | None = None  # None: the pipeline default (sd-turbo wants 0.0)
 
 
+class FilesConfig(_Frozen):
+    enabled: bool = True  # serve /v1/files and accept file ids in messages
+    folder: str | None = None  # where uploads are kept (None: "stream-omni-files" in the system temp dir)
+    max_file_bytes: int = 16 * 1024 * 1024  # one uploaded file
+    quota_bytes_per_key: int = 256 * 1024 * 1024  # stored bytes per API key (all keyless clients share one)
+    expiry_s: float = 24 * 3600.0  # a file is deleted this long after its upload
+
+
 class LimitsConfig(_Frozen):
     max_text_frame_bytes: int = 16 * 1024 * 1024  # one WS text frame (an image data URL fits)
     max_binary_frame_bytes: int = 1024 * 1024  # one WS binary (pcm16) frame
@@ -149,17 +157,22 @@ class Config(_Frozen):
     vision: VisionConfig = VisionConfig()
     image_gen: ImageGenSettings = ImageGenSettings()
     limits: LimitsConfig = LimitsConfig()
+    files: FilesConfig = FilesConfig()
+    filters: tuple[str, ...] = ()  # "module:callable" chunk filters run on each chunk before it is sent
 
 
 class ConfigError(Exception):
     pass
 
 
-def nest_overrides(overrides: dict[str, Any]) -> dict[str, dict[str, Any]]:
-    """``{"server.port": 9000}`` → ``{"server": {"port": 9000}}``; None values are left out."""
-    data: dict[str, dict[str, Any]] = {}
+def nest_overrides(overrides: dict[str, Any]) -> dict[str, Any]:
+    """``{"server.port": 9000}`` → ``{"server": {"port": 9000}}``; a top-level key (``filters``) stays
+    as it is; None values are left out."""
+    data: dict[str, Any] = {}
     for dotted, value in overrides.items():
-        if value is not None:
+        if value is not None and "." not in dotted:
+            data[dotted] = value
+        elif value is not None:
             section, _, key = dotted.partition(".")
             data.setdefault(section, {})[key] = value
     return data
@@ -176,7 +189,10 @@ def load_config(path: str | Path | None = None, **overrides: Any) -> Config:
         if not isinstance(data, dict):
             raise ConfigError(f"config {path} must be a mapping")
     for section, values in nest_overrides(overrides).items():
-        data.setdefault(section, {}).update(values)
+        if isinstance(values, dict):
+            data.setdefault(section, {}).update(values)
+        else:
+            data[section] = values
     try:
         return Config.model_validate(data)
     except ValidationError as exc:

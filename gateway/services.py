@@ -20,8 +20,11 @@ from models.sampling import SamplingParams
 from models.scheduler import SchedulerConfig
 from processors.asr import Transcriber
 from processors.audio import AudioLimits
+from processors.registry import ProcessorRegistry
 
 from .config import Config
+from .files import FileStore
+from .filters import NamedFilter
 from .metrics import Metrics
 from .realtime.registry import SessionRegistry
 from .realtime.session import SessionDefaults
@@ -45,6 +48,9 @@ class Services:
     asr: Transcriber | None = None  # None when audio input is disabled
     image_describer: ImageDescriber | None = None  # None when image input is disabled
     image_gen: Any = None  # models.image_gen.ImageGenerator, or None when image output is off
+    filters: tuple[NamedFilter, ...] = ()  # chunk filters (gateway.filters), in order
+    files: FileStore | None = None  # uploaded files (/v1/files); None when disabled
+    processors: ProcessorRegistry = field(default_factory=ProcessorRegistry)  # content type → text (files)
     started: float = field(default_factory=time.time)
 
     @property

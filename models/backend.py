@@ -88,6 +88,15 @@ def crop_cache(state: KVState, length: int, empty: Callable[[], Any]) -> None:
     del state.tokens[length:]
 
 
+@runtime_checkable
+class PromptEncoder(Protocol):
+    """A backend that can read raw text as a prompt (``/v1/completions``: no chat template)."""
+
+    def encode(self, text: str) -> list[int]:
+        """``text`` → ids as the model reads a document: its BOS when it wants one, special tokens parsed."""
+        ...
+
+
 def common_prefix(a: list[int], b: list[int]) -> int:
     """Length of the longest common prefix of two id lists (vectorised: contexts run to thousands)."""
     n = min(len(a), len(b))

@@ -57,6 +57,15 @@ class Done:
     metrics: dict[str, Any]
 
 
+@dataclass(frozen=True)
+class TokenLogprob:
+    """One generated token as a ``logprobs`` answer shows it (OpenAI's legacy completions shape)."""
+
+    text: str  # the token alone, decoded
+    logprob: float  # log p of the token under the model (before temperature and top-p)
+    top: tuple[tuple[str, float], ...]  # the ``top_logprobs`` most likely tokens at its position, best first
+
+
 @dataclass
 class Forward:
     """What one job needs forwarded this step: ``tokens`` appended to its state, logits of the
@@ -72,11 +81,15 @@ class JobEvents:
     chunks: list[Chunk] = field(default_factory=list)
     done: Done | None = None
     requests: list[str] = field(default_factory=list)  # intercepted model requests (e.g. image prompts)
+    tokens: list[int] = field(default_factory=list)  # ids accepted this step (the chunks' ``tokens`` count them)
+    logprobs: list[TokenLogprob] = field(default_factory=list)  # one per accepted id, when the job tracks them
 
 
 def _merge(a: JobEvents, b: JobEvents) -> JobEvents:
     a.chunks.extend(b.chunks)
     a.requests.extend(b.requests)
+    a.tokens.extend(b.tokens)
+    a.logprobs.extend(b.logprobs)
     a.done = b.done or a.done
     return a
 
@@ -93,7 +106,10 @@ class DecodeJob:
         verifier: Verifier | None = None,
         clock: Callable[[], float] = time.perf_counter,
         track_logprobs: bool = False,
+        top_logprobs: int | None = None,
     ):
+        """``top_logprobs``: None, or 0..n to report each token's logprob (``JobEvents.logprobs``)
+        with that many alternatives."""
         if len(prompt_ids) + 1 > backend.max_context:
             raise ContextOverflow(f"prompt is {len(prompt_ids)} tokens; the model's context is {backend.max_context}")
         self.backend = backend
@@ -107,9 +123,12 @@ class DecodeJob:
         self.clock = clock
         self.rng = np.random.default_rng(params.seed)
         self.generated: list[int] = []
-        self.track_logprobs = track_logprobs or self.beam > 1
+        self.top_logprobs = top_logprobs
+        self.track_logprobs = track_logprobs or self.beam > 1 or top_logprobs is not None
         self.logprobs: list[float] = []  # log p of each generated token under the model (when tracked)
         self._pending_lp = 0.0
+        self._pending_top: list[tuple[int, float]] = []
+        self._held = JobEvents()  # ids and logprobs of steps that produced no chunk yet
         self.finished = False
         self.t_start = clock()
         self.t_first: float | None = None
@@ -138,6 +157,21 @@ class DecodeJob:
         A chosen token is emitted *before* it is fed to the model (it is fed at the start of the
         next step), so text reaches the client one model step earlier than forward-then-emit.
         """
+        return self._release(self._step())
+
+    def _release(self, ev: JobEvents) -> JobEvents:
+        """Ids and logprobs wait for the next chunk or the end: the engine hands on only events with
+        one, and a wake-up of the event loop per token would cost every response time."""
+        self._held.tokens.extend(ev.tokens)
+        self._held.logprobs.extend(ev.logprobs)
+        if not ev.chunks and ev.done is None:
+            ev.tokens, ev.logprobs = [], []
+            return ev
+        ev.tokens, ev.logprobs = self._held.tokens, self._held.logprobs
+        self._held = JobEvents()
+        return ev
+
+    def _step(self) -> JobEvents:
         if self.finished:
             return JobEvents()
         if self.beam > 1:
@@ -213,15 +247,15 @@ class DecodeJob:
                 return out
         if self._pending is not None:  # chosen by the verifier
             tok, self._pending = self._pending, None
-            lp = self._pending_lp
+            lp, top = self._pending_lp, self._pending_top
         else:
             assert self._next_logits is not None
             tok = choose(self._next_logits, self.params, self.rng)
-            lp = self._lp(self._next_logits, tok)
+            lp, top = self._lp(self._next_logits, tok), self._top(self._next_logits)
         if tok in self.backend.eos_ids:
             return _merge(out, self._finish("stop"))
         no_room = len(self.state.tokens) + 1 >= self.backend.max_context
-        ev = self._accept([tok], lps=[lp], final="length" if no_room else None)
+        ev = self._accept([tok], lps=[lp], final="length" if no_room else None, tops=[top])
         if not self.finished:
             self._feed = tok
         return _merge(out, ev)
@@ -239,8 +273,13 @@ class DecodeJob:
             self._next_logits = None
             self._pending = new[-1]  # for sampling chosen from the residual distribution
             self._pending_lp = self._lp(rows[n_ok], new[-1])
+            self._pending_top = self._top(rows[n_ok])
             if n_ok:
-                return self._accept(drafts[:n_ok], lps=[self._lp(rows[i], d) for i, d in enumerate(drafts[:n_ok])])
+                return self._accept(
+                    drafts[:n_ok],
+                    lps=[self._lp(rows[i], d) for i, d in enumerate(drafts[:n_ok])],
+                    tops=[self._top(rows[i]) for i in range(n_ok)],
+                )
             return JobEvents()
         if self.verifier is not None:
             self.verifier.record(0, 0, seconds)
@@ -249,6 +288,15 @@ class DecodeJob:
 
     def _lp(self, row: np.ndarray, tok: int) -> float:
         return float(log_softmax(row)[tok]) if self.track_logprobs else 0.0
+
+    def _top(self, row: np.ndarray) -> list[tuple[int, float]]:
+        """The ``top_logprobs`` most likely (id, logprob) of ``row [V]``, best first (none when not asked)."""
+        k = min(self.top_logprobs or 0, row.shape[-1])
+        if k <= 0:
+            return []
+        lp = log_softmax(row)  # [V]
+        ids = np.argpartition(-lp, k - 1)[:k]
+        return [(int(i), float(lp[i])) for i in ids[np.argsort(-lp[ids], kind="stable")]]
 
     def _beam_block(self) -> JobEvents:
         """``quality``: decide the next ``beam_block`` tokens by a beam search of width ``beam``.
@@ -298,7 +346,7 @@ class DecodeJob:
         return self._accept(best, next_row=row, lps=best_lps)
 
     def cancel(self) -> JobEvents:
-        return self._finish("cancelled")
+        return self._release(self._finish("cancelled"))
 
     # -------------------------------------------------------------------------------------
 
@@ -316,6 +364,7 @@ class DecodeJob:
         next_row: np.ndarray | None = None,
         final: str | None = None,
         lps: list[float] | None = None,
+        tops: list[list[tuple[int, float]]] | None = None,
     ) -> JobEvents:
         stop_at = None
         for i, t in enumerate(toks):
@@ -330,7 +379,11 @@ class DecodeJob:
         self.generated.extend(toks)
         if self.track_logprobs:
             self.logprobs.extend((lps or [0.0] * len(toks))[: len(toks)])
-        out = JobEvents(chunks=self.scheduler.feed(toks, self.clock()))
+        out = JobEvents(chunks=self.scheduler.feed(toks, self.clock()), tokens=list(toks))
+        if self.top_logprobs is not None:
+            out.logprobs = self._token_logprobs(
+                toks, self.logprobs[len(self.logprobs) - len(toks) :] if toks else [], tops
+            )
         self._note_chunks(out.chunks)
         out.requests, self.scheduler.requests = self.scheduler.requests, []
         if next_row is not None:
@@ -344,6 +397,17 @@ class DecodeJob:
             done = self._finish(reason)
             out.chunks.extend(done.chunks)
             out.done = done.done
+        return out
+
+    def _token_logprobs(
+        self, toks: list[int], lps: list[float], tops: list[list[tuple[int, float]]] | None
+    ) -> list[TokenLogprob]:
+        """What ``logprobs`` shows of ``toks``: each one's text and logprob, with the alternatives'
+        (a beam block has no alternatives to show: its tokens were chosen over several rows)."""
+        out = []
+        for i, (t, lp) in enumerate(zip(toks, lps, strict=True)):
+            top = tops[i] if tops is not None and i < len(tops) else []
+            out.append(TokenLogprob(self.backend.decode([t]), lp, tuple((self.backend.decode([j]), v) for j, v in top)))
         return out
 
     def _note_chunks(self, chunks: list[Chunk]) -> None:

@@ -283,6 +283,10 @@ class LlamaCppBackend:
 
     # ---------------------------------------------------------------- extras
 
+    def encode(self, text: str) -> list[int]:
+        """Raw text as a prompt (models.backend.PromptEncoder): the vocab's BOS if it has one."""
+        return self.tokenize(text, special=True, add_bos=True)
+
     def tokenize(self, text: str, special: bool = False, add_bos: bool = False) -> list[int]:
         lc = self._lc
         data = text.encode("utf-8")

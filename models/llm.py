@@ -176,6 +176,10 @@ class TransformersBackend:
             text += "assistant:"
         return [int(i) for i in self.tokenizer(text, add_special_tokens=True)["input_ids"]]
 
+    def encode(self, text: str) -> list[int]:
+        """Raw text as a prompt (models.backend.PromptEncoder): the tokenizer's own special tokens."""
+        return [int(i) for i in self.tokenizer(text, add_special_tokens=True)["input_ids"]]
+
     def decode(self, ids: list[int]) -> str:
         return self.tokenizer.decode(ids, skip_special_tokens=True, clean_up_tokenization_spaces=False)
 

@@ -71,5 +71,9 @@ class FakeBackend:
             ids += [22 + zlib.crc32(w.encode()) % 40 for w in m["content"].split()] + [62]
         return ids + [63]
 
+    def encode(self, text: str) -> list[int]:
+        """Raw text: the words' hash ids, then the answer marker (this fake answers only after one)."""
+        return [22 + zlib.crc32(w.encode()) % 40 for w in text.split()] + [63]
+
     def decode(self, ids: list[int]) -> str:
         return "".join(" " + WORDS[i - 1] if 1 <= i <= 20 else "." if i == 21 else "" for i in ids if i != EOS)

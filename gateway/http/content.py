@@ -14,15 +14,17 @@ from typing import Any
 from processors.audio import AudioError, b64decode_strict, decode_wav
 
 from ..services import Services
+from ..uploads import REFUSALS, FileRefused, data_url_text, file_text
 from .errors import ApiError
-from .schemas import AudioPart, ImagePart, Message
+from .schemas import AudioPart, FilePart, ImagePart, Message
 
 log = logging.getLogger("stream_omni.http")
 
 _ROLE = {"developer": "system"}
 
 
-async def chat_messages(svc: Services, messages: list[Message]) -> list[dict[str, str]]:
+async def chat_messages(svc: Services, messages: list[Message], owner: str = "") -> list[dict[str, str]]:
+    """``owner``: whose uploaded files the messages may use (a key digest)."""
     out: list[dict[str, str]] = []
     for i, m in enumerate(messages):
         if m.content is None or isinstance(m.content, str):
@@ -35,6 +37,8 @@ async def chat_messages(svc: Services, messages: list[Message]) -> list[dict[str
                     pieces.append(await _transcribe(svc, part, where))
                 elif isinstance(part, ImagePart):
                     pieces.append(await _describe(svc, part, where))
+                elif isinstance(part, FilePart):
+                    pieces.append(await _file(svc, owner, part, where))
                 else:
                     pieces.append(part.text)
             text = "\n".join(pieces)
@@ -61,6 +65,20 @@ async def _transcribe(svc: Services, part: AudioPart, where: str) -> str:
     except Exception as exc:  # a failed transcription refuses this request only
         log.error("transcription failed: %s", type(exc).__name__)
         raise ApiError(500, "transcription_failed", "could not transcribe the audio", where) from None
+
+
+async def _file(svc: Services, owner: str, part: FilePart, where: str) -> str:
+    """An uploaded file, read as its inline form would be: a WAV transcribed, an image described."""
+    f = part.file
+    try:
+        if f.file_id is None:
+            return await data_url_text(svc, f.file_data or "", svc.config.files.max_file_bytes)
+        kind, text = await file_text(svc, owner, f.file_id)
+    except FileRefused as exc:
+        raise ApiError(exc.status, exc.code, exc.message, f"{where}.file") from None
+    except REFUSALS as exc:
+        raise ApiError(400, exc.code, exc.message, f"{where}.file") from None
+    return f"[Image: {text}]" if kind == "image" else text
 
 
 async def _describe(svc: Services, part: ImagePart, where: str) -> str:

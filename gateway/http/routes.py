@@ -31,7 +31,7 @@ from starlette.routing import BaseRoute, Route
 
 from ..security import bearer, http_api_key_ok, key_digest
 from ..services import Services
-from . import serving
+from . import completions, files, serving
 from .errors import ApiError, error_response
 from .stream import CompletionStore, SseResponse
 
@@ -51,6 +51,13 @@ class HttpApi:
         return [
             Route("/v1/chat/completions", self._guarded(self._create), methods=["POST"]),
             Route("/v1/chat/completions/{cid}/stream", self._guarded(self._resume), methods=["GET"]),
+            Route("/v1/completions", self._guarded(self._create_text), methods=["POST"]),
+            Route("/v1/completions/{cid}/stream", self._guarded(self._resume), methods=["GET"]),
+            Route("/v1/files", self._guarded(self._owned(files.upload)), methods=["POST"]),
+            Route("/v1/files", self._guarded(self._owned(files.listing)), methods=["GET"]),
+            Route("/v1/files/{file_id}", self._guarded(self._owned(files.retrieve)), methods=["GET"]),
+            Route("/v1/files/{file_id}", self._guarded(self._owned(files.delete)), methods=["DELETE"]),
+            Route("/v1/files/{file_id}/content", self._guarded(self._owned(files.content)), methods=["GET"]),
         ]
 
     def _guarded(self, handler: Handler) -> Callable[[Request], Awaitable[Response]]:
@@ -77,6 +84,16 @@ class HttpApi:
 
     async def _create(self, svc: Services, request: Request) -> Response:
         return await serving.create(svc, self.store, request, _owner(svc, request))
+
+    @staticmethod
+    def _owned(handler: Callable[[Services, Request, str], Awaitable[Response]]) -> Handler:
+        async def run(svc: Services, request: Request) -> Response:
+            return await handler(svc, request, _owner(svc, request))
+
+        return run
+
+    async def _create_text(self, svc: Services, request: Request) -> Response:
+        return await completions.create(svc, self.store, request, _owner(svc, request))
 
     async def _resume(self, svc: Services, request: Request) -> Response:
         cid = request.path_params["cid"]

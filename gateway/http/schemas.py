@@ -7,9 +7,9 @@ ones whose effect it cannot honour (``n`` > 1, unknown content parts) are refuse
 
 from __future__ import annotations
 
-from typing import Annotated, Literal
+from typing import Annotated, Literal, TypeVar
 
-from pydantic import BaseModel, ConfigDict, Field, StrictBool, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, StrictBool, ValidationError, model_validator
 from starlette.requests import Request
 
 from ..options import SchedulerOptions
@@ -45,7 +45,24 @@ class ImagePart(_Strict):
     image_url: ImageUrl
 
 
-Part = Annotated[TextPart | AudioPart | ImagePart, Field(discriminator="type")]
+class FileRef(_Strict):
+    file_id: str | None = None  # an uploaded file's id (POST /v1/files); or instead …
+    file_data: str | None = None  # … the file inline, as a data URL (data:<type>;base64,…)
+    filename: str | None = None
+
+    @model_validator(mode="after")
+    def _one_source(self) -> FileRef:
+        if (self.file_id is None) == (self.file_data is None):
+            raise ValueError("a file part needs exactly one of file_id and file_data")
+        return self
+
+
+class FilePart(_Strict):
+    type: Literal["file"]
+    file: FileRef
+
+
+Part = Annotated[TextPart | AudioPart | ImagePart | FilePart, Field(discriminator="type")]
 
 
 class Message(_Strict):
@@ -85,7 +102,7 @@ class ChatRequest(_Strict):
 
 
 _TYPE_NAMES = {"str", "int", "float", "bool", "list", "dict"}
-_PART_TAGS = {"text", "input_audio", "image_url"}
+_PART_TAGS = {"text", "input_audio", "image_url", "file"}
 
 
 def _param(loc: tuple[int | str, ...]) -> str | None:
@@ -103,10 +120,14 @@ def _param(loc: tuple[int | str, ...]) -> str | None:
     return out or None
 
 
-def parse(body: bytes) -> ChatRequest:
-    """Bytes → a validated request, or ``ApiError`` 400 naming the first bad field."""
+Body = TypeVar("Body", bound=BaseModel)
+
+
+def parse(body: bytes, model: type[Body] = ChatRequest) -> Body:  # type: ignore[assignment]
+    """Bytes → a validated request (``model``: Chat Completions' by default), or ``ApiError`` 400
+    naming the first bad field."""
     try:
-        return ChatRequest.model_validate_json(body)
+        return model.model_validate_json(body)
     except ValidationError as exc:
         errors = exc.errors(include_url=False, include_input=False, include_context=False)
         first = max(errors, key=lambda e: len(e["loc"]))  # the most specific: the branch the input meant

@@ -16,6 +16,7 @@ from models.decode import ContextOverflow, DecodeJob, Done, JobEvents
 from models.engine import EngineBusy, Handle
 from models.remote import RemoteJob
 
+from ..filters import CONTENT_FILTER, FILTER_FAILED, ResponseFilter
 from ..services import Services
 from ..sink import AsyncSink
 from . import shapes
@@ -63,7 +64,7 @@ async def create(svc: Services, store: CompletionStore, request: Request, owner:
         )
     if not svc.engine_has_room():
         raise busy()
-    messages = await chat_messages(svc, req.messages)
+    messages = await chat_messages(svc, req.messages, owner)
     job = _job(svc, req, messages)
     header = shapes.Header(f"chatcmpl-{secrets.token_hex(16)}", int(time.time()), svc.backend.name)
     if req.stream:
@@ -131,7 +132,8 @@ def _cancel(svc: Services, handle: Handle) -> Callable[[], None]:
 
 async def _complete(svc: Services, request: Request, job: Job, h: shapes.Header) -> Response:
     handle, queue = _submit(svc, job, h.id)
-    collect = asyncio.create_task(_collect(queue))
+    flt = ResponseFilter(svc.filters, None, h.id)
+    collect = asyncio.create_task(_collect(queue, flt, handle))
     gone = asyncio.create_task(_disconnected(request))
     try:
         await asyncio.wait({collect, gone}, return_when=asyncio.FIRST_COMPLETED)
@@ -142,6 +144,10 @@ async def _complete(svc: Services, request: Request, job: Job, h: shapes.Header)
         gone.cancel()
         handle.cancel()  # no-op when finished; never leaves a job running if this task is cancelled
     _finished(svc, done)
+    if flt.error is not None:
+        return JSONResponse(error_body(500, FILTER_FAILED, flt.error), status_code=500)
+    if flt.stopped:
+        return JSONResponse(shapes.completion(h, text, CONTENT_FILTER, done.metrics))
     if done.reason == "cancelled":
         return Response(status_code=499)  # nobody is listening
     if done.reason not in shapes.FINISH:
@@ -152,11 +158,19 @@ async def _complete(svc: Services, request: Request, job: Job, h: shapes.Header)
     return JSONResponse(shapes.completion(h, text, shapes.FINISH[done.reason], done.metrics))
 
 
-async def _collect(queue: asyncio.Queue[tuple[str, JobEvents]]) -> tuple[str, Done]:
+async def _collect(
+    queue: asyncio.Queue[tuple[str, JobEvents]], flt: ResponseFilter, handle: Handle
+) -> tuple[str, Done]:
+    """The job's text as the filters let it through (a filter's stop cancels the job); its end."""
     parts: list[str] = []
     while True:
         _, events = await queue.get()
-        parts.extend(c.text for c in events.chunks)
+        for c in events.chunks:
+            text = flt.check(c.text) if c.text else ""
+            if text is None:
+                handle.cancel()  # the done that follows ends the collection
+            else:
+                parts.append(text)
         if events.done is not None:
             return "".join(parts), events.done
 
@@ -195,16 +209,27 @@ async def _pump(
     with_usage: bool,
 ) -> None:
     """Engine events → numbered SSE frames, until the job is done."""
+    flt = ResponseFilter(svc.filters, None, h.id)
     while True:
         _, events = await queue.get()
         for c in events.chunks:
             if c.text:  # a final chunk may carry only the count of tokens that never became text
-                stream.push(dumps(shapes.chunk(h, {"content": c.text}, with_usage=with_usage)))
+                text = flt.check(c.text)
+                if text is None:
+                    stream.cancel()  # a filter stopped it: the job's done (within a step) ends the stream
+                elif text:
+                    stream.push(dumps(shapes.chunk(h, {"content": text}, with_usage=with_usage)))
         done = events.done
         if done is None:
             continue
         _finished(svc, done)
-        if done.reason in shapes.FINISH:
+        if flt.error is not None:
+            stream.push(dumps(error_body(500, FILTER_FAILED, flt.error)))
+        elif flt.stopped:
+            stream.push(dumps(shapes.chunk(h, {}, CONTENT_FILTER, with_usage=with_usage)))
+            if with_usage:
+                stream.push(dumps(shapes.usage_chunk(h, done.metrics)))
+        elif done.reason in shapes.FINISH:
             stream.push(dumps(shapes.chunk(h, {}, shapes.FINISH[done.reason], with_usage=with_usage)))
             if with_usage:
                 stream.push(dumps(shapes.usage_chunk(h, done.metrics)))

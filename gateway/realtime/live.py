@@ -18,11 +18,12 @@ from typing import Any
 
 from models.decode import ContextOverflow, JobEvents
 from models.engine import EngineBusy, Handle
-from processors.errors import InputError
 from processors.image import ImageError
 
+from ..filters import FILTER_FAILED, ResponseFilter
 from ..services import Services
 from ..sink import AsyncSink
+from ..uploads import REFUSALS, data_url_text, file_text
 from . import protocol as p
 from .media import MediaInput
 from .registry import Attachment
@@ -53,6 +54,7 @@ class LiveSession:
         self.session = Session(services.session_defaults, self.outbox.stamp)
         self.state = services.backend.new_state()
         self.handles: dict[str, Handle] = {}
+        self.filters: dict[str, ResponseFilter] = {}  # response id → its chunk filtering
         self.model_q: asyncio.Queue[ModelMessage] = asyncio.Queue()
         self.media = MediaInput(self.session, services, self.send, self._create_response)
         self._tasks: set[asyncio.Task[None]] = set()
@@ -116,6 +118,7 @@ class LiveSession:
         try:
             job = svc.decode_job(self.state, action.messages, action.sampling, action.scheduler)
             self.handles[rid] = svc.engine.submit(job, AsyncSink(asyncio.get_running_loop(), self.model_q, rid))
+            self.filters[rid] = ResponseFilter(svc.filters, self.session.id, rid)
         except ContextOverflow as exc:
             self.send(self.session.error("context_length_exceeded", str(exc)))
             self.send(self.session.on_done(rid, "error", {"error_code": "context_length_exceeded"}, {}))
@@ -175,11 +178,25 @@ class LiveSession:
                 self._create_response(go)
 
     async def _resolve_item(self, ev: p.ItemCreate) -> None:
-        parts: list[p.InputText | p.InputImage | p.InputAudio] = []
+        parts: list[p.InputText | p.InputImage | p.InputAudio | p.InputFile] = []
         try:
             for part in ev.item.content:
-                if isinstance(part, p.InputAudio):
-                    text = part.transcript or await self.media.resolve_audio_part(part.audio)
+                # files belong to the uploader's key, as the HTTP API names it ("" on a server without keys)
+                owner = self.key if self.svc.config.server.api_keys else ""
+                if isinstance(part, p.InputAudio) and part.transcript is None and part.file_id is not None:
+                    _, text = await file_text(self.svc, owner, part.file_id, "audio")
+                    parts.append(p.InputText(type="input_text", text=text))
+                elif isinstance(part, p.InputImage) and part.file_id is not None:
+                    _, text = await file_text(self.svc, owner, part.file_id, "image")
+                    parts.append(p.InputText(type="input_text", text=text))
+                elif isinstance(part, p.InputFile):
+                    if part.file_id is not None:
+                        _, text = await file_text(self.svc, owner, part.file_id)
+                    else:
+                        text = await data_url_text(self.svc, part.file_data or "", self.svc.config.files.max_file_bytes)
+                    parts.append(p.InputText(type="input_text", text=text))
+                elif isinstance(part, p.InputAudio):
+                    text = part.transcript or await self.media.resolve_audio_part(part.audio or "")
                     parts.append(p.InputText(type="input_text", text=text))
                 elif isinstance(part, p.InputImage):
                     describe = self.svc.image_describer
@@ -187,10 +204,11 @@ class LiveSession:
                         raise ImageError(
                             "unsupported_content", "image input is not enabled on this server (config: vision.mode)"
                         )
-                    parts.append(p.InputText(type="input_text", text=await asyncio.to_thread(describe, part.image_url)))
+                    url = part.image_url or ""
+                    parts.append(p.InputText(type="input_text", text=await asyncio.to_thread(describe, url)))
                 else:
                     parts.append(part)
-        except InputError as exc:  # an audio or image part the processors refused
+        except REFUSALS as exc:
             self.svc.metrics.errors.labels(code=exc.code).inc()
             self.send(self.session.error(exc.code, exc.message, ev.event_id, "item.content"))
             return
@@ -231,12 +249,20 @@ class LiveSession:
                     flags.pop(0)
             self.send(self.session.on_image(rid, events.item_id, ev))
             return
+        flt = self.filters.get(rid)
         for chunk in events.chunks:
-            self.send(self.session.on_chunk(rid, chunk.text))
-        for prompt in events.requests:  # the model asked for an image: never shown as text
+            text = chunk.text if flt is None or not chunk.text else flt.check(chunk.text)
+            if text is None:  # a filter stopped it: the job's done (within a step) ends the response
+                handle = self.handles.get(rid)
+                if handle is not None:
+                    handle.cancel()
+            elif text:
+                self.send(self.session.on_chunk(rid, text))
+        for prompt in [] if flt is not None and flt.stopped else events.requests:  # never shown as text
             self.send(self.session.image_request(rid, prompt))
         if events.done is not None:
             self.handles.pop(rid, None)
+            self.filters.pop(rid, None)
             m = events.done.metrics
             usage = {}
             if "tokens" in m:
@@ -248,7 +274,11 @@ class LiveSession:
                     "input_token_details": {"cached_tokens": m.get("cached_tokens", 0)},
                 }
                 self.svc.metrics.observe_response(m)
-            self.send(self.session.on_done(rid, events.done.reason, m, usage))
+            reason = events.done.reason if flt is None or flt.reason is None else flt.reason
+            if flt is not None and flt.error is not None:
+                self.send(self.session.error(FILTER_FAILED, flt.error))
+                m = {**m, "error_code": FILTER_FAILED}
+            self.send(self.session.on_done(rid, reason, m, usage))
 
     # ------------------------------------------------------------------ lifecycle
 

@@ -13,7 +13,7 @@ import itertools
 import re
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError, model_validator
 
 from ..options import SchedulerOptions
 
@@ -81,17 +81,46 @@ class InputText(_Strict):
 
 class InputImage(_Lenient):
     type: Literal["input_image"]
-    image_url: str
+    image_url: str | None = None  # a data URL; or instead …
+    file_id: str | None = None  # … an uploaded image (POST /v1/files)
     detail: str | None = None
+
+    @model_validator(mode="after")
+    def _one_source(self) -> InputImage:
+        if (self.image_url is None) == (self.file_id is None):
+            raise ValueError("input_image needs exactly one of image_url and file_id")
+        return self
 
 
 class InputAudio(_Lenient):
     type: Literal["input_audio"]
-    audio: str
+    audio: str | None = None  # base64 pcm16 at the session's input rate; or instead …
+    file_id: str | None = None  # … an uploaded WAV file (POST /v1/files)
     transcript: str | None = None
 
+    @model_validator(mode="after")
+    def _one_source(self) -> InputAudio:
+        if self.transcript is None and (self.audio is None) == (self.file_id is None):
+            raise ValueError("input_audio needs exactly one of audio and file_id")
+        return self
 
-ContentPart = Annotated[InputText | InputImage | InputAudio, Field(discriminator="type")]
+
+class InputFile(_Lenient):
+    """Content a processor plugin reads (processors.registry): an uploaded file or inline data."""
+
+    type: Literal["input_file"]
+    file_id: str | None = None  # an uploaded file (POST /v1/files); or instead …
+    file_data: str | None = None  # … a data URL (data:<type>;base64,…)
+    filename: str | None = None
+
+    @model_validator(mode="after")
+    def _one_source(self) -> InputFile:
+        if (self.file_id is None) == (self.file_data is None):
+            raise ValueError("input_file needs exactly one of file_id and file_data")
+        return self
+
+
+ContentPart = Annotated[InputText | InputImage | InputAudio | InputFile, Field(discriminator="type")]
 
 
 class MessageItem(_Lenient):

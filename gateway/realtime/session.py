@@ -468,6 +468,8 @@ class Session:
             return self._finish(r, "incomplete", {"type": "incomplete", "reason": "max_output_tokens"}, metrics, usage)
         if reason == "cancelled":
             return self._finish(r, "cancelled", {"type": "cancelled", "reason": "client_cancelled"}, metrics, usage)
+        if reason == "content_filter":  # a chunk filter stopped it (gateway.filters)
+            return self._finish(r, "incomplete", {"type": "incomplete", "reason": "content_filter"}, metrics, usage)
         err = {"type": "server_error", "code": metrics.get("error_code", "generation_failed")}
         return self._finish(r, "failed", {"type": "failed", "error": err}, metrics, usage)
 

@@ -1,0 +1,93 @@
+"""Start and stop what a running gateway holds (``Services``): the HTTP app's lifespan and the
+in-process API (``gateway.inprocess``) share this, so both serve from the same engine set-up."""
+
+from __future__ import annotations
+
+import asyncio
+import sys
+import tempfile
+from collections.abc import Callable
+from pathlib import Path
+
+from models.backend import Backend
+from models.engine import Engine
+from models.remote import RemoteModel
+from models.remote_engine import RemoteEngine
+from processors.builtin import ImageProcessor, WavProcessor
+from processors.image import ImageLimits
+
+from .config import Config
+from .files import FileStore
+from .filters import load_filters
+from .loading import default_loader, load_audio, load_speculator, load_vision, make_engine
+from .realtime.registry import SessionRegistry
+from .services import Services
+
+
+async def start_services(
+    config: Config,
+    backend_loader: Callable[[Config], Backend | RemoteModel] | None = None,
+    engine: Engine | RemoteEngine | None = None,
+) -> Services:
+    """Load the model on the engine's thread, then the speculator and the media processors."""
+    # the event loop and the decode thread hand text to each other many times a second: a 1 ms
+    # GIL switch interval (default 5 ms) keeps those hand-offs from adding milliseconds of TTFT
+    sys.setswitchinterval(0.001)
+    filters = load_filters(config.filters)  # a bad spec fails here, before minutes of model loading
+    loader = backend_loader or default_loader
+    # the engine's thread is the only one that ever runs the model (see models/engine.py)
+    engine = engine or make_engine(config)  # (backend: openai: workers streaming from the engine)
+    try:
+        backend = await asyncio.wrap_future(engine.call(loader, config))
+        spec = await asyncio.wrap_future(engine.call(load_speculator, config, backend))
+    except BaseException:
+        engine.close()
+        raise
+    engine.on_idle(getattr(backend, "warm", None))  # e.g. the next new conversation's cache
+    try:
+        asr = await asyncio.to_thread(load_audio, config) if config.audio.enabled else None
+        describer, image_gen = await asyncio.to_thread(load_vision, config)
+    except BaseException:
+        engine.close()
+        raise
+    registry = SessionRegistry(
+        config.server.grace_period_s,
+        config.limits.max_sessions,
+        config.limits.max_sessions_per_key if config.server.api_keys else None,
+    )
+    svc = Services(
+        config=config,
+        backend=backend,
+        engine=engine,
+        registry=registry,
+        asr=asr,
+        image_describer=describer,
+        image_gen=image_gen,
+        filters=filters,
+        files=file_store(config),
+        drafter_factory=None if spec is None else (lambda: (lambda s: (s, s))(spec.for_job())),
+    )
+    # the built-in image and WAV processors first, then the installed plugins (which may replace them)
+    v = config.vision
+    limits = ImageLimits(max_bytes=v.max_image_bytes, max_pixels=v.max_image_pixels, max_side=v.max_side)
+    svc.processors.register(ImageProcessor(limits, describer))
+    svc.processors.register(WavProcessor(svc.audio_limits, asr))
+    svc.processors.load_entry_points()
+    return svc
+
+
+def file_store(config: Config) -> FileStore | None:
+    f = config.files
+    if not f.enabled:
+        return None
+    folder = Path(f.folder) if f.folder else Path(tempfile.gettempdir()) / "stream-omni-files"
+    return FileStore(folder, f.quota_bytes_per_key, f.expiry_s)
+
+
+def stop_services(svc: Services) -> None:
+    """Stop the engine (running jobs are cancelled), the image generator and a remote engine's client."""
+    svc.engine.close()
+    if svc.image_gen is not None:
+        svc.image_gen.close()
+    if isinstance(svc.backend, RemoteModel):
+        svc.backend.close()
