@@ -183,7 +183,7 @@ class DecodeJob:
             return JobEvents()
         t0 = self.clock()
         rows = self.backend.forward(self.state, fw.tokens, fw.n_logits)
-        return self.complete(rows, self.clock() - t0)
+        return self._complete(rows, self.clock() - t0)
 
     def plan(self, load: int = 0, prefill_budget: int | None = None, draft: bool = True) -> Forward | None:
         """What this step needs forwarded; None: nothing now (finished, or no prefill budget left).
@@ -228,6 +228,9 @@ class DecodeJob:
 
         ``seconds``: the forward's wall time when it ran alone (0: shared with others, not timed).
         """
+        return self._release(self._complete(rows, seconds))
+
+    def _complete(self, rows: np.ndarray, seconds: float) -> JobEvents:
         assert self._inflight is not None, "complete() without plan()"
         inflight, self._inflight = self._inflight, None
         out = JobEvents()
