@@ -283,7 +283,7 @@ class Engine:
 
     @staticmethod
     def _deliver(h: Handle, events: JobEvents) -> None:
-        if events.chunks or events.done is not None:
+        if events.chunks or events.requests or events.done is not None:  # a step that shows nothing: no wake-up
             try:
                 h.sink(events)
             except Exception:  # a closed loop must not kill the worker
