@@ -55,6 +55,7 @@ class LiveSession:
         self.handles: dict[str, Handle] = {}
         self.model_q: asyncio.Queue[ModelMessage] = asyncio.Queue()
         self.media = MediaInput(self.session, services, self.send, self._create_response)
+        self.session.view_hook = self.media.describe
         self._tasks: set[asyncio.Task[None]] = set()
         self._media_lock = asyncio.Lock()
         self.image_cancels: dict[str, list[threading.Event]] = {}  # response id → its image jobs

@@ -13,6 +13,7 @@ from collections.abc import Callable
 from typing import Any
 
 from processors.audio import AudioError, b64decode_strict, decode_base64_pcm16
+from processors.vad import ServerVadConfig
 
 from ..services import Services
 from . import protocol as p
@@ -50,6 +51,19 @@ class MediaInput:
             if "turn_detection" in audio_in.model_fields_set:
                 td = audio_in.turn_detection
         return rate, td
+
+    def describe(self, view: dict[str, Any]) -> None:
+        """Report the effective ``audio.input`` settings (turn detection with every field filled in)."""
+        if self.svc.asr is None:
+            return
+        rate, td = self._audio_opts(self.session.options)
+        try:
+            detection = ServerVadConfig.from_turn_detection(td).view() if td is not None else None
+        except AudioError:  # refused by check_update before it could be applied; never stored
+            return
+        audio_in = view.setdefault("audio", {}).setdefault("input", {})
+        audio_in["format"] = {"type": "audio/pcm", "rate": rate}
+        audio_in["turn_detection"] = detection
 
     def check_update(self, ev: p.SessionUpdate) -> Output | None:
         """Validate the audio part of a session.update before the session applies it."""

@@ -95,6 +95,7 @@ class Session:
         self.response: ResponseState | None = None
         self._pending: set[str] = set()  # items whose content is still being made (see item_pending)
         self._held: p.ResponseCreate | None = None  # a response.create waiting for them
+        self.view_hook: Callable[[dict[str, Any]], None] | None = None  # fills in effective audio settings
 
     # ------------------------------------------------------------------ helpers
 
@@ -107,6 +108,8 @@ class Session:
     def session_view(self) -> dict[str, Any]:
         view = self.options.model_dump(exclude_none=True)
         view.update(id=self.id, object="realtime.session")
+        if self.view_hook is not None:
+            self.view_hook(view)
         return view
 
     def created(self, extra: dict[str, Any] | None = None) -> Output:
