@@ -45,8 +45,9 @@ class Metrics:
         self.errors = Counter("stream_omni:errors", "Error events and responses by code", ["code"], registry=r)
         self.speculation = Counter(
             "stream_omni:voice_speculation",
-            "Replies prepared at a pause in speech, by outcome (committed: sent when the turn ended; "
-            "discarded: speech resumed)",
+            "Replies prepared at a pause in speech (prepared), and what became of them (committed: sent when "
+            "the turn ended; "
+            "discarded: speech resumed; mismatched: the committed turn asked for another generation)",
             ["outcome"],
             registry=r,
         )

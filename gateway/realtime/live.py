@@ -13,7 +13,7 @@ import logging
 import secrets
 import threading
 from collections.abc import Callable, Coroutine
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from models.decode import ContextOverflow, JobEvents
@@ -43,6 +43,30 @@ class ImageProgress:
 ModelMessage = tuple[str, JobEvents | ImageProgress]  # (response id, what the model produced)
 
 
+@dataclass
+class Speculation:
+    """A reply prepared at a pause in the user's speech: running in the engine, nothing sent yet."""
+
+    key: int  # the TurnTaker's id for it
+    action: StartResponse  # what it generates; its response_id is the job's own ("spec_…")
+    handle: Handle
+    events: list[JobEvents] = field(default_factory=list)  # held back until the turn commits
+
+    @property
+    def finished(self) -> bool:
+        return any(e.done is not None for e in self.events)
+
+    def serves(self, action: StartResponse) -> bool:
+        """Is it exactly the generation ``action`` asks for (same prompt, same sampling)?"""
+        a = self.action
+        return (a.messages, a.sampling, a.scheduler, a.output_modalities) == (
+            action.messages,
+            action.sampling,
+            action.scheduler,
+            action.output_modalities,
+        )
+
+
 class LiveSession:
     def __init__(self, services: Services, key: str):
         """``key``: digest of the API key the session is bound to (``gateway.security.key_digest``)."""
@@ -54,7 +78,10 @@ class LiveSession:
         self.state = services.backend.new_state()
         self.handles: dict[str, Handle] = {}
         self.model_q: asyncio.Queue[ModelMessage] = asyncio.Queue()
-        self.media = MediaInput(self.session, services, self.send, self._create_response)
+        self.media = MediaInput(self.session, services, self.send, self._create_response, self)
+        self.speculation: Speculation | None = None
+        self._ignored: set[str] = set()  # dropped speculations: their late events mean nothing
+        self._alias: dict[str, str] = {}  # an adopted speculation's job id → the response it became
         self.session.view_hook = self.media.describe
         self._tasks: set[asyncio.Task[None]] = set()
         self._media_lock = asyncio.Lock()
@@ -112,6 +139,13 @@ class LiveSession:
         gen.submit(action.prompt, None, on_event, cancel)
 
     def _start(self, action: StartResponse) -> None:
+        spec, self.speculation = self.speculation, None
+        if spec is not None:
+            if spec.serves(action):
+                self._adopt(spec, action.response_id)
+                return
+            self.svc.metrics.speculation.labels(outcome="mismatched").inc()
+            self._forget(spec)  # the engine retires a cancelled job before the next one touches the cache
         svc = self.svc
         rid = action.response_id
         try:
@@ -125,6 +159,56 @@ class LiveSession:
         except ValueError as exc:  # bad scheduler/sampling values
             self.send(self.session.error("invalid_value", str(exc)))
             self.send(self.session.on_done(rid, "error", {"error_code": "invalid_value"}, {}))
+
+    # ------------------------------------------------------------------ speculation (media.Speculator)
+
+    def prepare(self, key: int, transcript: str) -> None:
+        """Start the reply to a user turn saying ``transcript``, unseen, if nothing else runs."""
+        if self.speculation is not None:
+            self._forget(self.speculation)
+            self.speculation = None
+        action = self.session.preview_response(transcript)
+        if action is None or self.handles or self.closed or not self.svc.engine_has_room():
+            return
+        svc, rid = self.svc, action.response_id
+        try:
+            prompt = svc.backend.chat_tokens(action.messages)
+            job = DecodeJob(
+                svc.backend,
+                self.state,
+                prompt,
+                svc.sampling(action.sampling),
+                svc.scheduler_config(action.scheduler),
+                *svc.drafting(),
+            )
+            handle = svc.engine.submit(job, AsyncSink(asyncio.get_running_loop(), self.model_q, rid))
+        except (ContextOverflow, EngineBusy, ValueError):
+            return  # the real response will meet (and report) the same problem, or start normally
+        self.speculation = Speculation(key, action, handle)
+        self.svc.metrics.speculation.labels(outcome="prepared").inc()
+
+    def drop(self, key: int) -> None:
+        """Speech resumed: the prepared reply goes, silently (its job is cancelled within a step)."""
+        spec = self.speculation
+        if spec is not None and spec.key == key:
+            self.speculation = None
+            self._forget(spec)
+            self.svc.metrics.speculation.labels(outcome="discarded").inc()
+
+    def _forget(self, spec: Speculation) -> None:
+        spec.handle.cancel()
+        if not spec.finished:  # its last events are still to come
+            self._ignored.add(spec.action.response_id)
+
+    def _adopt(self, spec: Speculation, rid: str) -> None:
+        """The turn committed as predicted: the prepared job becomes response ``rid``."""
+        self.svc.metrics.speculation.labels(outcome="committed").inc()
+        job_id = spec.action.response_id
+        self.handles[rid] = spec.handle
+        if not spec.finished:
+            self._alias[job_id] = rid
+        for events in spec.events:  # what it made so far goes out now, in order
+            self._on_job(rid, events)
 
     # ------------------------------------------------------------------ inbound
 
@@ -232,6 +316,17 @@ class LiveSession:
                     flags.pop(0)
             self.send(self.session.on_image(rid, events.item_id, ev))
             return
+        spec = self.speculation
+        if spec is not None and rid == spec.action.response_id:
+            spec.events.append(events)  # not a response yet: held until the turn commits
+        elif rid in self._ignored:
+            if events.done is not None:
+                self._ignored.discard(rid)
+        else:
+            self._on_job(self._alias.pop(rid, rid) if events.done else self._alias.get(rid, rid), events)
+
+    def _on_job(self, rid: str, events: JobEvents) -> None:
+        """A response's engine events → server events."""
         for chunk in events.chunks:
             self.send(self.session.on_chunk(rid, chunk.text))
         for prompt in events.requests:  # the model asked for an image: never shown as text
@@ -263,6 +358,9 @@ class LiveSession:
             return
         self.closed = True
         self.send(self.session.cancel(reason))
+        if self.speculation is not None:
+            self.speculation.handle.cancel()
+            self.speculation = None
         for handle in self.handles.values():
             handle.cancel()
         self.handles.clear()

@@ -221,7 +221,6 @@ class MediaInput:
                 if self.speculator is not None:
                     self.speculator.prepare(a.speculation, a.transcript)
             elif isinstance(a, Drop):
-                self.svc.metrics.speculation.labels(outcome="discarded").inc()
                 if self.speculator is not None:
                     self.speculator.drop(a.speculation)
             elif isinstance(a, SetSilence):
@@ -237,8 +236,6 @@ class MediaInput:
                 self.send(self.session.transcript_delta(item_id, a.delta))
             self.send(self.session.transcript_done(item_id, a.transcript))
             self.svc.metrics.transcripts.labels(consistent=str(a.consistent).lower()).inc()
-        if a.speculation is not None:
-            self.svc.metrics.speculation.labels(outcome="committed").inc()
         go = self.session.settle(item_id)
         if a.respond and go is None:
             go = self.session.want_response(p.ResponseCreate(type="response.create"))
