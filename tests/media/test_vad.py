@@ -230,7 +230,8 @@ def test_segmenter_keeps_bounded_audio_while_idle():
 
 def test_segmenter_reset_drops_the_turn_in_progress():
     vad = ServerVad(ServerVadConfig(prefix_padding_ms=0, silence_duration_ms=64), LevelModel())
-    events = vad.feed(np.full(WINDOW * 4, 0.5, np.float32))
+    quiet_then_loud = np.concatenate([np.zeros(WINDOW * 2, np.float32), np.full(WINDOW * 4, 0.5, np.float32)])
+    events = vad.feed(quiet_then_loud)  # (the noise gate needs a floor to stand out from)
     assert isinstance(events[0], SpeechStarted) and vad.in_speech
     vad.reset()
     assert not vad.in_speech
