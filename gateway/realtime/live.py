@@ -172,15 +172,7 @@ class LiveSession:
             return
         svc, rid = self.svc, action.response_id
         try:
-            prompt = svc.backend.chat_tokens(action.messages)
-            job = DecodeJob(
-                svc.backend,
-                self.state,
-                prompt,
-                svc.sampling(action.sampling),
-                svc.scheduler_config(action.scheduler),
-                *svc.drafting(),
-            )
+            job = svc.decode_job(self.state, action.messages, action.sampling, action.scheduler)
             handle = svc.engine.submit(job, AsyncSink(asyncio.get_running_loop(), self.model_q, rid))
         except (ContextOverflow, EngineBusy, ValueError):
             return  # the real response will meet (and report) the same problem, or start normally
