@@ -13,15 +13,21 @@ class Metrics:
     def __init__(self) -> None:
         r = self.registry = CollectorRegistry()
         self.ttft = Histogram(
-            "stream_omni:time_to_first_token_seconds", "Time to first text chunk", registry=r,
+            "stream_omni:time_to_first_token_seconds",
+            "Time to first text chunk",
+            registry=r,
             buckets=_LATENCY_BUCKETS,
         )
         self.e2e = Histogram(
-            "stream_omni:e2e_request_latency_seconds", "Response start to end", registry=r,
+            "stream_omni:e2e_request_latency_seconds",
+            "Response start to end",
+            registry=r,
             buckets=_LATENCY_BUCKETS,
         )
         self.inter_chunk = Histogram(
-            "stream_omni:inter_chunk_latency_seconds", "Mean time between chunks of a response", registry=r,
+            "stream_omni:inter_chunk_latency_seconds",
+            "Mean time between chunks of a response",
+            registry=r,
             buckets=_LATENCY_BUCKETS,
         )
         self.prompt_tokens = Counter("stream_omni:prompt_tokens", "Prompt tokens prefilled", registry=r)
@@ -37,6 +43,20 @@ class Metrics:
         self.cancels = Counter("stream_omni:cancels", "Responses cancelled", registry=r)
         self.resumes = Counter("stream_omni:resumes", "Sessions resumed", registry=r)
         self.errors = Counter("stream_omni:errors", "Error events and responses by code", ["code"], registry=r)
+        self.speculation = Counter(
+            "stream_omni:voice_speculation",
+            "Replies prepared at a pause in speech (prepared), and what became of them (committed: sent when "
+            "the turn ended; "
+            "discarded: speech resumed; mismatched: the committed turn asked for another generation)",
+            ["outcome"],
+            registry=r,
+        )
+        self.transcripts = Counter(
+            "stream_omni:voice_transcripts",
+            "Final transcripts of VAD turns (inconsistent: the words shown while speaking were not a prefix)",
+            ["consistent"],
+            registry=r,
+        )
         self.responses = Counter("stream_omni:responses", "Responses finished by status", ["status"], registry=r)
 
     def observe_response(self, m: dict[str, Any]) -> None:

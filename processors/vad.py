@@ -35,44 +35,87 @@ WINDOW = 512  # samples per model window at 16 kHz
 WINDOW_MS = WINDOW * 1000 // TARGET_RATE  # 32 ms, exact
 CONTEXT = 64  # samples of the previous window the model sees in front of each window
 HYSTERESIS = 0.15  # once speaking, a window is silence only below threshold - 0.15 (Silero's rule)
+NOISE_GATE_DB = 10.0  # a window is speech only this far above the noise floor (babble at 10 dB SNR: bench'd)
+FLOOR_WINDOWS = 156  # the noise floor is a low percentile of the last ~5 s of window energies
+FLOOR_PERCENTILE = 10
+SMOOTH_WINDOWS = 3  # window energy is averaged over ~96 ms, as a syllable lasts
 
 
 # ---------------------------------------------------------------- config
 
 
+EAGERNESS = ("low", "medium", "high", "auto")
+# semantic_vad: eagerness → the silence window before the partial transcript is known ("auto" is "medium")
+EAGERNESS_SILENCE_MS = {"low": 1000, "medium": 500, "high": 250, "auto": 500}
+
+
 @dataclass(frozen=True)
 class ServerVadConfig:
-    """``session.audio.input.turn_detection`` of type ``server_vad`` (OpenAI's fields and defaults)."""
+    """``session.audio.input.turn_detection`` (OpenAI's fields and defaults, plus two extensions)."""
 
     threshold: float = 0.5  # speech probability (0..1) at which a turn starts
     prefix_padding_ms: int = 300  # audio kept before the detected start, part of the turn
     silence_duration_ms: int = 500  # silence that ends a turn (included in the turn's audio)
     create_response: bool = True  # the gateway answers each committed turn by itself
     interrupt_response: bool = True  # speech start cancels the response in progress
+    type: str = "server_vad"  # "server_vad" | "semantic_vad" (silence window adapts to the partial transcript)
+    eagerness: str = "auto"  # semantic_vad only: low | medium | high | auto → EAGERNESS_SILENCE_MS
+    speculation_ms: int = 200  # extension: silence after which the reply is prepared unseen (0: off)
+    transcription_interval_ms: int = 500  # extension: a partial transcript per this much new speech (0: off)
 
     @property
     def neg_threshold(self) -> float:
         """Below this a window counts as silence while speaking."""
         return max(self.threshold - HYSTERESIS, 0.01)
 
+    @property
+    def semantic(self) -> bool:
+        return self.type == "semantic_vad"
+
+    def view(self) -> dict[str, Any]:
+        """The wire object reported in ``session.created`` / ``session.updated``."""
+        common = {
+            "create_response": self.create_response,
+            "interrupt_response": self.interrupt_response,
+            "speculation_ms": self.speculation_ms,
+            "transcription_interval_ms": self.transcription_interval_ms,
+        }
+        if self.semantic:
+            return {"type": self.type, "eagerness": self.eagerness, **common}
+        return {
+            "type": self.type,
+            "threshold": self.threshold,
+            "prefix_padding_ms": self.prefix_padding_ms,
+            "silence_duration_ms": self.silence_duration_ms,
+            **common,
+        }
+
     @classmethod
     def from_turn_detection(cls, raw: dict[str, Any]) -> ServerVadConfig:
-        """Validate a wire ``turn_detection`` object. ``semantic_vad`` (no model here) runs as
-        ``server_vad`` with defaults. Bad values raise ``AudioError("invalid_value")``."""
+        """Validate a wire ``turn_detection`` object. Bad values raise ``AudioError("invalid_value")``."""
         kind = raw.get("type", "server_vad")
         if kind not in ("server_vad", "semantic_vad"):
             raise AudioError("invalid_value", f"turn_detection.type {kind!r} is not supported")
+        ext = {
+            "create_response": _flag(raw, "create_response", True),
+            "interrupt_response": _flag(raw, "interrupt_response", True),
+            "speculation_ms": _number(raw, "speculation_ms", 200, 0, 10_000, int),
+            "transcription_interval_ms": _number(raw, "transcription_interval_ms", 500, 0, 60_000, int),
+        }
         if kind == "semantic_vad":
-            return cls(
-                create_response=_flag(raw, "create_response", True),
-                interrupt_response=_flag(raw, "interrupt_response", True),
-            )
+            eagerness = raw.get("eagerness") or "auto"
+            if eagerness not in EAGERNESS:
+                raise AudioError(
+                    "invalid_value",
+                    f"turn_detection.eagerness must be one of {', '.join(EAGERNESS)}, got {eagerness!r}",
+                )
+            silence = EAGERNESS_SILENCE_MS[eagerness]
+            return cls(silence_duration_ms=silence, type=kind, eagerness=eagerness, **ext)
         return cls(
             threshold=_number(raw, "threshold", 0.5, 0.0, 1.0, float),
             prefix_padding_ms=_number(raw, "prefix_padding_ms", 300, 0, 10_000, int),
             silence_duration_ms=_number(raw, "silence_duration_ms", 500, 0, 10_000, int),
-            create_response=_flag(raw, "create_response", True),
-            interrupt_response=_flag(raw, "interrupt_response", True),
+            **ext,
         )
 
 
@@ -84,9 +127,7 @@ def _number(raw: dict[str, Any], key: str, default: Any, lo: float, hi: float, k
     if kind is int:
         ok_type = ok_type and float(value).is_integer()
     if not ok_type or not lo <= value <= hi:
-        raise AudioError(
-            "invalid_value", f"turn_detection.{key} must be a number in {lo}..{hi}, got {value!r}"
-        )
+        raise AudioError("invalid_value", f"turn_detection.{key} must be a number in {lo}..{hi}, got {value!r}")
     return kind(value)
 
 
@@ -120,7 +161,21 @@ class SpeechStopped:
     audio: np.ndarray | None = field(default=None, repr=False)
 
 
-VadEvent = SpeechStarted | SpeechStopped
+@dataclass(frozen=True)
+class SpeechPaused:
+    """Internal (never sent): silence has lasted ``speculation_ms`` inside a turn, from ``silence_start_ms``."""
+
+    silence_start_ms: int
+
+
+@dataclass(frozen=True)
+class SpeechResumed:
+    """Internal: speech came back after a ``SpeechPaused``, before the silence window closed."""
+
+    at_ms: int
+
+
+VadEvent = SpeechStarted | SpeechStopped | SpeechPaused | SpeechResumed
 
 
 # ---------------------------------------------------------------- the pure state machine
@@ -134,11 +189,18 @@ class VadStateMachine:
     earlier, but never before the end of the previous turn (or a reset). It stops once the
     probability has stayed below ``neg_threshold`` for ``silence_duration_ms`` (windows between the
     two thresholds neither start nor reset the silence count); ``audio_end_ms`` is that moment.
+
+    With ``pauses``, it also says ``SpeechPaused`` once the silence reaches ``speculation_ms``
+    (if that is shorter than the window) and ``SpeechResumed`` if speech returns after that.
+    ``silence_target_ms`` overrides ``silence_duration_ms`` for the current turn (semantic_vad).
     """
 
-    def __init__(self, config: ServerVadConfig | None = None, window_ms: int = WINDOW_MS):
+    def __init__(self, config: ServerVadConfig | None = None, window_ms: int = WINDOW_MS, pauses: bool = False):
         self.config = config or ServerVadConfig()
         self.window_ms = window_ms
+        self.pauses = pauses
+        self.silence_target_ms: int | None = None  # this turn's silence window, when not the config's
+        self._paused = False
         self.now_ms = 0  # end of the last window seen
         self.in_speech = False
         self.turn_start_ms = 0  # audio_start_ms of the current turn (valid while in_speech)
@@ -159,22 +221,36 @@ class VadStateMachine:
             return None
         if prob >= cfg.threshold:
             self._silence_ms = None
+            if self._paused:
+                self._paused = False
+                return SpeechResumed(window_start)
         elif prob < cfg.neg_threshold and self._silence_ms is None:
             self._silence_ms = 0
         if self._silence_ms is not None:
             self._silence_ms += self.window_ms
-            if self._silence_ms >= cfg.silence_duration_ms:
-                self.in_speech = False
-                self._silence_ms = None
-                self._floor_ms = self.now_ms
+            if self._silence_ms >= self.silence_window_ms:
+                self._end_turn()
                 return SpeechStopped(self.turn_start_ms, self.now_ms)
+            if self.pauses and not self._paused and 0 < cfg.speculation_ms <= self._silence_ms:
+                self._paused = True
+                return SpeechPaused(self.now_ms - self._silence_ms)
         return None
+
+    @property
+    def silence_window_ms(self) -> int:
+        """The silence that ends the current turn."""
+        return self.config.silence_duration_ms if self.silence_target_ms is None else self.silence_target_ms
+
+    def _end_turn(self) -> None:
+        self.in_speech = False
+        self._silence_ms = None
+        self._paused = False
+        self.silence_target_ms = None
+        self._floor_ms = self.now_ms
 
     def reset(self) -> None:
         """Drop the turn in progress (manual commit/clear); audio so far belongs to no later turn."""
-        self.in_speech = False
-        self._silence_ms = None
-        self._floor_ms = self.now_ms
+        self._end_turn()
 
 
 # ---------------------------------------------------------------- the model
@@ -216,9 +292,7 @@ def _session() -> Any:
     opts.inter_op_num_threads = 1
     opts.log_severity_level = 3
     try:
-        return ort.InferenceSession(
-            str(silero_onnx_path()), sess_options=opts, providers=["CPUExecutionProvider"]
-        )
+        return ort.InferenceSession(str(silero_onnx_path()), sess_options=opts, providers=["CPUExecutionProvider"])
     except Exception as exc:  # onnxruntime raises its own exception types
         raise VadLoadError(f"could not load the silero-vad ONNX model: {exc}") from exc
 
@@ -244,6 +318,36 @@ class SileroVad:
         return float(out[0, 0])
 
 
+# ---------------------------------------------------------------- the noise gate
+
+
+class NoiseGate:
+    """Speech above the background, not any speech: silero-vad rightly hears babble (other people
+    talking) as speech, so on its own a café turns into an endless turn. A window's probability
+    counts only when its energy (averaged over ``SMOOTH_WINDOWS``) is ``margin_db`` above the noise
+    floor, the ``FLOOR_PERCENTILE``-th percentile of the last ``FLOOR_WINDOWS`` window energies. In
+    a quiet room the floor is near silence and nothing changes; in steady noise the user must be
+    louder than it (10 dB SNR passes, as the tests check). Pure numpy.
+    """
+
+    def __init__(self, margin_db: float = NOISE_GATE_DB):
+        self.margin_db = margin_db
+        self._energy_db: list[float] = []  # the last FLOOR_WINDOWS window energies, oldest first
+        self._power: list[float] = []  # the last SMOOTH_WINDOWS mean powers
+
+    def __call__(self, window: np.ndarray, prob: float) -> float:
+        """The probability to act on: ``prob``, or 0 for a window that does not stand out."""
+        power = float(np.mean(np.square(window, dtype=np.float64)))
+        self._power = [*self._power[-(SMOOTH_WINDOWS - 1) :], power]
+        self._energy_db = [*self._energy_db[-(FLOOR_WINDOWS - 1) :], _db(power)]
+        floor = float(np.percentile(self._energy_db, FLOOR_PERCENTILE))
+        return prob if _db(float(np.mean(self._power))) >= floor + self.margin_db else 0.0
+
+
+def _db(power: float) -> float:
+    return 10.0 * float(np.log10(power + 1e-10))
+
+
 # ---------------------------------------------------------------- the streaming segmenter
 
 
@@ -254,8 +358,15 @@ class ServerVad:
     all kept until ``SpeechStopped`` hands it back. Not thread-safe: one per session.
     """
 
-    def __init__(self, config: ServerVadConfig | None = None, model: SpeechProbModel | None = None):
-        self.machine = VadStateMachine(config)
+    def __init__(
+        self,
+        config: ServerVadConfig | None = None,
+        model: SpeechProbModel | None = None,
+        pauses: bool = False,
+        noise_gate_db: float | None = NOISE_GATE_DB,
+    ):
+        self.machine = VadStateMachine(config, pauses=pauses)
+        self.gate = NoiseGate(noise_gate_db) if noise_gate_db is not None else None
         self.model = model if model is not None else SileroVad()
         self._pending = np.zeros(0, dtype=np.float32)  # < WINDOW samples not yet windowed
         self._chunks: list[np.ndarray] = []  # windows kept, oldest first
@@ -288,7 +399,8 @@ class ServerVad:
         for k in range(n_windows):
             window = buf[k * WINDOW : (k + 1) * WINDOW]
             self._chunks.append(window)
-            event = self.machine.step(self.model(window))
+            prob = self.model(window)
+            event = self.machine.step(self.gate(window, prob) if self.gate is not None else prob)
             if isinstance(event, SpeechStopped):
                 event = replace(event, audio=self._take(event.audio_start_ms, event.audio_end_ms))
             if event is not None:
@@ -297,6 +409,12 @@ class ServerVad:
                 self._trim()
         self._pending = buf[n_windows * WINDOW :].copy()
         return events
+
+    def turn_audio(self) -> np.ndarray:
+        """float32 ``[n]``: the current turn's audio so far (empty outside a turn), for partial transcripts."""
+        if not self.machine.in_speech:
+            return np.zeros(0, dtype=np.float32)
+        return self._take(self.machine.turn_start_ms, self.machine.now_ms)
 
     def reset(self) -> None:
         """Drop the turn in progress (manual commit/clear). The model keeps its stream state."""

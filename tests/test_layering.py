@@ -14,6 +14,7 @@ PURE = (
     "gateway.realtime.session",
     "gateway.realtime.replay",
     "gateway.realtime.ratelimit",
+    "gateway.realtime.turntaking",
     "models.scheduler",
 )
 IO_FRAMEWORKS = ("asyncio", "starlette", "uvicorn", "websockets", "torch")

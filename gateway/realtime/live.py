@@ -13,7 +13,7 @@ import logging
 import secrets
 import threading
 from collections.abc import Callable, Coroutine
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from models.decode import ContextOverflow, JobEvents
@@ -44,6 +44,30 @@ class ImageProgress:
 ModelMessage = tuple[str, JobEvents | ImageProgress]  # (response id, what the model produced)
 
 
+@dataclass
+class Speculation:
+    """A reply prepared at a pause in the user's speech: running in the engine, nothing sent yet."""
+
+    key: int  # the TurnTaker's id for it
+    action: StartResponse  # what it generates; its response_id is the job's own ("spec_…")
+    handle: Handle
+    events: list[JobEvents] = field(default_factory=list)  # held back until the turn commits
+
+    @property
+    def finished(self) -> bool:
+        return any(e.done is not None for e in self.events)
+
+    def serves(self, action: StartResponse) -> bool:
+        """Is it exactly the generation ``action`` asks for (same prompt, same sampling)?"""
+        a = self.action
+        return (a.messages, a.sampling, a.scheduler, a.output_modalities) == (
+            action.messages,
+            action.sampling,
+            action.scheduler,
+            action.output_modalities,
+        )
+
+
 class LiveSession:
     def __init__(self, services: Services, key: str):
         """``key``: digest of the API key the session is bound to (``gateway.security.key_digest``)."""
@@ -56,7 +80,11 @@ class LiveSession:
         self.handles: dict[str, Handle] = {}
         self.filters: dict[str, ResponseFilter] = {}  # response id → its chunk filtering
         self.model_q: asyncio.Queue[ModelMessage] = asyncio.Queue()
-        self.media = MediaInput(self.session, services, self.send, self._create_response)
+        self.media = MediaInput(self.session, services, self.send, self._create_response, self)
+        self.speculation: Speculation | None = None
+        self._ignored: set[str] = set()  # dropped speculations: their late events mean nothing
+        self._alias: dict[str, str] = {}  # an adopted speculation's job id → the response it became
+        self.session.view_hook = self.media.describe
         self._tasks: set[asyncio.Task[None]] = set()
         self._media_lock = asyncio.Lock()
         self.image_cancels: dict[str, list[threading.Event]] = {}  # response id → its image jobs
@@ -113,6 +141,13 @@ class LiveSession:
         gen.submit(action.prompt, None, on_event, cancel)
 
     def _start(self, action: StartResponse) -> None:
+        spec, self.speculation = self.speculation, None
+        if spec is not None:
+            if spec.serves(action):
+                self._adopt(spec, action.response_id)
+                return
+            self.svc.metrics.speculation.labels(outcome="mismatched").inc()
+            self._forget(spec)  # the engine retires a cancelled job before the next one touches the cache
         svc = self.svc
         rid = action.response_id
         try:
@@ -127,6 +162,49 @@ class LiveSession:
         except ValueError as exc:  # bad scheduler/sampling values
             self.send(self.session.error("invalid_value", str(exc)))
             self.send(self.session.on_done(rid, "error", {"error_code": "invalid_value"}, {}))
+
+    # ------------------------------------------------------------------ speculation (media.Speculator)
+
+    def prepare(self, key: int, transcript: str) -> None:
+        """Start the reply to a user turn saying ``transcript``, unseen, if nothing else runs."""
+        if self.speculation is not None:
+            self._forget(self.speculation)
+            self.speculation = None
+        action = self.session.preview_response(transcript)
+        if action is None or self.handles or self.closed or not self.svc.engine_has_room():
+            return
+        svc, rid = self.svc, action.response_id
+        try:
+            job = svc.decode_job(self.state, action.messages, action.sampling, action.scheduler)
+            handle = svc.engine.submit(job, AsyncSink(asyncio.get_running_loop(), self.model_q, rid))
+        except (ContextOverflow, EngineBusy, ValueError):
+            return  # the real response will meet (and report) the same problem, or start normally
+        self.speculation = Speculation(key, action, handle)
+        self.svc.metrics.speculation.labels(outcome="prepared").inc()
+
+    def drop(self, key: int) -> None:
+        """Speech resumed: the prepared reply goes, silently (its job is cancelled within a step)."""
+        spec = self.speculation
+        if spec is not None and spec.key == key:
+            self.speculation = None
+            self._forget(spec)
+            self.svc.metrics.speculation.labels(outcome="discarded").inc()
+
+    def _forget(self, spec: Speculation) -> None:
+        spec.handle.cancel()
+        if not spec.finished:  # its last events are still to come
+            self._ignored.add(spec.action.response_id)
+
+    def _adopt(self, spec: Speculation, rid: str) -> None:
+        """The turn committed as predicted: the prepared job becomes response ``rid``."""
+        self.svc.metrics.speculation.labels(outcome="committed").inc()
+        job_id = spec.action.response_id
+        self.handles[rid] = spec.handle
+        self.filters[rid] = ResponseFilter(self.svc.filters, self.session.id, rid)  # seen like any reply
+        if not spec.finished:
+            self._alias[job_id] = rid
+        for events in spec.events:  # what it made so far goes out now, in order
+            self._on_job(rid, events)
 
     # ------------------------------------------------------------------ inbound
 
@@ -249,6 +327,17 @@ class LiveSession:
                     flags.pop(0)
             self.send(self.session.on_image(rid, events.item_id, ev))
             return
+        spec = self.speculation
+        if spec is not None and rid == spec.action.response_id:
+            spec.events.append(events)  # not a response yet: held until the turn commits
+        elif rid in self._ignored:
+            if events.done is not None:
+                self._ignored.discard(rid)
+        else:
+            self._on_job(self._alias.pop(rid, rid) if events.done else self._alias.get(rid, rid), events)
+
+    def _on_job(self, rid: str, events: JobEvents) -> None:
+        """A response's engine events → server events."""
         flt = self.filters.get(rid)
         for chunk in events.chunks:
             text = chunk.text if flt is None or not chunk.text else flt.check(chunk.text)
@@ -292,6 +381,9 @@ class LiveSession:
             return
         self.closed = True
         self.send(self.session.cancel(reason))
+        if self.speculation is not None:
+            self.speculation.handle.cancel()
+            self.speculation = None
         for handle in self.handles.values():
             handle.cancel()
         self.handles.clear()

@@ -10,16 +10,49 @@ import asyncio
 import logging
 import secrets
 from collections.abc import Callable
-from typing import Any
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+import numpy as np
 
 from processors.audio import AudioError, b64decode_strict, decode_base64_pcm16
+from processors.vad import ServerVadConfig
 
 from ..services import Services
 from . import protocol as p
 from .session import Output, Session
-from .turns import Turn, VoiceInput
+from .turns import SpeechPaused, SpeechResumed, Turn, VoiceInput
+from .turntaking import (
+    Completed,
+    Drop,
+    Prepare,
+    SetSilence,
+    ShowDelta,
+    Stopped,
+    Transcribe,
+    TurnAction,
+    TurnConfig,
+    TurnTaker,
+)
 
 log = logging.getLogger("stream_omni.media")
+
+
+@dataclass
+class SpokenTurn:
+    """A VAD turn being spoken or transcribed: its item, its state machine, its audio once stopped."""
+
+    item_id: str
+    taker: TurnTaker
+    audio: np.ndarray | None = None  # float32 [n] at 16 kHz, set at speech_stopped
+
+
+class Speculator(Protocol):
+    """The engine side of speculation (``LiveSession``): prepare a reply unseen, or drop it."""
+
+    def prepare(self, key: int, transcript: str) -> None: ...
+
+    def drop(self, key: int) -> None: ...
 
 
 class MediaInput:
@@ -29,6 +62,7 @@ class MediaInput:
         services: Services,
         send: Callable[[Output], None],
         start_response: Callable[[p.ResponseCreate], None],
+        speculator: Speculator | None = None,
     ):
         self.session = session
         self.svc = services
@@ -36,6 +70,8 @@ class MediaInput:
         self.start_response = start_response  # runs a response.create once its turn's transcript is in
         self._current_item: str | None = None  # the user item of the turn being spoken
         self.voice: VoiceInput | None = None
+        self.speculator = speculator
+        self._spoken: SpokenTurn | None = None  # the VAD turn being spoken
         self.tasks: set[asyncio.Task[None]] = set()
         self._asr_lock = asyncio.Lock()  # one transcription at a time per session: turns finish in order
 
@@ -51,6 +87,19 @@ class MediaInput:
                 td = audio_in.turn_detection
         return rate, td
 
+    def describe(self, view: dict[str, Any]) -> None:
+        """Report the effective ``audio.input`` settings (turn detection with every field filled in)."""
+        if self.svc.asr is None:
+            return
+        rate, td = self._audio_opts(self.session.options)
+        try:
+            detection = ServerVadConfig.from_turn_detection(td).view() if td is not None else None
+        except AudioError:  # refused by check_update before it could be applied; never stored
+            return
+        audio_in = view.setdefault("audio", {}).setdefault("input", {})
+        audio_in["format"] = {"type": "audio/pcm", "rate": rate}
+        audio_in["turn_detection"] = detection
+
     def check_update(self, ev: p.SessionUpdate) -> Output | None:
         """Validate the audio part of a session.update before the session applies it."""
         merged = {**self.session.options.model_dump(), **ev.session.model_dump(exclude_unset=True)}
@@ -58,6 +107,7 @@ class MediaInput:
         try:
             if self.voice is not None:
                 self.voice.configure(rate, td)
+                self._abandon()
             else:
                 VoiceInput(self.svc.audio_limits, td, rate)  # validation only
         except AudioError as exc:
@@ -87,12 +137,22 @@ class MediaInput:
             self.send(self.session.error(exc.code, exc.message, event_id, "audio"))
             return
         for ev in events:
+            spoken = self._spoken
             if isinstance(ev, Turn):
-                self._turn(ev, auto=True)
+                self._stopped(ev)
+            elif isinstance(ev, SpeechPaused):
+                if spoken is not None:
+                    self._act(spoken, spoken.taker.paused(voice.now_ms))
+            elif isinstance(ev, SpeechResumed):
+                if spoken is not None:
+                    self._act(spoken, spoken.taker.resumed())
             else:
                 self._speech_started(ev.audio_start_ms)
+        if self._spoken is not None and voice.in_speech:
+            self._act(self._spoken, self._spoken.taker.heard(voice.now_ms))
 
     def commit(self, event_id: str | None = None) -> None:
+        self._abandon()
         try:
             turn = self._voice().commit()
         except AudioError as exc:
@@ -101,6 +161,7 @@ class MediaInput:
         self._turn(turn, auto=False)
 
     def clear(self) -> None:
+        self._abandon()
         if self.voice is not None:
             self.voice.clear()
         self._current_item = None
@@ -114,6 +175,95 @@ class MediaInput:
         cfg = self.voice.vad_config if self.voice else None
         if self.session.response is not None and cfg is not None and cfg.interrupt_response:
             self.send(self.session.cancel("turn_detected"))  # barge-in: priority path
+        if cfg is not None:
+            self._abandon()
+            turn_cfg = TurnConfig(
+                interval_ms=cfg.transcription_interval_ms,
+                speculate=cfg.speculation_ms > 0,  # the VAD reports no pause as long as the window itself
+                respond=cfg.create_response,
+                eagerness=cfg.eagerness if cfg.semantic else None,
+            )
+            self._spoken = SpokenTurn(self._current_item, TurnTaker(turn_cfg, start_ms))
+
+    def _stopped(self, turn: Turn) -> None:
+        """The VAD closed the turn: its state machine says what goes out now and what follows."""
+        spoken, self._spoken = self._spoken, None
+        self._current_item = None
+        if spoken is None:  # cannot happen: a VAD turn always starts first
+            spoken = SpokenTurn(f"item_{secrets.token_hex(8)}", TurnTaker(TurnConfig(interval_ms=0), turn.start_ms))
+        spoken.audio = turn.audio
+        self._act(spoken, spoken.taker.stopped(turn.end_ms))
+
+    def _abandon(self) -> None:
+        spoken, self._spoken = self._spoken, None
+        if spoken is not None:
+            self._act(spoken, spoken.taker.abandon())
+
+    def _act(self, spoken: SpokenTurn, actions: list[TurnAction]) -> None:
+        item_id = spoken.item_id
+        for a in actions:
+            if isinstance(a, Transcribe):
+                if a.kind == "final" and spoken.audio is not None:
+                    audio = spoken.audio
+                else:  # partial and pause passes: the turn so far (a copy; the VAD keeps appending)
+                    vad = self.voice.vad if self.voice else None
+                    audio = vad.turn_audio() if vad is not None and spoken is self._spoken else spoken.audio
+                self._spawn(self._pass(spoken, a.pass_id, audio))
+            elif isinstance(a, ShowDelta):
+                self.send(self.session.transcript_delta(item_id, a.delta))
+            elif isinstance(a, Stopped):
+                self.send(self.session.speech_stopped(item_id, a.end_ms))
+                self.send(self.session.audio_committed(item_id))
+                self.session.item_pending(item_id)
+            elif isinstance(a, Completed):
+                self._completed(item_id, a)
+            elif isinstance(a, Prepare):
+                if self.speculator is not None:
+                    self.speculator.prepare(a.speculation, a.transcript)
+            elif isinstance(a, Drop):
+                if self.speculator is not None:
+                    self.speculator.drop(a.speculation)
+            elif isinstance(a, SetSilence):
+                vad = self.voice.vad if self.voice else None
+                if vad is not None and spoken is self._spoken:
+                    vad.machine.silence_target_ms = a.ms
+
+    def _completed(self, item_id: str, a: Completed) -> None:
+        if a.transcript is None:
+            self.send(self.session.transcript_failed(item_id, "transcription_failed", "could not transcribe audio"))
+        else:
+            if a.delta:
+                self.send(self.session.transcript_delta(item_id, a.delta))
+            self.send(self.session.transcript_done(item_id, a.transcript))
+            self.svc.metrics.transcripts.labels(consistent=str(a.consistent).lower()).inc()
+        go = self.session.settle(item_id)
+        if a.respond and go is None:
+            go = self.session.want_response(p.ResponseCreate(type="response.create"))
+        if go is not None:
+            self.start_response(go)
+
+    async def _pass(self, spoken: SpokenTurn, pass_id: int, audio: np.ndarray | None) -> None:
+        asr = self.svc.asr
+        assert asr is not None
+        if spoken.taker.done or audio is None:
+            return
+        try:
+            async with self._asr_lock:
+                if spoken.taker.done:  # abandoned while waiting for Whisper
+                    return
+                text = await asyncio.to_thread(asr.transcribe, audio)
+        except Exception as exc:  # a failed pass ends this turn's transcript at most
+            log.error("transcription failed: %s", type(exc).__name__)
+            self._act(spoken, spoken.taker.failed(pass_id))
+            return
+        self._act(spoken, spoken.taker.transcribed(pass_id, text))
+        if spoken is self._spoken and self.voice is not None and self.voice.in_speech:
+            self._act(spoken, spoken.taker.heard(self.voice.now_ms))  # audio that came in meanwhile
+
+    def _spawn(self, coro: Any) -> None:
+        task = asyncio.create_task(coro)
+        self.tasks.add(task)
+        task.add_done_callback(self.tasks.discard)
 
     def _turn(self, turn: Turn, auto: bool) -> None:
         item_id = self._current_item or f"item_{secrets.token_hex(8)}"

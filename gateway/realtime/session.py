@@ -95,6 +95,7 @@ class Session:
         self.response: ResponseState | None = None
         self._pending: set[str] = set()  # items whose content is still being made (see item_pending)
         self._held: p.ResponseCreate | None = None  # a response.create waiting for them
+        self.view_hook: Callable[[dict[str, Any]], None] | None = None  # fills in effective audio settings
 
     # ------------------------------------------------------------------ helpers
 
@@ -107,6 +108,8 @@ class Session:
     def session_view(self) -> dict[str, Any]:
         view = self.options.model_dump(exclude_none=True)
         view.update(id=self.id, object="realtime.session")
+        if self.view_hook is not None:
+            self.view_hook(view)
         return view
 
     def created(self, extra: dict[str, Any] | None = None) -> Output:
@@ -306,13 +309,8 @@ class Session:
         system = extra_instructions if extra_instructions is not None else self.options.instructions
         return self.conversation.messages(system)
 
-    def _on_response_create(self, ev: p.ResponseCreate) -> Output:
-        if self.response is not None:
-            return self.error(
-                "conversation_already_has_active_response",
-                f"response {self.response.id} is still in progress",
-                ev.event_id,
-            )
+    def _plan(self, ev: p.ResponseCreate, rid: str, extra: list[dict[str, str]]) -> tuple[StartResponse, Any] | Output:
+        """The generation ``ev`` asks for (messages, sampling, scheduler), or the error it gets."""
         opts = ev.response or p.ResponseOptions()
         s = self.options
 
@@ -329,12 +327,9 @@ class Session:
         for src in (s.scheduler, opts.scheduler):
             if src is not None:
                 sched.update(src.model_dump(exclude_none=True))
-        modalities = list(pick("output_modalities") or ["text"])
-        rid, item_id = _new_id("resp"), _new_id("item")
-        self.response = ResponseState(rid, item_id, modalities, store=opts.conversation != "none")
         action = StartResponse(
             response_id=rid,
-            messages=self.messages(opts.instructions),
+            messages=self.messages(opts.instructions) + extra,
             sampling={
                 "temperature": pick("temperature") or 0.0,
                 "top_p": pick("top_p") or 1.0,
@@ -342,7 +337,36 @@ class Session:
                 "max_tokens": max_tokens,
             },
             scheduler=sched,
-            output_modalities=modalities,
+            output_modalities=list(pick("output_modalities") or ["text"]),
+        )
+        return action, max_out
+
+    def preview_response(self, user_text: str) -> StartResponse | None:
+        """The generation that answering a user turn saying ``user_text`` would start (speculation).
+
+        Nothing changes: no event, no item, no response state. None when that response could not
+        start now (one in progress, or bad settings)."""
+        if self.response is not None or self._pending or self._held is not None:
+            return None
+        planned = self._plan(
+            p.ResponseCreate(type="response.create"), _new_id("spec"), [{"role": "user", "content": user_text}]
+        )
+        return None if isinstance(planned, Output) else planned[0]
+
+    def _on_response_create(self, ev: p.ResponseCreate) -> Output:
+        if self.response is not None:
+            return self.error(
+                "conversation_already_has_active_response",
+                f"response {self.response.id} is still in progress",
+                ev.event_id,
+            )
+        planned = self._plan(ev, _new_id("resp"), [])
+        if isinstance(planned, Output):
+            return planned
+        action, max_out = planned
+        rid, modalities = action.response_id, action.output_modalities
+        self.response = ResponseState(
+            rid, _new_id("item"), modalities, store=(ev.response or p.ResponseOptions()).conversation != "none"
         )
         created = p.server_event(
             "response.created",

@@ -13,7 +13,7 @@ from typing import Any
 import numpy as np
 
 from processors.audio import AudioBuffer, AudioError, AudioLimits, check_rate
-from processors.vad import ServerVad, ServerVadConfig, SpeechStarted, SpeechStopped
+from processors.vad import ServerVad, ServerVadConfig, SpeechPaused, SpeechResumed, SpeechStarted, SpeechStopped
 
 IDLE_TRIM_MS = 5_000  # in server-VAD mode, silence buffered beyond this is dropped
 
@@ -25,6 +25,9 @@ class Turn:
     audio: np.ndarray  # float32 [n] at 16 kHz
     start_ms: int
     end_ms: int
+
+
+VoiceEvent = SpeechStarted | SpeechPaused | SpeechResumed | Turn
 
 
 class VoiceInput:
@@ -47,22 +50,27 @@ class VoiceInput:
         if cfg is None:
             self.vad = None
         elif self.vad is None:
-            self.vad = ServerVad(cfg)
+            self.vad = ServerVad(cfg, pauses=True)
         else:
             self.vad.update(cfg)
+
+    @property
+    def now_ms(self) -> int:
+        """Session-clock ms of the audio the VAD has analysed (0 without server VAD)."""
+        return self.vad.now_ms if self.vad is not None else 0
 
     @property
     def in_speech(self) -> bool:
         return self.vad is not None and self.vad.in_speech
 
-    def append(self, raw: bytes) -> list[SpeechStarted | Turn]:
-        """One pcm16 frame. Returns speech starts and finished turns (server VAD only)."""
+    def append(self, raw: bytes) -> list[VoiceEvent]:
+        """One pcm16 frame. Returns speech starts, pauses, resumptions and finished turns (server VAD only)."""
         samples = self.buffer.append(raw)
         if self.vad is None:
             return []
-        out: list[SpeechStarted | Turn] = []
+        out: list[VoiceEvent] = []
         for ev in self.vad.feed(samples):
-            if isinstance(ev, SpeechStarted):
+            if isinstance(ev, SpeechStarted | SpeechPaused | SpeechResumed):
                 out.append(ev)
             elif isinstance(ev, SpeechStopped):
                 assert ev.audio is not None
@@ -86,4 +94,4 @@ class VoiceInput:
             self.vad.reset()
 
 
-__all__ = ["AudioError", "Turn", "VoiceInput"]
+__all__ = ["AudioError", "SpeechPaused", "SpeechResumed", "SpeechStarted", "Turn", "VoiceEvent", "VoiceInput"]

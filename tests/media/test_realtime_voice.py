@@ -147,3 +147,42 @@ async def test_bad_audio_gets_errors_and_other_sessions_keep_working(tiny_backen
         assert done["response"]["status"] in ("completed", "incomplete")
         await c.close()
         await other.close()
+
+
+async def stream_paced(c: RealtimeClient, pcm: bytes, frame_ms: int = 40, rate: int = 24_000) -> None:
+    """As a live client does: one frame per ``frame_ms`` of wall time (audio arrives no faster than spoken)."""
+    loop = asyncio.get_running_loop()
+    step = rate * 2 * frame_ms // 1000
+    t0 = loop.time()
+    for k, i in enumerate(range(0, len(pcm), step)):
+        await c.ws.send(pcm[i : i + step])
+        await asyncio.sleep(max(0.0, t0 + (k + 1) * frame_ms / 1000 - loop.time()))
+
+
+LONG = "Please open the kitchen window and then turn on all of the lights in the living room."
+
+
+async def test_transcript_streams_while_the_user_speaks_and_the_deltas_add_up(tiny_backend, server_factory):
+    with server_factory(tiny_backend) as addr:
+        c = await RealtimeClient.connect(addr)
+        await c.until("session.created")
+        await c.send(
+            {
+                "type": "session.update",
+                "session": {"audio": {"input": {"turn_detection": {"type": "server_vad", "create_response": False}}}},
+            }
+        )
+        await c.until("session.updated")
+        # speech at a live pace, then a pause shorter than the 500 ms window; no more audio until the
+        # transcript shows, so the turn cannot end first however slow this machine is
+        await stream_paced(c, pcm24(np.concatenate([silence(0.3), speak(LONG), silence(0.3)])))
+        first = await c.until("conversation.item.input_audio_transcription.delta")
+        await stream(c, pcm24(silence(1.0)))
+        done = await c.until("conversation.item.input_audio_transcription.completed")
+        types = [e["type"] for e in c.events]
+        assert types.index("input_audio_buffer.speech_stopped") > c.events.index(first)
+        deltas = [e for e in c.events if e["type"] == "conversation.item.input_audio_transcription.delta"]
+        assert all(e["item_id"] == done["item_id"] for e in deltas)
+        assert "".join(e["delta"] for e in deltas) == done["transcript"]
+        assert word_error_rate(LONG, done["transcript"]) <= 0.25, done["transcript"]
+        await c.close()

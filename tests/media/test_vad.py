@@ -13,6 +13,7 @@ from processors.vad import (
     ServerVad,
     ServerVadConfig,
     SileroVad,
+    SpeechPaused,
     SpeechStarted,
     SpeechStopped,
     VadStateMachine,
@@ -196,10 +197,7 @@ def feed_in_frames(vad: ServerVad, audio: np.ndarray, sizes: list[int]) -> list:
 
 
 def timeline(events: list) -> list[tuple[str, int | None, int | None]]:
-    return [
-        (type(e).__name__, getattr(e, "audio_start_ms", None), getattr(e, "audio_end_ms", None))
-        for e in events
-    ]
+    return [(type(e).__name__, getattr(e, "audio_start_ms", None), getattr(e, "audio_end_ms", None)) for e in events]
 
 
 def test_segmenter_events_do_not_depend_on_frame_size():
@@ -232,7 +230,8 @@ def test_segmenter_keeps_bounded_audio_while_idle():
 
 def test_segmenter_reset_drops_the_turn_in_progress():
     vad = ServerVad(ServerVadConfig(prefix_padding_ms=0, silence_duration_ms=64), LevelModel())
-    events = vad.feed(np.full(WINDOW * 4, 0.5, np.float32))
+    quiet_then_loud = np.concatenate([np.zeros(WINDOW * 2, np.float32), np.full(WINDOW * 4, 0.5, np.float32)])
+    events = vad.feed(quiet_then_loud)  # (the noise gate needs a floor to stand out from)
     assert isinstance(events[0], SpeechStarted) and vad.in_speech
     vad.reset()
     assert not vad.in_speech
@@ -273,3 +272,85 @@ def test_two_utterances_one_second_apart_make_two_turns_at_their_offsets():
         assert e + 500 - WINDOW_MS <= stop.audio_end_ms <= e + 500 + 300
         assert stop.audio_start_ms == start.audio_start_ms
         assert stop.audio.size == (stop.audio_end_ms - stop.audio_start_ms) * 16
+
+
+# ---------------------------------------------------------------- semantic_vad, pauses (speculation)
+
+
+def test_semantic_vad_maps_eagerness_to_silence_windows():
+    windows = {
+        e: ServerVadConfig.from_turn_detection({"type": "semantic_vad", "eagerness": e}).silence_duration_ms
+        for e in ("low", "medium", "high", "auto")
+    }
+    assert windows["high"] < windows["medium"] == windows["auto"] < windows["low"]
+    cfg = ServerVadConfig.from_turn_detection({"type": "semantic_vad"})
+    assert cfg.semantic and cfg.eagerness == "auto"
+
+
+def test_bad_eagerness_is_an_invalid_value_error():
+    with pytest.raises(AudioError) as exc:
+        ServerVadConfig.from_turn_detection({"type": "semantic_vad", "eagerness": "eager"})
+    assert exc.value.code == "invalid_value"
+
+
+def test_view_reports_every_field_of_its_type():
+    server = ServerVadConfig.from_turn_detection({"type": "server_vad", "silence_duration_ms": 700})
+    assert server.view() == {
+        "type": "server_vad",
+        "threshold": 0.5,
+        "prefix_padding_ms": 300,
+        "silence_duration_ms": 700,
+        "create_response": True,
+        "interrupt_response": True,
+        "speculation_ms": 200,
+        "transcription_interval_ms": 500,
+    }
+    semantic = ServerVadConfig.from_turn_detection({"type": "semantic_vad", "eagerness": "low"}).view()
+    assert semantic["eagerness"] == "low" and "silence_duration_ms" not in semantic
+
+
+PAUSING = ServerVadConfig(threshold=0.5, prefix_padding_ms=0, silence_duration_ms=160, speculation_ms=64)
+
+
+def test_pause_then_resume_then_stop():
+    machine = VadStateMachine(PAUSING, pauses=True)
+    probs = [0.9] * 3 + [0.0] * 3 + [0.9] * 2 + [0.0] * 5
+    kinds = [(i, type(ev).__name__) for i, ev in run(machine, probs)]
+    # silence from window 3: 64 ms reached at window 4; speech back at window 6; 160 ms of silence at window 12
+    assert kinds == [
+        (0, "SpeechStarted"),
+        (4, "SpeechPaused"),
+        (6, "SpeechResumed"),
+        (9, "SpeechPaused"),
+        (12, "SpeechStopped"),
+    ]
+
+
+def test_pause_reports_where_the_silence_began():
+    machine = VadStateMachine(PAUSING, pauses=True)
+    events = run(machine, [0.9] * 3 + [0.0] * 2)
+    assert isinstance(events[-1][1], SpeechPaused) and events[-1][1].silence_start_ms == 3 * 32
+
+
+def test_no_pause_events_without_pauses_or_with_speculation_off():
+    probs = [0.9] * 3 + [0.0] * 3 + [0.9] * 2 + [0.0] * 5
+    assert len(run(VadStateMachine(PAUSING), probs)) == 2
+    off = ServerVadConfig(prefix_padding_ms=0, silence_duration_ms=160, speculation_ms=0)
+    assert len(run(VadStateMachine(off, pauses=True), probs)) == 2
+
+
+def test_silence_target_overrides_the_window_for_one_turn():
+    machine = VadStateMachine(PAUSING)
+    run(machine, [0.9])
+    machine.silence_target_ms = 64
+    assert summary(run(machine, [0.0] * 2)) == [("stop", 1, 3 * 32)]
+    run(machine, [0.9])  # the next turn is back on the configured 160 ms
+    assert summary(run(machine, [0.0] * 5)) == [("stop", 4, 9 * 32)]
+
+
+def test_segmenter_hands_out_the_turn_audio_so_far():
+    vad = ServerVad(ServerVadConfig(prefix_padding_ms=0, silence_duration_ms=640), LevelModel())
+    assert vad.turn_audio().size == 0
+    loud = np.full(WINDOW * 3, 0.5, np.float32)
+    vad.feed(np.concatenate([np.zeros(WINDOW * 2, np.float32), loud]))
+    np.testing.assert_array_equal(vad.turn_audio(), loud)

@@ -141,3 +141,34 @@ def test_the_conversation_is_bounded_and_keeps_system_items():
     for i in range(5):
         s.handle(ev(USER.replace('"hi"', f'"hi {i}"')))
     assert [m["content"] for m in s.messages()] == ["rules", "hi 3", "hi 4"]
+
+
+def test_preview_response_is_the_generation_the_committed_turn_asks_for():
+    s = make()
+    s.handle(ev('{"type":"session.update","session":{"instructions":"be brief","temperature":0.3}}'))
+    s.handle(ev(USER))
+    seq_before = len(s.created().events)  # previews send nothing and keep no state
+    preview = s.preview_response("open the window")
+    assert preview is not None and s.response is None
+    assert [i["id"] for i in s.items] == [s.items[0]["id"]]
+    s.audio_committed("item_voice")
+    s.transcript_done("item_voice", "open the window")
+    start = s.handle(ev('{"type":"response.create"}')).actions[0]
+    assert isinstance(start, StartResponse)
+    assert (start.messages, start.sampling, start.scheduler, start.output_modalities) == (
+        preview.messages,
+        preview.sampling,
+        preview.scheduler,
+        preview.output_modalities,
+    )
+    assert start.response_id != preview.response_id and seq_before == 1
+
+
+def test_no_preview_while_a_response_runs_or_an_item_is_pending():
+    s = make()
+    s.handle(ev(USER))
+    s.handle(ev('{"type":"response.create"}'))
+    assert s.preview_response("more") is None
+    s2 = make()
+    s2.item_pending("item_x")
+    assert s2.preview_response("more") is None

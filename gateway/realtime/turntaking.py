@@ -1,0 +1,274 @@
+"""One spoken turn, from ``speech_started`` to its transcript: partial transcripts and speculation.
+
+Sans-I/O: the voice layer reports what the VAD heard (with the session's audio clock, in ms) and
+what Whisper returned; ``TurnTaker`` answers with actions. It never sleeps, reads a clock or
+touches the engine, so every ordering of VAD events and transcription results is a unit test.
+
+- **Streaming transcripts.** While the user speaks, a partial pass runs on the turn's audio so
+  far whenever ``interval_ms`` more has arrived and no pass is running; words that two
+  consecutive passes agree on are shown (``ShowDelta``, LocalAgreement-2). The final transcript
+  comes from one whole pass over the turn, as before streaming existed, so it is exactly as good;
+  ``Completed.delta`` is what completes the shown words into it.
+- **Speculation.** When the VAD reports a pause (``speculation_ms`` of silence, shorter than the
+  window that ends the turn), a pass over the turn so far runs at once; its text is the turn's
+  transcript if the silence lasts, and the reply to it is prepared unseen (``Prepare``). Speech
+  coming back drops it (``Drop``: nothing was shown, nothing entered the history). When the
+  window closes, ``Stopped`` and ``Completed`` come out together and the prepared reply is
+  adopted. semantic_vad also sets this turn's silence window from that text (``SetSilence``).
+
+Only one pass runs at a time per turn (Whisper is serial anyway); a pass asked for while
+another runs waits for it.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Literal
+
+from processors.turn_text import LocalAgreement, semantic_silence_ms
+
+PassKind = Literal["partial", "pause", "final"]
+
+
+@dataclass(frozen=True)
+class TurnConfig:
+    interval_ms: int = 500  # a partial pass per this much new turn audio (0: no partial transcripts)
+    speculate: bool = True  # transcribe and prepare the reply at a pause (the VAD says when)
+    respond: bool = True  # create_response: the committed turn is answered
+    eagerness: str | None = None  # semantic_vad's eagerness; None for server_vad (fixed window)
+
+
+# ---------------------------------------------------------------- actions
+
+
+@dataclass(frozen=True)
+class Transcribe:
+    """Run Whisper on the turn's audio (at least up to ``upto_ms``: the glue takes all it has, which
+    past a pause is silence); answer ``transcribed(pass_id, text)`` or ``failed(pass_id)``."""
+
+    pass_id: int
+    upto_ms: int
+    kind: PassKind
+
+
+@dataclass(frozen=True)
+class ShowDelta:
+    """``conversation.item.input_audio_transcription.delta`` while the user speaks."""
+
+    delta: str
+
+
+@dataclass(frozen=True)
+class Stopped:
+    """``speech_stopped`` and ``input_audio_buffer.committed``: the turn is in the conversation."""
+
+    end_ms: int
+
+
+@dataclass(frozen=True)
+class Completed:
+    """The transcript (None: transcription failed); ``delta`` completes the shown words into it."""
+
+    transcript: str | None
+    delta: str  # "" when nothing is left to show
+    respond: bool  # answer the turn (create_response and a non-empty transcript)
+    speculation: int | None  # the prepared reply to adopt, if any
+    consistent: bool = True  # False when the shown words are not a prefix of the final transcript
+
+
+@dataclass(frozen=True)
+class Prepare:
+    """Start the reply to ``transcript`` unseen (prefill and decode, nothing sent)."""
+
+    speculation: int
+    transcript: str
+
+
+@dataclass(frozen=True)
+class Drop:
+    """Speech resumed: cancel the prepared reply silently."""
+
+    speculation: int
+
+
+@dataclass(frozen=True)
+class SetSilence:
+    """semantic_vad: this turn now ends after ``ms`` of silence."""
+
+    ms: int
+
+
+TurnAction = Transcribe | ShowDelta | Stopped | Completed | Prepare | Drop | SetSilence
+
+
+# ---------------------------------------------------------------- the state machine
+
+
+class TurnTaker:
+    def __init__(self, config: TurnConfig, start_ms: int):
+        self.config = config
+        self.agreement = LocalAgreement()
+        self._ids = 0
+        self._running: tuple[int, PassKind] | None = None  # the pass in flight
+        self._last_upto = start_ms  # audio covered by the latest pass
+        self._paused = False
+        self._pause_ms = start_ms  # where the latest pause was reported
+        self._want: PassKind | None = None  # a pause or final pass waiting for the running one
+        self._pause_text: str | None = None  # the pause pass's transcript, while the pause lasts
+        self._speculation: int | None = None  # the prepared reply, while the pause lasts
+        self._end_ms: int | None = None  # set by stopped()
+        self.done = False  # Completed (or abandoned): nothing more happens
+        self.discarded = 0  # prepared replies dropped because speech resumed
+
+    # ------------------------------------------------------------------ inputs
+
+    def heard(self, now_ms: int) -> list[TurnAction]:
+        """The VAD has analysed audio up to ``now_ms`` and the turn goes on."""
+        cfg = self.config
+        if (
+            self._busy
+            or self._running is not None
+            or self._paused
+            or not cfg.interval_ms
+            or now_ms - self._last_upto < cfg.interval_ms
+        ):
+            return []
+        return [self._start("partial", now_ms)]
+
+    def paused(self, now_ms: int) -> list[TurnAction]:
+        """``speculation_ms`` of silence: transcribe the turn so far (now, or after the running pass)."""
+        if self._busy:
+            return []
+        self._paused = True
+        self._pause_ms = now_ms
+        if not self.config.speculate:
+            return []
+        if self._running is not None:
+            self._want = "pause"
+            return []
+        return [self._start("pause", now_ms)]
+
+    def resumed(self) -> list[TurnAction]:
+        """Speech came back before the window closed: forget the pause and what it prepared."""
+        if self._busy:
+            return []
+        self._paused = False
+        self._pause_text = None
+        if self._want == "pause":
+            self._want = None
+        if self._running is not None and self._running[1] == "pause":
+            self._running = (self._running[0], "partial")  # its text only feeds the agreement now
+        if self._speculation is None:
+            return []
+        dropped, self._speculation = self._speculation, None
+        self.discarded += 1
+        return [Drop(dropped)]
+
+    def stopped(self, end_ms: int) -> list[TurnAction]:
+        """The silence window closed: the turn is committed; its transcript follows (now, if ready)."""
+        if self._busy:
+            return []
+        self._end_ms = end_ms
+        out: list[TurnAction] = [Stopped(end_ms)]
+        if self._pause_text is not None:
+            out.append(self._complete(self._pause_text, self._speculation))
+        elif self._running is not None and self._running[1] == "pause":
+            pass  # its text will be the transcript
+        elif self._running is not None:
+            self._want = "final"
+        else:
+            out.append(self._start("final", end_ms))
+        return out
+
+    def transcribed(self, pass_id: int, text: str) -> list[TurnAction]:
+        """Whisper's text for pass ``pass_id``."""
+        kind = self._finish(pass_id)
+        if kind is None or self.done:
+            return []
+        out: list[TurnAction] = []
+        if self._end_ms is None:
+            delta = self.agreement.update(text)
+            if delta:
+                out.append(ShowDelta(delta))
+        if kind == "pause" and self._end_ms is None:
+            out.extend(self._on_pause_text(text))
+        elif kind in ("pause", "final") and self._end_ms is not None:
+            out.append(self._complete(text, None))
+        return out + self._next()
+
+    def failed(self, pass_id: int) -> list[TurnAction]:
+        """Pass ``pass_id`` raised. A failed final (or pause, once stopped) pass fails the transcript."""
+        kind = self._finish(pass_id)
+        if kind is None or self.done:
+            return []
+        if kind != "partial" and self._end_ms is not None:
+            self.done = True
+            return [Completed(None, "", False, None)]
+        return self._next()
+
+    def abandon(self) -> list[TurnAction]:
+        """The turn was dropped (manual commit, clear, new settings)."""
+        if self.done:
+            return []
+        self.done = True
+        spec, self._speculation = self._speculation, None
+        return [Drop(spec)] if spec is not None else []
+
+    # ------------------------------------------------------------------ internals
+
+    @property
+    def _busy(self) -> bool:
+        """Stopped or done: VAD events no longer concern this turn."""
+        return self.done or self._end_ms is not None
+
+    def _start(self, kind: PassKind, upto_ms: int) -> Transcribe:
+        self._ids += 1
+        self._running = (self._ids, kind)
+        self._last_upto = upto_ms
+        return Transcribe(self._ids, upto_ms, kind)
+
+    def _finish(self, pass_id: int) -> PassKind | None:
+        if self._running is None or self._running[0] != pass_id:
+            return None  # not ours (cannot happen with one pass at a time; kept safe)
+        kind = self._running[1]
+        self._running = None
+        return kind
+
+    def _on_pause_text(self, text: str) -> list[TurnAction]:
+        if not self._paused:
+            return []
+        self._pause_text = text
+        out: list[TurnAction] = []
+        if self.config.eagerness is not None:
+            out.append(SetSilence(semantic_silence_ms(self.config.eagerness, text)))
+        transcript, _, _ = self._final_text(text)
+        if self.config.respond and transcript:
+            self._ids += 1
+            self._speculation = self._ids
+            out.append(Prepare(self._ids, transcript))
+        return out
+
+    def _next(self) -> list[TurnAction]:
+        if self._running is not None or self.done:
+            return []
+        if self._end_ms is not None and self._want == "final":
+            self._want = None
+            return [self._start("final", self._end_ms)]
+        if self._paused and self._want == "pause":
+            self._want = None
+            return [self._start("pause", self._pause_ms)]
+        return []
+
+    def _final_text(self, text: str) -> tuple[str, str, bool]:
+        """(transcript, delta still to show, consistent) for the whole-turn text ``text``."""
+        rest = self.agreement.remainder(text)
+        if rest is None:  # the shown words were wrong: the transcript is the whole pass as is
+            return text.strip(), "", False
+        return (self.agreement.text + rest).strip(), rest, True
+
+    def _complete(self, text: str, speculation: int | None) -> Completed:
+        self.done = True
+        self._speculation = None
+        transcript, delta, consistent = self._final_text(text)
+        respond = self.config.respond and bool(transcript)
+        return Completed(transcript, delta, respond, speculation if respond else None, consistent)

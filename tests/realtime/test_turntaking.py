@@ -1,0 +1,172 @@
+"""gateway.realtime.turntaking: every ordering of VAD events and Whisper results, on a fake clock (ms)."""
+
+from __future__ import annotations
+
+from gateway.realtime.turntaking import (
+    Completed,
+    Drop,
+    Prepare,
+    SetSilence,
+    ShowDelta,
+    Stopped,
+    Transcribe,
+    TurnConfig,
+    TurnTaker,
+)
+
+PARTIAL_ONLY = TurnConfig(interval_ms=500, speculate=False)
+
+
+def only(actions: list, kind: type) -> list:
+    return [a for a in actions if isinstance(a, kind)]
+
+
+def test_partial_passes_run_per_interval_one_at_a_time():
+    t = TurnTaker(PARTIAL_ONLY, start_ms=1000)
+    assert t.heard(1400) == []
+    [p1] = t.heard(1500)
+    assert p1 == Transcribe(1, 1500, "partial")
+    assert t.heard(2100) == []  # one pass at a time
+    assert t.transcribed(1, "Leave a") == []
+    [p2] = t.heard(2100)
+    assert p2.kind == "partial" and p2.upto_ms == 2100
+
+
+def test_agreed_words_are_shown_while_the_user_speaks():
+    t = TurnTaker(PARTIAL_ONLY, start_ms=0)
+    shown = []
+    for now, text in [(500, "Please open"), (1000, "Please open the kit"), (1500, "Please open the kitchen window")]:
+        [p] = t.heard(now)
+        shown += [a.delta for a in only(t.transcribed(p.pass_id, text), ShowDelta)]
+    assert shown == ["Please open", " the"]
+
+
+def test_final_pass_at_stop_completes_the_shown_words():
+    t = TurnTaker(PARTIAL_ONLY, start_ms=0)
+    for now, text in [(500, "Please open the"), (1000, "Please open the kitchen")]:
+        [p] = t.heard(now)
+        t.transcribed(p.pass_id, text)
+    stop = t.stopped(2000)
+    assert stop[0] == Stopped(2000) and stop[1] == Transcribe(3, 2000, "final")
+    [done] = t.transcribed(3, " Please open the kitchen window.")
+    assert done == Completed("Please open the kitchen window.", " kitchen window.", True, None)
+    assert t.agreement.text + done.delta == done.transcript
+
+
+def test_stop_during_a_partial_pass_waits_for_it_then_runs_the_final_pass():
+    t = TurnTaker(PARTIAL_ONLY, start_ms=0)
+    [p] = t.heard(500)
+    assert t.stopped(1200) == [Stopped(1200)]
+    assert t.transcribed(p.pass_id, "Hello") == [Transcribe(2, 1200, "final")]
+    [done] = t.transcribed(2, "Hello there.")
+    assert done.transcript == "Hello there." and done.delta == "Hello there."
+
+
+def test_final_text_that_contradicts_the_shown_words_is_kept_and_flagged():
+    t = TurnTaker(PARTIAL_ONLY, start_ms=0)
+    for now, text in [(500, "Leave open"), (1000, "Leave open the")]:
+        [p] = t.heard(now)
+        t.transcribed(p.pass_id, text)
+    _, final = t.stopped(1500)
+    [done] = t.transcribed(final.pass_id, "Please open the door.")
+    assert done.transcript == "Please open the door." and not done.consistent and done.delta == ""
+
+
+def test_empty_transcript_is_not_answered():
+    t = TurnTaker(TurnConfig(interval_ms=0), start_ms=0)
+    _, final = t.stopped(900)
+    [done] = t.transcribed(final.pass_id, "")
+    assert done.transcript == "" and not done.respond
+
+
+def test_failed_final_pass_fails_the_transcript():
+    t = TurnTaker(TurnConfig(interval_ms=0), start_ms=0)
+    _, final = t.stopped(900)
+    assert t.failed(final.pass_id) == [Completed(None, "", False, None)]
+
+
+# ---------------------------------------------------------------- speculation
+
+SPEC = TurnConfig(interval_ms=0, speculate=True)
+
+
+def test_pause_prepares_the_reply_and_stop_commits_it_at_once():
+    t = TurnTaker(SPEC, start_ms=0)
+    [p] = t.paused(1200)
+    assert p == Transcribe(1, 1200, "pause")
+    assert t.transcribed(1, "Open the window.") == [Prepare(2, "Open the window.")]
+    stop = t.stopped(1500)
+    assert stop == [Stopped(1500), Completed("Open the window.", "Open the window.", True, 2)]
+    assert t.discarded == 0
+
+
+def test_speech_resuming_drops_the_prepared_reply():
+    t = TurnTaker(SPEC, start_ms=0)
+    [p] = t.paused(1200)
+    [prep] = t.transcribed(p.pass_id, "Open the")
+    assert t.resumed() == [Drop(prep.speculation)]
+    assert t.discarded == 1
+    [p2] = t.paused(2400)
+    [prep2] = only(t.transcribed(p2.pass_id, "Open the window."), Prepare)
+    assert prep2.transcript == "Open the window." and prep2.speculation != prep.speculation
+    _, done = t.stopped(2700)
+    assert done.speculation == prep2.speculation and done.transcript == "Open the window."
+
+
+def test_speech_resuming_before_the_pause_pass_returns_prepares_nothing():
+    t = TurnTaker(SPEC, start_ms=0)
+    [p] = t.paused(1200)
+    assert t.resumed() == []  # nothing prepared yet: nothing to drop
+    assert t.transcribed(p.pass_id, "Open the") == []  # the text only feeds the agreement
+    assert t.discarded == 0
+
+
+def test_stop_before_the_pause_pass_returns_uses_its_text_without_speculation():
+    t = TurnTaker(SPEC, start_ms=0)
+    [p] = t.paused(1200)
+    assert t.stopped(1500) == [Stopped(1500)]
+    [done] = t.transcribed(p.pass_id, "Open the window.")
+    assert done == Completed("Open the window.", "Open the window.", True, None)
+
+
+def test_pause_during_a_partial_pass_runs_the_pause_pass_after_it():
+    t = TurnTaker(TurnConfig(interval_ms=500, speculate=True), start_ms=0)
+    [p] = t.heard(500)
+    assert t.paused(900) == []
+    actions = t.transcribed(p.pass_id, "Open")
+    assert actions == [Transcribe(2, 900, "pause")]
+    assert only(t.transcribed(2, "Open the window."), Prepare)
+
+
+def test_no_speculation_without_create_response_but_the_pause_text_is_still_the_transcript():
+    t = TurnTaker(TurnConfig(interval_ms=0, speculate=True, respond=False), start_ms=0)
+    [p] = t.paused(1200)
+    assert t.transcribed(p.pass_id, "Open the window.") == []
+    _, done = t.stopped(1500)
+    assert done == Completed("Open the window.", "Open the window.", False, None)
+
+
+def test_partial_passes_wait_while_paused():
+    t = TurnTaker(TurnConfig(interval_ms=100, speculate=False), start_ms=0)
+    t.paused(1000)
+    assert t.heard(2000) == []
+    t.resumed()
+    assert t.heard(2000) == [Transcribe(1, 2000, "partial")]
+
+
+def test_abandon_drops_the_prepared_reply_and_ignores_late_results():
+    t = TurnTaker(SPEC, start_ms=0)
+    [p] = t.paused(1200)
+    [prep] = t.transcribed(p.pass_id, "Open the window.")
+    assert t.abandon() == [Drop(prep.speculation)]
+    assert t.stopped(1500) == [] and t.paused(1600) == []
+
+
+def test_semantic_vad_sets_the_window_from_the_pause_text():
+    finished = TurnTaker(TurnConfig(interval_ms=0, eagerness="auto"), start_ms=0)
+    [p] = finished.paused(1000)
+    [short] = only(finished.transcribed(p.pass_id, "Open the window."), SetSilence)
+    trailing = TurnTaker(TurnConfig(interval_ms=0, eagerness="auto"), start_ms=0)
+    [p] = trailing.paused(1000)
+    [long] = only(trailing.transcribed(p.pass_id, "Open the window and"), SetSilence)
+    assert short.ms < 500 < long.ms
