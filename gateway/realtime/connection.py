@@ -71,7 +71,6 @@ class Connection:
     async def _writer(self) -> None:
         live = self.live
         while True:
-            live.changed.clear()
             events = live.outbox.since(self.cursor)
             if events is None:  # fell behind the replay buffer: cannot continue without a gap
                 self.kick(CLOSE_TRY_AGAIN, "client fell too far behind")
@@ -82,16 +81,24 @@ class Connection:
                 self._sending_since = None
                 self.cursor = seq
             if live.closed:
-                self._closing = self._closing or (CLOSE_RESTART if live.svc.registry.draining else CLOSE_NORMAL,
-                                                  "session ended")
+                self._closing = self._closing or (
+                    CLOSE_RESTART if live.svc.registry.draining else CLOSE_NORMAL,
+                    "session ended",
+                )
                 return
-            await live.changed.wait()
+            # Wait only when nothing is pending, clearing in the same step as that check: ``changed``
+            # is the session's, and a clear() at the top of the loop (or by a superseded socket's
+            # writer) could eat the wake-up of an event stamped during the sends above.
+            if live.outbox.next_seq - 1 <= self.cursor:
+                live.changed.clear()
+                await live.changed.wait()
 
     async def _reader(self) -> None:
         while self._closing is None:
             msg = await self.ws.receive()
             if msg["type"] == "websocket.disconnect":
                 raise WebSocketDisconnect(msg.get("code", 1000))
+            self.live.received += 1  # acknowledged in session.resumed, so a resuming client resends the rest
             if not self.bucket.take(time.monotonic()):
                 self._limited += 1
                 self.live.svc.metrics.errors.labels(code="rate_limited").inc()
@@ -124,16 +131,23 @@ class Connection:
             previous.kick(CLOSE_SUPERSEDED, "session resumed on another connection")
         live.attached = self
         live.on_event = self._check_lag
-        if resumed:
-            hello = p.server_event(
-                "session.resumed", session=live.session.session_view(), replay_from_seq=self.cursor + 1
-            )
-            await self.ws.send_text(json.dumps(hello, separators=(",", ":")))
-        self._tasks = [
-            asyncio.create_task(self._writer(), name="ws-writer"),
-            asyncio.create_task(self._reader(), name="ws-reader"),
-        ]
-        try:
+        try:  # from the attach on: however this ends (even in the hello), detach — or the session never expires
+            if resumed:
+                hello = p.server_event(
+                    "session.resumed",
+                    session=live.session.session_view(),
+                    replay_from_seq=self.cursor + 1,
+                    # client frames the session has read: a frame sent just before an abortive close
+                    # (TCP reset) can vanish in the kernel, so the client resends those past this count
+                    received_events=live.received,
+                )
+                await self.ws.send_text(json.dumps(hello, separators=(",", ":")))
+            if self._closing is not None:  # superseded while saying hello: no tasks of ours may run
+                return
+            self._tasks = [
+                asyncio.create_task(self._writer(), name="ws-writer"),
+                asyncio.create_task(self._reader(), name="ws-reader"),
+            ]
             await asyncio.wait(self._tasks, return_when=asyncio.FIRST_COMPLETED)
             for t in self._tasks:
                 if t.done() and not t.cancelled():

@@ -63,6 +63,7 @@ class LiveSession:
         self.attached: Attachment | None = None  # the Connection currently serving this session
         self.on_event: Callable[[], None] | None = None  # the attached connection's lag check
         self.closed = False
+        self.received = 0  # client frames read from any of its sockets (session.resumed's received_events)
         self._pump = asyncio.create_task(self._pump_loop(), name="session-pump")
         grace = services.config.server.grace_period_s
         self.send(self.session.created({"resume": {"token": self.token, "expires_in_s": grace}}))
