@@ -110,7 +110,8 @@ def create_app(
             {
                 "object": "list",
                 "data": [
-                    {"id": s.backend.name, "object": "model", "created": int(s.started), "owned_by": "stream-omni"}
+                    {"id": m, "object": "model", "created": int(s.started), "owned_by": "stream-omni"}
+                    for m in s.model_ids
                 ],
             }
         )

@@ -38,6 +38,10 @@ class ModelConfig(_Frozen):
     n_batch: int = 512  # llama.cpp batch size
     flash_attn: bool = True  # llama.cpp flash attention: faster here, and keeps drafting's greedy output exact
     served_name: str | None = None  # id shown in /v1/models and accepted as ?model=
+    # more ids this model answers to (like vLLM's several --served-model-name), e.g. ["gpt-realtime",
+    # "gpt-4o-realtime-preview"] for clients that default to OpenAI ids (LiveKit, Pipecat). Empty by
+    # default: strict, a client naming another model gets model_not_found instead of a silent stand-in.
+    aliases: list[str] = []
     # backend: openai (docs/REMOTE.md) — the engine runs elsewhere (vLLM, SGLang, TGI, llama-server, …)
     base_url: str | None = None  # the engine's OpenAI API root, e.g. http://127.0.0.1:8222/v1
     api_key_env: str | None = None  # name of an env var holding the engine's key, if it needs one
