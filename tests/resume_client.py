@@ -46,12 +46,16 @@ class Stream:
         return sum(1 for e in self.events if e["type"] == type_)
 
 
+# max_queue=None: a client that stops reading with frames queued would pause its socket and not see
+# the server's close frame, so each ws.close() would wait out close_timeout (10 s) — a test artefact
+# that once sank the chaos test's time limit
+WS_OPTS: dict[str, Any] = {"max_size": None, "max_queue": None, "open_timeout": 10, "close_timeout": 5}
+
+
 async def connect(addr: str, s: Stream) -> Any:
     if s.token is None:
-        return await websockets.connect(f"ws://{addr}/v1/realtime", max_size=None)
-    return await websockets.connect(
-        f"ws://{addr}/v1/realtime?resume_token={s.token}&last_seq={s.last_seq}", max_size=None
-    )
+        return await websockets.connect(f"ws://{addr}/v1/realtime", **WS_OPTS)
+    return await websockets.connect(f"ws://{addr}/v1/realtime?resume_token={s.token}&last_seq={s.last_seq}", **WS_OPTS)
 
 
 async def drop(ws: Any, how: str) -> None:
