@@ -132,6 +132,10 @@ class LimitsConfig(_Frozen):
     messages_per_s: float = 200.0  # client frames per second per connection (token bucket rate)
     messages_burst: int = 400  # token bucket size
     flood_close_after: int = 200  # rate-limited frames in a row before the socket is closed (1008)
+    # inbound bytes per second per connection: past a burst of one max-size frame, the socket's next
+    # read waits (TCP pushes back on the sender), so one client's big frames cannot hog the loop
+    inbound_bytes_per_s: int = 2 * 1024 * 1024
+    parse_off_loop_bytes: int = 256 * 1024  # text frames this big are parsed on a worker thread
     max_http_body_bytes: int = 16 * 1024 * 1024  # one HTTP request body
     outbound_queue: int = 1024  # events a client may lag behind before it counts as slow …
     send_stall_s: float = 5.0  # … and a send blocked this long (it stopped reading): closed 1013

@@ -41,6 +41,7 @@ class Connection:
         self._closing: tuple[int, str] | None = None
         self._tasks: list[asyncio.Task[Any]] = []
         self.bucket = TokenBucket(self.limits.messages_per_s, self.limits.messages_burst)
+        self.bytes_in = TokenBucket(self.limits.inbound_bytes_per_s, self.limits.max_text_frame_bytes)
         self._limited = 0  # frames refused in a row
         self._sending_since: float | None = None  # when the send in progress started
 
@@ -109,9 +110,17 @@ class Connection:
                     self.live.send(self.live.session.error("rate_limited", "too many messages; slow down"))
                 continue
             self._limited = 0
+            text = msg.get("text")
+            size = len(text) if text is not None else len(msg.get("bytes") or b"")
+            wait = self.bytes_in.owe(time.monotonic(), size)
+            if wait > 0:  # over its bytes/s: this socket reads again later, the others go on
+                await asyncio.sleep(wait)
             try:
-                if msg.get("text") is not None:
-                    self.live.on_text(msg["text"])
+                if text is not None:
+                    if len(text) >= self.limits.parse_off_loop_bytes:  # JSON + depth scan of MBs: not on the loop
+                        self.live.on_parsed(await asyncio.to_thread(self.live.parse, text))
+                    else:
+                        self.live.on_text(text)
                 elif msg.get("bytes") is not None:
                     if len(msg["bytes"]) > self.limits.max_binary_frame_bytes:
                         self.kick(CLOSE_TOO_BIG, "binary frame too large")
