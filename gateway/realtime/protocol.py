@@ -217,7 +217,7 @@ def _depth(raw: str) -> int:
         starts = np.flatnonzero(np.diff(slashes, prepend=-2) != 1)  # [r] index of each run's first backslash
         lengths = np.diff(starts, append=len(slashes))  # [r]
         escaped = (slashes[starts] + lengths)[lengths % 2 == 1]  # [e] byte positions right after odd runs
-        at = np.searchsorted(pos, escaped)  # [e]
+        at = np.asarray(np.searchsorted(pos, escaped))  # [e]
         hit = at[at < len(pos)]
         quote[hit[pos[hit] == escaped[at < len(pos)]]] = False
     outside = (np.cumsum(quote, dtype=np.int64) & 1) == 0  # [m] an even number of quotes before: not in a string
