@@ -120,6 +120,7 @@ def create_app(
         s = svc()
         running, waiting = s.engine.depth
         s.metrics.sessions.set(len(s.registry))
+        s.metrics.loop_tasks.set(len(asyncio.all_tasks()))
         return Response(s.metrics.render(running, waiting), media_type="text/plain; version=0.0.4")
 
     http_api = http_routes.HttpApi(svc)
