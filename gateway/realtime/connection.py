@@ -99,7 +99,6 @@ class Connection:
             msg = await self.ws.receive()
             if msg["type"] == "websocket.disconnect":
                 raise WebSocketDisconnect(msg.get("code", 1000))
-            self.live.received += 1  # acknowledged in session.resumed, so a resuming client resends the rest
             if not self.bucket.take(time.monotonic()):
                 self._limited += 1
                 self.live.svc.metrics.errors.labels(code="rate_limited").inc()
@@ -108,6 +107,7 @@ class Connection:
                     return
                 if self._limited == 1 or self._limited % 50 == 0:  # say it, without amplifying the flood
                     self.live.send(self.live.session.error("rate_limited", "too many messages; slow down"))
+                self.live.received += 1  # refused, and told so: not to be resent
                 continue
             self._limited = 0
             text = msg.get("text")
@@ -130,6 +130,9 @@ class Connection:
                 log.error("handling a client event failed: %s", type(exc).__name__, exc_info=True)
                 self.live.svc.metrics.errors.labels(code="server_error").inc()
                 self.live.send(self.live.session.error("server_error", "the server failed to handle this event"))
+            # counted once handled, with no await in between: a frame whose handling was cut short
+            # (this socket superseded while it waited or parsed) is not counted, so the client resends it
+            self.live.received += 1
 
     # ------------------------------------------------------------------ lifecycle
 
