@@ -225,7 +225,13 @@ def _depth(raw: str) -> int:
     return int(max(0, np.cumsum(steps).max())) if len(steps) else 0
 
 
+_EVENT_ID = re.compile(r'"event_id"\s*:\s*"([^"\\]{0,128})"')
+
+
 def _event_id_of(raw: str | bytes) -> str | None:
+    if len(raw) > 64 * 1024:  # a big bad frame is not parsed twice just to name it in the error
+        found = _EVENT_ID.search(raw if isinstance(raw, str) else raw.decode("utf-8", "replace"))
+        return found.group(1) if found else None
     import json
 
     try:
