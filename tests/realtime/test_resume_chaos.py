@@ -68,13 +68,17 @@ def test_chaos_200_resumes_on_the_real_model(real_backend):
     import random
 
     rng = random.Random(19)  # fixed: a red run must be reproducible
-    conf = load_config(None, **{"audio.enabled": False, "server.grace_period_s": GRACE_S})
+    # short answers (96 tokens): resumes are what is under test; the cuts are dense enough that each
+    # turn still carries ~60 of them, so 200 resumes take a few turns of model time
+    conf = load_config(
+        None, **{"audio.enabled": False, "server.grace_period_s": GRACE_S, "session.max_output_tokens": 96}
+    )
     with run_server(conf, real_backend) as addr:
         reference = asyncio.run(run_with_drops(addr, [], limit_s=120)).text()
         assert reference
         resumes = turns = 0
         while resumes < 200 and turns < 20:
-            plan = [(rng.randint(1, 4), rng.choice(["abort", "close"])) for _ in range(60)]
+            plan = [(rng.randint(1, 4), rng.choice(["abort", "close"])) for _ in range(80)]
             s = asyncio.run(run_with_drops(addr, plan, limit_s=120))
             check(s, reference)
             resumes += s.drops - s.fresh_sessions
