@@ -6,6 +6,7 @@
 from __future__ import annotations
 
 import argparse
+import json
 import os
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
@@ -18,6 +19,7 @@ def main() -> None:
     ap.add_argument("--max-running", type=int, default=64)
     ap.add_argument("--max-waiting", type=int, default=64)
     ap.add_argument("--step-ms", type=float, default=2.0, help="fake model: compute per step")
+    ap.add_argument("--set", action="append", default=[], metavar="KEY=JSON", help="config override, e.g. limits.x=1")
     args = ap.parse_args()
 
     import uvicorn
@@ -36,6 +38,7 @@ def main() -> None:
             "engine.max_waiting": args.max_waiting,
             "limits.max_sessions": 1000,
             "session.max_output_tokens": 64,
+            **{k: json.loads(v) for k, v in (kv.split("=", 1) for kv in args.set)},
         },
     )
     if args.backend == "fake":

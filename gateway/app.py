@@ -75,7 +75,8 @@ def create_app(
             {
                 "object": "list",
                 "data": [
-                    {"id": s.backend.name, "object": "model", "created": int(s.started), "owned_by": "stream-omni"}
+                    {"id": m, "object": "model", "created": int(s.started), "owned_by": "stream-omni"}
+                    for m in s.model_ids
                 ],
             }
         )
@@ -84,6 +85,7 @@ def create_app(
         s = svc()
         running, waiting = s.engine.depth
         s.metrics.sessions.set(len(s.registry))
+        s.metrics.loop_tasks.set(len(asyncio.all_tasks()))
         return Response(s.metrics.render(running, waiting), media_type="text/plain; version=0.0.4")
 
     http_api = http_routes.HttpApi(svc)

@@ -39,6 +39,10 @@ class ModelConfig(_Frozen):
     n_batch: int = 512  # llama.cpp batch size
     flash_attn: bool = True  # llama.cpp flash attention: faster here, and keeps drafting's greedy output exact
     served_name: str | None = None  # id shown in /v1/models and accepted as ?model=
+    # more ids this model answers to (like vLLM's several --served-model-name), e.g. ["gpt-realtime",
+    # "gpt-4o-realtime-preview"] for clients that default to OpenAI ids (LiveKit, Pipecat). Empty by
+    # default: strict, a client naming another model gets model_not_found instead of a silent stand-in.
+    aliases: list[str] = []
     # backend: openai (docs/REMOTE.md) — the engine runs elsewhere (vLLM, SGLang, TGI, llama-server, …)
     base_url: str | None = None  # the engine's OpenAI API root, e.g. http://127.0.0.1:8222/v1
     api_key_env: str | None = None  # name of an env var holding the engine's key, if it needs one
@@ -139,6 +143,10 @@ class LimitsConfig(_Frozen):
     messages_per_s: float = 200.0  # client frames per second per connection (token bucket rate)
     messages_burst: int = 400  # token bucket size
     flood_close_after: int = 200  # rate-limited frames in a row before the socket is closed (1008)
+    # inbound bytes per second per connection: past a burst of one max-size frame, the socket's next
+    # read waits (TCP pushes back on the sender), so one client's big frames cannot hog the loop
+    inbound_bytes_per_s: int = 2 * 1024 * 1024
+    parse_off_loop_bytes: int = 256 * 1024  # text frames this big are parsed on a worker thread
     max_http_body_bytes: int = 16 * 1024 * 1024  # one HTTP request body
     outbound_queue: int = 1024  # events a client may lag behind before it counts as slow …
     send_stall_s: float = 5.0  # … and a send blocked this long (it stopped reading): closed 1013

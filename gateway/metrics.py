@@ -38,6 +38,8 @@ class Metrics:
             "stream_omni:spec_decode_num_accepted_tokens", "Draft tokens accepted", registry=r
         )
         self.sessions = Gauge("stream_omni:active_sessions", "Open realtime sessions", registry=r)
+        # the soak (bench/soak.py) watches this return to its baseline after load: a leak shows here first
+        self.loop_tasks = Gauge("stream_omni:event_loop_tasks", "asyncio tasks alive on the server loop", registry=r)
         self.running = Gauge("stream_omni:num_requests_running", "Responses decoding", registry=r)
         self.waiting = Gauge("stream_omni:num_requests_waiting", "Responses queued", registry=r)
         self.cancels = Counter("stream_omni:cancels", "Responses cancelled", registry=r)

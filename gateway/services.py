@@ -54,10 +54,19 @@ class Services:
     started: float = field(default_factory=time.time)
 
     @property
+    def model_ids(self) -> list[str]:
+        """Every id this server answers to: the served name, then ``model.aliases``."""
+        return [self.backend.name, *(a for a in self.config.model.aliases if a != self.backend.name)]
+
+    def serves(self, model: str) -> bool:
+        return model in self.model_ids
+
+    @property
     def session_defaults(self) -> SessionDefaults:
         c = self.config
         return SessionDefaults(
             model=self.backend.name,
+            aliases=tuple(self.model_ids[1:]),
             instructions=c.session.instructions,
             temperature=c.session.temperature,
             top_p=c.session.top_p,

@@ -20,6 +20,8 @@ class Stream:
     drops: int = 0  # sockets the client dropped on purpose
     server_closes: int = 0  # sockets the server closed on us
     fresh_sessions: int = 0
+    frames: list[str] = field(default_factory=list)  # what this client sent to its session, in order
+    resent: int = 0  # frames resent after a session.resumed said they never arrived
 
     def accept(self, ev: dict[str, Any]) -> bool:
         """Keep an event (False if its seq was already seen: a duplicate)."""
@@ -44,12 +46,16 @@ class Stream:
         return sum(1 for e in self.events if e["type"] == type_)
 
 
+# max_queue=None: a client that stops reading with frames queued would pause its socket and not see
+# the server's close frame, so each ws.close() would wait out close_timeout (10 s) — a test artefact
+# that once sank the chaos test's time limit
+WS_OPTS: dict[str, Any] = {"max_size": None, "max_queue": None, "open_timeout": 10, "close_timeout": 5}
+
+
 async def connect(addr: str, s: Stream) -> Any:
     if s.token is None:
-        return await websockets.connect(f"ws://{addr}/v1/realtime", max_size=None)
-    return await websockets.connect(
-        f"ws://{addr}/v1/realtime?resume_token={s.token}&last_seq={s.last_seq}", max_size=None
-    )
+        return await websockets.connect(f"ws://{addr}/v1/realtime", **WS_OPTS)
+    return await websockets.connect(f"ws://{addr}/v1/realtime?resume_token={s.token}&last_seq={s.last_seq}", **WS_OPTS)
 
 
 async def drop(ws: Any, how: str) -> None:
@@ -67,8 +73,23 @@ USER_MSG = {
 CREATE = {"type": "response.create", "response": {"scheduler": {"strategy": "fast"}}}
 
 
-async def run_with_drops(addr: str, drop_after: list[tuple[int, str]], limit_s: float = 30) -> Stream:
-    """One conversation turn; after each listed count of received frames, drop the socket that way."""
+class Stalled(AssertionError):
+    """No event within the receive timeout: the stream stalled."""
+
+
+async def recv(ws: Any, timeout_s: float) -> dict[str, Any]:
+    try:
+        return json.loads(await asyncio.wait_for(ws.recv(), timeout_s))
+    except TimeoutError:
+        raise Stalled(f"no event within {timeout_s} s") from None
+
+
+async def run_with_drops(
+    addr: str, drop_after: list[tuple[int, str]], limit_s: float = 30, recv_timeout_s: float = 10
+) -> Stream:
+    """One conversation turn; after each listed count of received frames, drop the socket that way.
+
+    Every receive has ``recv_timeout_s``: a stalled stream raises ``Stalled`` instead of hanging."""
     s = Stream()
     plan = list(drop_after)
     sent = False
@@ -84,16 +105,22 @@ async def run_with_drops(addr: str, drop_after: list[tuple[int, str]], limit_s: 
                         s.drops += 1
                         await drop(ws, how)
                         break
-                    ev = json.loads(await ws.recv())
+                    ev = await recv(ws, recv_timeout_s)
                     received += 1
                     if ev["type"] == "error" and ev["error"]["code"] == "resume_failed":
                         s.accept(ev)
                         s.token, s.last_seq, s.events, sent = None, -1, [], False  # start over, fresh
+                        s.frames = []
                         break
                     s.accept(ev)
+                    if ev["type"] == "session.resumed":  # frames lost in the drop's TCP reset: send again
+                        for frame in s.frames[ev["received_events"] :]:
+                            await ws.send(frame)
+                            s.resent += 1
                     if ev["type"] == "session.created" and not sent:
-                        await ws.send(json.dumps(USER_MSG))
-                        await ws.send(json.dumps(CREATE))
+                        s.frames = [json.dumps(USER_MSG), json.dumps(CREATE)]
+                        for frame in s.frames:
+                            await ws.send(frame)
                         sent = True
                     if ev["type"] == "response.done":
                         await ws.close()

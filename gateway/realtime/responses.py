@@ -19,6 +19,10 @@ class ResponseState:
     started: bool = False  # item/part events sent
     images: dict[str, dict[str, Any]] = field(default_factory=dict)  # image_generation_call items by id
     ending: tuple[Any, ...] | None = None  # text finished; response.done waits for images
+    # echoed in response.created/done as OpenAI does: LiveKit Agents matches a reply to its
+    # response.create through metadata.client_event_id (without it generate_reply() times out)
+    metadata: dict[str, Any] | None = None
+    conversation_id: str | None = None  # None for conversation "none" (out-of-band)
 
     @property
     def images_pending(self) -> bool:
@@ -95,6 +99,8 @@ def final_events(
                 "status_details": details,
                 "output": output,
                 "output_modalities": r.modalities,
+                "conversation_id": r.conversation_id,
+                "metadata": r.metadata,
                 "usage": usage or None,
                 "metrics": metrics or None,
             },

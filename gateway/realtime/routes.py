@@ -38,7 +38,7 @@ async def _realtime(s: Services, ws: WebSocket) -> None:
     token = ws.query_params.get("resume_token")
     model = ws.query_params.get("model")
     await ws.accept(subprotocol=subprotocol or None)
-    if model and model not in (s.backend.name, "embedded"):
+    if model and not s.serves(model) and model != "embedded":
         err = p.error_event("model_not_found", f"model {model!r} is not served here; use {s.backend.name!r}")
         await ws.send_json(err)
         await ws.close(CLOSE_POLICY, "model not found")

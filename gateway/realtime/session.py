@@ -27,6 +27,7 @@ def _new_id(prefix: str) -> str:
 @dataclass(frozen=True)
 class SessionDefaults:
     model: str  # served model id
+    aliases: tuple[str, ...] = ()  # other ids accepted as session.model (config model.aliases)
     instructions: str | None = None  # system prompt when the client sets none
     temperature: float = 0.0  # 0 → greedy
     top_p: float = 1.0
@@ -163,7 +164,7 @@ class Session:
     def _on_session_update(self, ev: p.SessionUpdate) -> Output:
         if self.response is not None and ev.session.model not in (None, self.options.model):
             return self.error("invalid_value", "model cannot change during a response", ev.event_id)
-        if ev.session.model not in (None, self.defaults.model):
+        if ev.session.model not in (None, self.defaults.model, *self.defaults.aliases):
             return self.error(
                 "model_not_found", f"model {ev.session.model!r} is not served here", ev.event_id, "session.model"
             )
@@ -327,6 +328,14 @@ class Session:
         for src in (s.scheduler, opts.scheduler):
             if src is not None:
                 sched.update(src.model_dump(exclude_none=True))
+<<<<<<< HEAD
+=======
+        modalities = list(pick("output_modalities") or ["text"])
+        rid, item_id = _new_id("resp"), _new_id("item")
+        store = opts.conversation != "none"
+        conv_id = self.id.replace("sess_", "conv_", 1) if store else None  # one conversation per session
+        self.response = ResponseState(rid, item_id, modalities, store, metadata=opts.metadata, conversation_id=conv_id)
+>>>>>>> reliability
         action = StartResponse(
             response_id=rid,
             messages=self.messages(opts.instructions) + extra,
@@ -378,6 +387,8 @@ class Session:
                 "output": [],
                 "output_modalities": modalities,
                 "max_output_tokens": max_out if max_out is not None else "inf",
+                "conversation_id": conv_id,
+                "metadata": opts.metadata,
                 "usage": None,
             },
         )
@@ -473,9 +484,7 @@ class Session:
             item["result"] = ev["png_b64"]
         events = []
         if kind == "completed":
-            events.append(
-                p.server_event("response.image_generation_call.completed", item_id=item_id, output_index=idx)
-            )
+            events.append(p.server_event("response.image_generation_call.completed", item_id=item_id, output_index=idx))
         events.append(p.server_event("response.output_item.done", response_id=r.id, output_index=idx, item=done_item))
         out = self._out(*events)
         if r.ending is not None and not r.images_pending:

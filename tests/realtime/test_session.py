@@ -172,3 +172,22 @@ def test_no_preview_while_a_response_runs_or_an_item_is_pending():
     s2 = make()
     s2.item_pending("item_x")
     assert s2.preview_response("more") is None
+
+
+def test_response_created_and_done_echo_metadata_and_conversation_id_as_openai_does():
+    """LiveKit Agents 1.8.9 matches a reply to its response.create by response.metadata.client_event_id."""
+    s = make()
+    s.handle(ev(USER))
+    meta = {"client_event_id": "evt_lk_1", "topic": "x"}
+    out = s.handle(ev('{"type":"response.create","response":{"metadata":{"client_event_id":"evt_lk_1","topic":"x"}}}'))
+    created = out.events[0]["response"]
+    rid = out.actions[0].response_id
+    assert created["metadata"] == meta and created["conversation_id"].startswith("conv_")
+    s.on_chunk(rid, "ok")
+    done = s.on_done(rid, "stop", {"tokens": 1}, {}).events[-1]["response"]
+    assert done["metadata"] == meta and done["conversation_id"] == created["conversation_id"]
+    out = s.handle(ev('{"type":"response.create","response":{"conversation":"none"}}'))
+    oob = out.events[0]["response"]
+    assert oob["metadata"] is None and oob["conversation_id"] is None  # out-of-band: no conversation
+    cancelled = s.handle(ev('{"type":"response.cancel"}')).events[-1]["response"]
+    assert cancelled["metadata"] is None and cancelled["conversation_id"] is None
