@@ -328,14 +328,6 @@ class Session:
         for src in (s.scheduler, opts.scheduler):
             if src is not None:
                 sched.update(src.model_dump(exclude_none=True))
-<<<<<<< HEAD
-=======
-        modalities = list(pick("output_modalities") or ["text"])
-        rid, item_id = _new_id("resp"), _new_id("item")
-        store = opts.conversation != "none"
-        conv_id = self.id.replace("sess_", "conv_", 1) if store else None  # one conversation per session
-        self.response = ResponseState(rid, item_id, modalities, store, metadata=opts.metadata, conversation_id=conv_id)
->>>>>>> reliability
         action = StartResponse(
             response_id=rid,
             messages=self.messages(opts.instructions) + extra,
@@ -374,8 +366,11 @@ class Session:
             return planned
         action, max_out = planned
         rid, modalities = action.response_id, action.output_modalities
+        opts = ev.response or p.ResponseOptions()
+        store = opts.conversation != "none"
+        conv_id = self.id.replace("sess_", "conv_", 1) if store else None  # one conversation per session
         self.response = ResponseState(
-            rid, _new_id("item"), modalities, store=(ev.response or p.ResponseOptions()).conversation != "none"
+            rid, _new_id("item"), modalities, store, metadata=opts.metadata, conversation_id=conv_id
         )
         created = p.server_event(
             "response.created",
