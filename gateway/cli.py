@@ -94,7 +94,7 @@ def main(argv: list[str] | None = None) -> int:
     p_serve.add_argument("--port", type=int, default=None, help="TCP port (default 8000)")
     p_serve.set_defaults(func=serve)
     p_bench = sub.add_parser("bench", help="run a benchmark (decode, …); writes bench/results/")
-    p_bench.add_argument("what", help="decode | scheduler | voice | batch | remote | soak | bigframes | asr | image | …")
+    p_bench.add_argument("what", help="decode | scheduler | voice | batch | remote | soak | bigframes | asr | …")
     p_bench.add_argument("rest", nargs=argparse.REMAINDER)
     p_bench.set_defaults(func=bench)
     args = parser.parse_args(argv)
