@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import hashlib
 import hmac
-from typing import Literal
+from dataclasses import dataclass
 from urllib.parse import urlsplit
 
 from starlette.requests import HTTPConnection
@@ -58,33 +58,41 @@ def bearer(conn: HTTPConnection) -> str | None:
     return value.strip() if scheme.lower() == "bearer" else None
 
 
-def ws_api_key_ok(conn: HTTPConnection, keys: tuple[str, ...]) -> str | Literal[False]:
-    """For a WS upgrade: False if refused; else the subprotocol to echo ('' for none).
+@dataclass(frozen=True)
+class WsAuth:
+    """A WebSocket upgrade that passed authentication."""
+
+    key: str  # digest of the one API key that authenticated: the session is bound to and counted against it
+    subprotocol: str  # the subprotocol to echo ('' for none); never the key itself
+
+
+class AuthRefused(Exception):
+    """The upgrade is refused; the message says why (it names no key)."""
+
+
+def ws_auth(conn: HTTPConnection, keys: tuple[str, ...]) -> WsAuth:
+    """Authenticate a WS upgrade by exactly one credential, and bind the session to that one.
 
     Browsers cannot set headers, so a key may come as the subprotocol
-    ``openai-insecure-api-key.<key>``; the server then echoes the first offered protocol
-    that is *not* the key, or none.
+    ``openai-insecure-api-key.<key>``; the server then echoes ``realtime`` when offered, or none.
+    A bearer token and a subprotocol key that differ, or two different subprotocol keys, are
+    refused: otherwise one credential would authenticate and another be charged (issue 24).
     """
     offered = [p.strip() for p in conn.headers.get("sec-websocket-protocol", "").split(",") if p.strip()]
     plain = [p for p in offered if not p.startswith(SUBPROTOCOL_KEY_PREFIX)]
     echo = "realtime" if "realtime" in plain else ""
+    given = {p[len(SUBPROTOCOL_KEY_PREFIX) :] for p in offered if p.startswith(SUBPROTOCOL_KEY_PREFIX)}
+    token = bearer(conn)
+    if token:
+        given.add(token)
     if not keys:
-        return echo
-    if key_matches(bearer(conn), keys):
-        return echo
-    for proto in offered:
-        if proto.startswith(SUBPROTOCOL_KEY_PREFIX) and key_matches(proto[len(SUBPROTOCOL_KEY_PREFIX) :], keys):
-            return echo
-    return False
-
-
-def subprotocol_key(conn: HTTPConnection) -> str | None:
-    """The API key a browser passed as ``openai-insecure-api-key.<key>``."""
-    for proto in conn.headers.get("sec-websocket-protocol", "").split(","):
-        proto = proto.strip()
-        if proto.startswith(SUBPROTOCOL_KEY_PREFIX):
-            return proto[len(SUBPROTOCOL_KEY_PREFIX) :]
-    return None
+        return WsAuth(key_digest(None), echo)  # no keys: nothing authenticates, every session is the same tenant
+    if len(given) > 1:
+        raise AuthRefused("more than one API key offered; send exactly one")
+    (candidate,) = given or {None}
+    if not key_matches(candidate, keys):
+        raise AuthRefused("invalid or missing API key")
+    return WsAuth(key_digest(candidate), echo)
 
 
 def http_api_key_ok(conn: HTTPConnection, keys: tuple[str, ...]) -> bool:

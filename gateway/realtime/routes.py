@@ -7,7 +7,7 @@ from collections.abc import Callable
 from starlette.routing import BaseRoute, WebSocketRoute
 from starlette.websockets import WebSocket
 
-from ..security import bearer, check_origin, key_digest, subprotocol_key, ws_api_key_ok
+from ..security import AuthRefused, check_origin, ws_auth
 from ..services import Services
 from . import protocol as p
 from .connection import CLOSE_NORMAL, CLOSE_POLICY, CLOSE_TRY_AGAIN, Connection
@@ -29,12 +29,13 @@ async def _realtime(s: Services, ws: WebSocket) -> None:
     if not check_origin(ws, server):
         await ws.close(CLOSE_POLICY)  # before accept: the client sees HTTP 403
         return
-    subprotocol = ws_api_key_ok(ws, server.api_keys)
-    if subprotocol is False:
+    try:
+        auth = ws_auth(ws, server.api_keys)
+    except AuthRefused as exc:
         await ws.accept()
-        await ws.close(CLOSE_POLICY, "invalid or missing API key")
+        await ws.close(CLOSE_POLICY, str(exc))
         return
-    key = key_digest(bearer(ws) or subprotocol_key(ws))
+    key, subprotocol = auth.key, auth.subprotocol
     token = ws.query_params.get("resume_token")
     model = ws.query_params.get("model")
     await ws.accept(subprotocol=subprotocol or None)
