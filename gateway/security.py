@@ -27,10 +27,13 @@ def check_origin(conn: HTTPConnection, server: ServerConfig) -> bool:
         return True
     if server.allowed_origins:
         return origin in server.allowed_origins  # exact match
-    parts = urlsplit(origin)
+    try:
+        parts = urlsplit(origin)
+        port = parts.port or (443 if parts.scheme == "https" else 80)  # .port raises on "99999" or "x"
+    except ValueError:
+        return False  # a malformed Origin is a foreign one: 403, not a 500 before authentication
     if parts.scheme not in ("http", "https") or not parts.hostname:
         return False
-    port = parts.port or (443 if parts.scheme == "https" else 80)
     bound = conn.scope.get("server") or (server.host, server.port)
     own_ports = {int(bound[1]), server.port} if bound and bound[1] else {server.port}
     own_hosts = {_norm(str(bound[0])) if bound else "", _norm(server.host)}

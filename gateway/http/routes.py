@@ -101,7 +101,7 @@ class HttpApi:
         last = request.headers.get("last-event-id")
         if last:
             prefix, _, n = last.strip().rpartition(":")
-            if prefix != cid or not n.isdigit():
+            if prefix != cid or not (n.isascii() and n.isdigit()):  # str.isdigit takes '²', int() does not
                 raise ApiError(400, "invalid_value", f"Last-Event-ID must look like '{cid}:<n>'", "Last-Event-ID")
             after = int(n)
         stream = self.store.get(cid, _owner(svc, request))

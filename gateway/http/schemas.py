@@ -144,7 +144,7 @@ async def read_body(request: Request, limit: int) -> bytes:
     """The whole body, refusing more than ``limit`` bytes (by Content-Length and as it streams in)."""
     declared = request.headers.get("content-length")
     if declared is not None:
-        if not declared.isdigit():
+        if not (declared.isascii() and declared.isdigit()):
             raise ApiError(400, "invalid_request", "Content-Length is not a number")
         if int(declared) > limit:
             raise _too_large(limit)
