@@ -7,6 +7,8 @@ from typing import Any
 
 import uvicorn
 
+from .logredact import install_log_redaction
+
 
 class DrainingServer(uvicorn.Server):
     """``shutdown`` first stops accepting, then waits (bounded) for in-flight responses, then lets
@@ -14,6 +16,7 @@ class DrainingServer(uvicorn.Server):
 
     def __init__(self, config: uvicorn.Config, app: Any, drain_timeout_s: float):
         super().__init__(config)
+        install_log_redaction()  # uvicorn logs each WebSocket path with its query string (resume tokens)
         self._app = app
         self.drain_timeout_s = drain_timeout_s  # longest wait for running responses
 
