@@ -9,6 +9,7 @@ from collections.abc import AsyncIterator, Callable
 from pathlib import Path
 
 from starlette.applications import Starlette
+from starlette.middleware import Middleware
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Mount, Route
@@ -22,6 +23,7 @@ from models.remote_engine import RemoteEngine
 from .config import Config
 from .http import routes as http_routes
 from .realtime import routes as realtime_routes
+from .security import LocalHostGuard
 from .services import Services
 from .startup import start_services, stop_services
 
@@ -98,6 +100,6 @@ def create_app(
         *http_api.routes(),
         Mount("/", app=StaticFiles(directory=str(WEB_DIR), html=True, check_dir=False), name="web"),
     ]
-    app = Starlette(routes=routes, lifespan=lifespan)
+    app = Starlette(routes=routes, lifespan=lifespan, middleware=[Middleware(LocalHostGuard, server=config.server)])
     app.state.completions = http_api.store
     return app

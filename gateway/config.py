@@ -19,6 +19,7 @@ class ServerConfig(_Frozen):
     api_keys: tuple[str, ...] = ()  # accepted bearer keys; empty = no auth, loopback only
     allow_remote_without_keys: bool = False  # explicit opt-in to bind non-loopback with no keys
     allowed_origins: tuple[str, ...] = ()  # exact Origin allowlist; empty = the server's own origin
+    allowed_hosts: tuple[str, ...] = ()  # with no api_keys: Host names served besides IPs, localhost and host
     grace_period_s: float = 30.0  # keep a session (and its response) alive after its socket drops; 0 = cancel
     shutdown_timeout_s: float = 10.0  # on SIGTERM, let responses finish this long
 

@@ -4,10 +4,13 @@ from __future__ import annotations
 
 import hashlib
 import hmac
+import ipaddress
 from dataclasses import dataclass
 from urllib.parse import urlsplit
 
 from starlette.requests import HTTPConnection
+from starlette.responses import JSONResponse
+from starlette.types import ASGIApp, Receive, Scope, Send
 
 from .config import ServerConfig
 
@@ -100,3 +103,52 @@ def ws_auth(conn: HTTPConnection, keys: tuple[str, ...]) -> WsAuth:
 
 def http_api_key_ok(conn: HTTPConnection, keys: tuple[str, ...]) -> bool:
     return not keys or key_matches(bearer(conn), keys)
+
+
+def host_allowed(host_header: str, server: ServerConfig) -> bool:
+    """Whether a request's ``Host`` names this server: an IP literal, a loopback name, the bound
+    host or one of ``server.allowed_hosts``. A web page that rebinds its own domain to 127.0.0.1
+    still sends its domain as Host, so it is refused (the DNS-rebinding attack on local servers)."""
+    try:
+        name = urlsplit("//" + host_header).hostname  # strips the port and the brackets of [::1]
+    except ValueError:
+        return False
+    if not name:
+        return False
+    try:
+        ipaddress.ip_address(name)
+        return True  # a page whose origin is an IP cannot rebind it: its Origin is that IP, not a name
+    except ValueError:
+        pass
+    allowed = {"localhost", _norm(server.host), *(h.lower() for h in server.allowed_hosts)}
+    return _norm(name) in allowed
+
+
+class LocalHostGuard:
+    """ASGI middleware for local mode (no API keys): refuse any HTTP request or WebSocket whose
+    ``Host`` is not this server's (403), so a web page cannot reach the API through DNS rebinding.
+    With API keys a page has no key to send, and Host is left to the deployment."""
+
+    def __init__(self, app: ASGIApp, server: ServerConfig):
+        self.app = app
+        self.server = server
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] not in ("http", "websocket") or self.server.api_keys:
+            await self.app(scope, receive, send)
+            return
+        host = HTTPConnection(scope).headers.get("host", "")
+        if host_allowed(host, self.server):
+            await self.app(scope, receive, send)
+        elif scope["type"] == "websocket":
+            await send({"type": "websocket.close", "code": 1008})  # before accept: HTTP 403
+        else:
+            body = {
+                "error": {
+                    "message": "this Host is not served here",
+                    "type": "invalid_request_error",
+                    "param": "Host",
+                    "code": "host_not_allowed",
+                }
+            }
+            await JSONResponse(body, status_code=403)(scope, receive, send)

@@ -17,6 +17,7 @@ _TYPES = {
     404: "invalid_request_error",
     410: "invalid_request_error",
     413: "invalid_request_error",
+    415: "invalid_request_error",
 }
 
 # things a library message may carry that a client must not see

@@ -141,7 +141,13 @@ def parse(body: bytes, model: type[Body] = ChatRequest) -> Body:  # type: ignore
 
 
 async def read_body(request: Request, limit: int) -> bytes:
-    """The whole body, refusing more than ``limit`` bytes (by Content-Length and as it streams in)."""
+    """The whole JSON body, refusing more than ``limit`` bytes (by Content-Length and as it streams in).
+
+    ``Content-Type`` must be ``application/json``: a web page may POST ``text/plain`` to any
+    server without a CORS preflight, but not JSON (issue 24 §8: local mode has no key to stop it)."""
+    media = request.headers.get("content-type", "").partition(";")[0].strip().lower()
+    if media != "application/json":
+        raise ApiError(415, "unsupported_media_type", "Content-Type must be application/json", "Content-Type")
     declared = request.headers.get("content-length")
     if declared is not None:
         if not (declared.isascii() and declared.isdigit()):

@@ -158,12 +158,14 @@ async def test_each_sse_delta_is_one_scheduler_chunk_as_on_realtime(tiny_backend
 
 # ---------------------------------------------------------------------- errors
 
+JSON = {"Content-Type": "application/json"}  # what a raw body must declare (a page may POST text/plain)
+
 
 def test_bad_bodies_are_400_in_openai_shape(tiny_backend, server_factory):
     with server_factory(tiny_backend, **NO_AUDIO) as addr:
         url = f"http://{addr}/v1/chat/completions"
-        assert_error(httpx.post(url, content=b"{not json", timeout=30), 400, "invalid_json")
-        assert_error(httpx.post(url, content=b"[1, 2]", timeout=30), 400, "invalid_json")
+        assert_error(httpx.post(url, content=b"{not json", headers=JSON, timeout=30), 400, "invalid_json")
+        assert_error(httpx.post(url, content=b"[1, 2]", headers=JSON, timeout=30), 400, "invalid_json")
         err = assert_error(post(addr, {"model": MODEL}), 400, "missing_required_parameter")
         assert err["param"] == "messages"
         err = assert_error(post(addr, body(temperature=5)), 400, "invalid_value")
@@ -209,7 +211,7 @@ def test_body_over_the_limit_is_413(tiny_backend, server_factory):
         def chunked():  # no Content-Length: counted as it streams in
             yield json.dumps(big).encode()
 
-        r = httpx.post(f"http://{addr}/v1/chat/completions", content=chunked(), timeout=30)
+        r = httpx.post(f"http://{addr}/v1/chat/completions", content=chunked(), headers=JSON, timeout=30)
         assert "content-length" not in r.request.headers
         assert_error(r, 413, "request_too_large")
         assert post(addr, body(max_tokens=2)).status_code == 200
