@@ -153,6 +153,22 @@ class LimitsConfig(_Frozen):
     send_stall_s: float = 5.0  # … and a send blocked this long (it stopped reading): closed 1013
     replay_max_events: int = 4096  # events kept per session for resume
     replay_max_bytes: int = 8 * 1024 * 1024  # bytes kept per session for resume
+    max_item_text_chars: int = 256 * 1024  # text of one conversation item, all parts (fits the replay buffer)
+    max_instructions_chars: int = 256 * 1024  # instructions in session.update / response.create (fits it too)
+
+    @model_validator(mode="after")
+    def _echoes_fit_the_replay_buffer(self) -> LimitsConfig:
+        # an item comes back in two events (conversation.item.added, .done), instructions in one
+        # (session.updated); JSON may escape a character as 6 (\u0001); 64 KiB for the rest of the
+        # events around them. A capped input therefore always fits: one that did not would close
+        # its own session with 1013 and leave it unresumable (issue 24 §3).
+        need = max(2 * 6 * self.max_item_text_chars, 6 * self.max_instructions_chars) + 64 * 1024
+        if need > self.replay_max_bytes:
+            raise ValueError(
+                f"replay_max_bytes {self.replay_max_bytes} cannot hold the echo of a capped item or instructions"
+                f" ({need} bytes): raise it or lower max_item_text_chars / max_instructions_chars"
+            )
+        return self
 
 
 class Config(_Frozen):

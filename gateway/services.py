@@ -52,6 +52,7 @@ class Services:
     files: FileStore | None = None  # uploaded files (/v1/files); None when disabled
     processors: ProcessorRegistry = field(default_factory=ProcessorRegistry)  # content type → text (files)
     started: float = field(default_factory=time.time)
+    tokenizing: int = 0  # responses admitted whose prompt is being tokenized (gateway.tokenize): not yet submitted
 
     @property
     def model_ids(self) -> list[str]:
@@ -97,20 +98,31 @@ class Services:
     def drafting(self) -> Drafting:
         return self.drafter_factory() if self.drafter_factory else (None, None)
 
+    @property
+    def tokenizes(self) -> bool:
+        """Whether responses need a prompt tokenized here (not with a remote engine)."""
+        return not isinstance(self.backend, RemoteModel)
+
     def decode_job(
-        self, state: KVState, messages: list[dict[str, str]], sampling: dict[str, Any], scheduler: dict[str, Any]
+        self,
+        state: KVState,
+        messages: list[dict[str, str]],
+        sampling: dict[str, Any],
+        scheduler: dict[str, Any],
+        prompt: list[int] | None = None,
     ) -> DecodeJob | RemoteJob:
         """One response: ``messages`` through the chat template, decoded on ``state`` with these options;
         or, with a remote engine (backend: openai), streamed from it. Either way ``engine.submit`` takes
         it and the same JobEvents come back.
 
+        ``prompt``: ``messages`` already tokenized off the event loop (gateway.tokenize); None: here.
         Raises ``ContextOverflow`` (prompt too long) or ``ValueError`` (bad sampling/scheduler values)."""
         if isinstance(self.backend, RemoteModel):
             return RemoteJob(self.backend, messages, self.sampling(sampling), self.scheduler_config(scheduler))
         return DecodeJob(
             self.backend,
             state,
-            self.backend.chat_tokens(messages),
+            self.backend.chat_tokens(messages) if prompt is None else prompt,
             self.sampling(sampling),
             self.scheduler_config(scheduler),
             *self.drafting(),
@@ -128,4 +140,6 @@ class Services:
 
     def engine_has_room(self) -> bool:
         running, waiting = self.engine.depth
+        if self.tokenizing:  # they hold a place: they will be submitted as soon as they are tokenized
+            return running + waiting + self.tokenizing < self.engine.max_running + self.engine.max_waiting
         return running < self.engine.max_running or waiting < self.engine.max_waiting

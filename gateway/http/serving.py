@@ -16,6 +16,7 @@ from models.decode import ContextOverflow, DecodeJob, Done, JobEvents
 from models.engine import EngineBusy, Handle
 from models.remote import RemoteJob
 
+from .. import tokenize
 from ..filters import CONTENT_FILTER, FILTER_FAILED, ResponseFilter
 from ..services import Services
 from ..sink import AsyncSink
@@ -65,14 +66,15 @@ async def create(svc: Services, store: CompletionStore, request: Request, owner:
     if not svc.engine_has_room():
         raise busy()
     messages = await chat_messages(svc, req.messages, owner)
-    job = _job(svc, req, messages)
+    prompt = await tokenize.chat_tokens(svc.backend, messages, svc) if svc.tokenizes else None  # off the loop
+    job = _job(svc, req, messages, prompt)
     header = shapes.Header(f"chatcmpl-{secrets.token_hex(16)}", int(time.time()), svc.backend.name)
     if req.stream:
         return _start_stream(svc, store, owner, req, job, header)
     return await _complete(svc, request, job, header)
 
 
-def _job(svc: Services, req: ChatRequest, messages: list[dict[str, str]]) -> Job:
+def _job(svc: Services, req: ChatRequest, messages: list[dict[str, str]], prompt: list[int] | None) -> Job:
     cap = svc.config.session.max_output_tokens
     asked = req.token_cap()
     sched: dict[str, Any] = req.scheduler.model_dump(exclude_none=True) if req.scheduler else {}
@@ -88,6 +90,7 @@ def _job(svc: Services, req: ChatRequest, messages: list[dict[str, str]]) -> Job
                 "max_tokens": cap if asked is None else min(asked, cap),
             },
             sched,
+            prompt,
         )
     except ContextOverflow as exc:
         raise ApiError(400, "context_length_exceeded", str(exc), "messages") from None

@@ -20,6 +20,7 @@ from models.decode import ContextOverflow, JobEvents
 from models.engine import EngineBusy, Handle
 from processors.image import ImageError
 
+from .. import tokenize
 from ..filters import FILTER_FAILED, ResponseFilter
 from ..services import Services
 from ..sink import AsyncSink
@@ -68,6 +69,15 @@ class Speculation:
         )
 
 
+class _Tokenizing:
+    """Stands in ``handles`` for a response whose prompt is being tokenized; ``cancel`` like a Handle's."""
+
+    cancelled = False
+
+    def cancel(self) -> None:
+        self.cancelled = True
+
+
 class LiveSession:
     def __init__(self, services: Services, key: str):
         """``key``: digest of the API key the session is bound to (``gateway.security.key_digest``)."""
@@ -77,7 +87,7 @@ class LiveSession:
         self.changed = asyncio.Event()  # set whenever the outbox grows
         self.session = Session(services.session_defaults, self.outbox.stamp)
         self.state = services.backend.new_state()
-        self.handles: dict[str, Handle] = {}
+        self.handles: dict[str, Handle | _Tokenizing] = {}
         self.filters: dict[str, ResponseFilter] = {}  # response id → its chunk filtering
         self.model_q: asyncio.Queue[ModelMessage] = asyncio.Queue()
         self.media = MediaInput(self.session, services, self.send, self._create_response, self)
@@ -149,10 +159,20 @@ class LiveSession:
                 return
             self.svc.metrics.speculation.labels(outcome="mismatched").inc()
             self._forget(spec)  # the engine retires a cancelled job before the next one touches the cache
+        pending = _Tokenizing()
+        self.handles[action.response_id] = pending  # a cancel or close meanwhile marks it
+        self._spawn(self._submit(action, pending))
+
+    async def _submit(self, action: StartResponse, pending: _Tokenizing) -> None:
+        """Tokenize off the loop (gateway.tokenize), then hand the job to the engine — unless the
+        response was cancelled meanwhile (the session already ended it with response.done)."""
         svc = self.svc
         rid = action.response_id
         try:
-            job = svc.decode_job(self.state, action.messages, action.sampling, action.scheduler)
+            prompt = await tokenize.chat_tokens(svc.backend, action.messages, svc) if svc.tokenizes else None
+            if pending.cancelled or self.handles.get(rid) is not pending:
+                return
+            job = svc.decode_job(self.state, action.messages, action.sampling, action.scheduler, prompt)
             self.handles[rid] = svc.engine.submit(job, AsyncSink(asyncio.get_running_loop(), self.model_q, rid))
             self.filters[rid] = ResponseFilter(svc.filters, self.session.id, rid)
         except ContextOverflow as exc:
@@ -163,6 +183,12 @@ class LiveSession:
         except ValueError as exc:  # bad scheduler/sampling values
             self.send(self.session.error("invalid_value", str(exc)))
             self.send(self.session.on_done(rid, "error", {"error_code": "invalid_value"}, {}))
+        except Exception as exc:  # a tokenizer failure costs this response, not the session
+            log.error("starting a response failed: %s", type(exc).__name__)
+            self.send(self.session.on_done(rid, "error", {"error_code": "server_error"}, {}))
+        finally:
+            if self.handles.get(rid) is pending:
+                del self.handles[rid]  # not submitted: nothing runs for it
 
     # ------------------------------------------------------------------ speculation (media.Speculator)
 
@@ -212,7 +238,9 @@ class LiveSession:
     def parse(self, raw: str) -> Any:
         """A client event, or the ``ProtocolError`` it raised (pure: safe on a worker thread)."""
         try:
-            return p.parse(raw, self.limits.max_json_depth)
+            ev = p.parse(raw, self.limits.max_json_depth)
+            p.check_sizes(ev, self.limits.max_item_text_chars, self.limits.max_instructions_chars)
+            return ev
         except p.ProtocolError as exc:
             return exc
 

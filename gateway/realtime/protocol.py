@@ -295,6 +295,34 @@ def parse(raw: str | bytes, max_depth: int = MAX_JSON_DEPTH) -> Any:
         raise ProtocolError("invalid_value", f"{loc or 'event'}: {first['msg']}", event_id, loc) from None
 
 
+def check_sizes(ev: Any, max_item_chars: int, max_instructions_chars: int) -> None:
+    """``ProtocolError("input_too_large")`` for an item whose text (all parts, transcripts too) or
+    instructions are over their caps (``limits.max_item_text_chars`` / ``max_instructions_chars``,
+    sized so that the events echoing them fit the replay buffer)."""
+    if isinstance(ev, ItemCreate):
+        chars = sum(
+            len(c.text) if isinstance(c, InputText) else len(c.transcript or "") if isinstance(c, InputAudio) else 0
+            for c in ev.item.content
+        )
+        if chars > max_item_chars:
+            raise ProtocolError(
+                "input_too_large",
+                f"item text is {chars} characters; the limit is {max_item_chars}",
+                ev.event_id,
+                "item.content",
+            )
+    options = ev.session if isinstance(ev, SessionUpdate) else ev.response if isinstance(ev, ResponseCreate) else None
+    text = getattr(options, "instructions", None)
+    if text is not None and len(text) > max_instructions_chars:
+        where = "session" if isinstance(ev, SessionUpdate) else "response"
+        raise ProtocolError(
+            "input_too_large",
+            f"instructions are {len(text)} characters; the limit is {max_instructions_chars}",
+            ev.event_id,
+            f"{where}.instructions",
+        )
+
+
 # ---------------------------------------------------------------- server events
 
 _event_counter = itertools.count()

@@ -1,0 +1,36 @@
+"""Chat templating and tokenization off the event loop (issue 24 §3).
+
+A long prompt (a conversation, or instructions near their cap) takes the template engine and the
+tokenizer tens of milliseconds to seconds; on the event loop that freezes every socket, pings
+included. One worker thread does it instead: one, because a Hugging Face fast tokenizer is not
+safe to encode from two threads at once ("Already borrowed"), prompts are then tokenized in
+arrival order, and a flood of huge prompts costs the process one thread's worth of CPU at most.
+Not the engine's thread: a big prompt there would stall every running response's next step.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from concurrent.futures import ThreadPoolExecutor
+from typing import Protocol
+
+
+class ChatTokenizer(Protocol):
+    def chat_tokens(self, messages: list[dict[str, str]], add_generation_prompt: bool = True) -> list[int]: ...
+
+
+_POOL = ThreadPoolExecutor(max_workers=1, thread_name_prefix="tokenize")
+
+
+class Tokenizing(Protocol):
+    tokenizing: int  # admitted responses not yet submitted (Services.engine_has_room counts them)
+
+
+async def chat_tokens(backend: ChatTokenizer, messages: list[dict[str, str]], holder: Tokenizing) -> list[int]:
+    """``backend.chat_tokens(messages)`` on the tokenizer thread; the loop stays free meanwhile.
+    ``holder.tokenizing`` counts the prompt while it waits, so admission sees it as queued work."""
+    holder.tokenizing += 1
+    try:
+        return await asyncio.wrap_future(_POOL.submit(backend.chat_tokens, messages))
+    finally:
+        holder.tokenizing -= 1
