@@ -114,6 +114,8 @@ class VisionConfig(_Frozen):
     max_image_bytes: int = 20_000_000  # encoded size of one image
     max_image_pixels: int = 40_000_000  # declared width × height
     max_side: int = 1024  # images are downscaled to this before the model sees them
+    decode_budget_bytes: int = 512 * 1024 * 1024  # estimated memory of all image decodes in flight (over: refused)
+    max_concurrent_decodes: int = Field(default=2, ge=1)  # image decodes at once; more wait (10 s, then server_busy)
     remote_image_hosts: tuple[str, ...] = ()  # http(s) image URLs allowed from these hosts only (SSRF: off)
     remote_image_timeout_s: float = 10.0  # whole fetch of one remote image
 

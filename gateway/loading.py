@@ -40,9 +40,10 @@ def load_speculator(config: Config, backend: Backend | RemoteModel) -> Any:
 
 def load_vision(config: Config) -> tuple[ImageDescriber | None, Any]:
     """The configured image understanding (CLIP labels or a VLM caption) and image generator."""
-    from processors.image import ImageLimits, RemoteImagePolicy, load_image_url
+    from processors.image import DecodeGate, ImageLimits, RemoteImagePolicy, load_image_url
 
     v = config.vision
+    gate = DecodeGate(v.decode_budget_bytes, v.max_concurrent_decodes)  # one per app: every decode shares it
     limits = ImageLimits(max_bytes=v.max_image_bytes, max_pixels=v.max_image_pixels, max_side=v.max_side)
     remote = (
         RemoteImagePolicy(allowed_hosts=frozenset(v.remote_image_hosts), timeout_s=v.remote_image_timeout_s)
@@ -57,7 +58,7 @@ def load_vision(config: Config) -> tuple[ImageDescriber | None, Any]:
         labeler = ClipLabeler(ClipConfig(model=v.clip_model, pretrained=v.clip_pretrained, **kw))
 
         def describer(url: str) -> str:
-            return str(labeler.rank(load_image_url(url, limits, remote).image).description)
+            return str(labeler.rank(load_image_url(url, limits, remote, gate=gate).image).description)
 
     elif v.mode == "vlm":
         from models.vlm import VisionLanguageModel, VLMConfig
@@ -65,7 +66,7 @@ def load_vision(config: Config) -> tuple[ImageDescriber | None, Any]:
         vlm = VisionLanguageModel(VLMConfig(model=v.vlm_model))
 
         def describer(url: str) -> str:
-            img = load_image_url(url, limits, remote).image
+            img = load_image_url(url, limits, remote, gate=gate).image
             content = [{"type": "image", "image": img}, {"type": "text", "text": v.vlm_prompt}]
             msg = [{"role": "user", "content": content}]
             return f"[image: {vlm.generate(msg, max_new_tokens=64).strip()}]"

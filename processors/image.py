@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import base64
 import binascii
+import contextlib
 import http.client
 import io
 import ipaddress
@@ -23,10 +24,11 @@ import math
 import re
 import socket
 import ssl
+import threading
 import time
 import urllib.parse
 import warnings
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 
 import numpy as np
@@ -60,6 +62,64 @@ class ImageLimits:
     allowed_mimes: frozenset[str] = frozenset(MIME_TO_FORMAT)  # subset of MIME_TO_FORMAT's keys
     max_side: int | None = None  # downscale so max(width, height) <= this; None keeps the size
     background: tuple[int, int, int] = (255, 255, 255)  # what transparent pixels become
+
+
+_DECODE_WAIT_S = 10.0  # longest wait for room in the decode budget before "server_busy"
+_ALPHA_MODES = frozenset({"RGBA", "LA", "PA", "RGBa", "La"})
+
+
+def decode_memory(mode: str, width: int, height: int, fmt: str = "PNG", transparency: bool = False) -> int:
+    """An upper bound on the bytes that decoding and normalising an image holds at once, from its
+    header alone. Measured (bench/security_images.py, 36 MP): an RGB or 16-bit grey PNG peaks at
+    ≈ 9.5 bytes a pixel (the decoded buffer, Pillow stores RGB in 4, plus the downscale), an
+    image with alpha at ≈ 17 (RGBA copy, RGB base and alpha channel to flatten it), and libwebp
+    decodes into a buffer of its own that Pillow then copies (+8); 16 MiB covers fixed costs
+    (codec state, a JPEG's draft buffers). So: 16 MiB + pixels × (12 + 8 if alpha + 8 if WebP)."""
+    alpha = mode in _ALPHA_MODES or (mode == "P" and transparency)
+    per_pixel = 12 + (8 if alpha else 0) + (8 if fmt == "WEBP" else 0)
+    return (16 << 20) + width * height * per_pixel
+
+
+class DecodeGate:
+    """What image decoding may hold at once across the process: a byte budget shared by every
+    decode in flight (each reserves its ``decode_memory`` first) and a count of decodes at once.
+    One image over the whole budget is refused; one that merely has to wait for room waits up to
+    ``_DECODE_WAIT_S`` and is then refused as busy. Thread-safe (decodes run in worker threads)."""
+
+    def __init__(self, budget_bytes: int, max_concurrent: int):
+        self.budget_bytes = budget_bytes  # total estimated decode memory in flight
+        self.max_concurrent = max_concurrent  # decodes in flight
+        self._used = 0
+        self._active = 0
+        self._cv = threading.Condition()
+
+    @contextlib.contextmanager
+    def reserve(self, n_bytes: int, what: str) -> Iterator[None]:
+        if n_bytes > self.budget_bytes:
+            need, limit = n_bytes >> 20, self.budget_bytes >> 20
+            raise ImageError("image_too_large", f"decoding {what} needs about {need} MiB (limit {limit} MiB)")
+
+        def fits() -> bool:
+            return self._active < self.max_concurrent and self._used + n_bytes <= self.budget_bytes
+
+        with self._cv:
+            if not self._cv.wait_for(fits, _DECODE_WAIT_S):
+                raise ImageError("server_busy", "too many images are being decoded; retry shortly")
+            self._used += n_bytes
+            self._active += 1
+        try:
+            yield
+        finally:
+            with self._cv:
+                self._used -= n_bytes
+                self._active -= 1
+                self._cv.notify_all()
+
+    @property
+    def in_flight(self) -> tuple[int, int]:
+        """(decodes, reserved bytes) now."""
+        with self._cv:
+            return self._active, self._used
 
 
 @dataclass(frozen=True)
@@ -128,8 +188,11 @@ def to_data_url(png_or_jpeg: bytes, mime: str = "image/png") -> str:
 # ------------------------------------------------------------------------------------------ decoding
 
 
-def decode_image(raw: bytes, mime: str, limits: ImageLimits = ImageLimits()) -> DecodedImage:
-    """Validate ``raw`` (claimed to be ``mime``) and return it as a normalised RGB image."""
+def decode_image(
+    raw: bytes, mime: str, limits: ImageLimits = ImageLimits(), gate: DecodeGate | None = None
+) -> DecodedImage:
+    """Validate ``raw`` (claimed to be ``mime``) and return it as a normalised RGB image. With a
+    ``gate``, the decode first reserves its estimated memory there (``decode_memory``)."""
     mime = _check_mime(mime, limits)
     if len(raw) > limits.max_bytes:
         raise ImageError("image_too_large", f"image of {len(raw)} bytes exceeds {limits.max_bytes}")
@@ -161,9 +224,16 @@ def decode_image(raw: bytes, mime: str, limits: ImageLimits = ImageLimits()) -> 
             ratio = limits.max_side / max(width, height)
             box = (max(1, math.ceil(width * ratio - 1e-6)), max(1, math.ceil(height * ratio - 1e-6)))
             img.draft("RGB", box)
+        # img.size is the reduced one when draft() scaled a JPEG down
+        need = decode_memory(img.mode, *img.size, img.format or "", "transparency" in img.info)
+        what = f"a {img.size[0]}x{img.size[1]} {img.mode} {img.format}"
+        reservation = gate.reserve(need, what) if gate is not None else contextlib.nullcontext()
         try:
-            img.load()
-            out = _normalise(img, limits)
+            with reservation:
+                img.load()
+                out = _normalise(img, limits)
+        except ImageError:
+            raise
         except (Image.DecompressionBombError, Image.DecompressionBombWarning) as exc:
             raise ImageError("image_too_large", f"image declares too many pixels: {exc}") from None
         except MemoryError:
@@ -185,8 +255,12 @@ def _normalise(img: Image.Image, limits: ImageLimits) -> Image.Image:
         base.paste(rgba, mask=rgba.getchannel("A"))
         img = base
     elif img.mode in ("I;16", "I;16B", "I;16L", "I"):  # 16-bit grey PNG: Pillow's convert clips at 255
-        grey = np.asarray(img, dtype=np.int64).clip(0, 65535) // 257  # [H, W] in 0..255
-        img = Image.fromarray(grey.astype(np.uint8), "L")
+        # [H, W] in the source's own width (2 bytes for I;16): an int64 copy cost 8 bytes a pixel
+        # twice over (a 101 KB PNG peaked at +744 MB)
+        grey = np.asarray(img)
+        if grey.dtype.kind == "i":  # mode I: int32, may hold values outside 0..65535
+            grey = grey.clip(0, 65535)
+        img = Image.fromarray((grey // 257).astype(np.uint8), "L")
     if img.mode != "RGB":
         img = img.convert("RGB")
     if limits.max_side and max(img.size) > limits.max_side:
@@ -200,6 +274,7 @@ def load_image_url(
     remote: RemoteImagePolicy | None = None,
     *,
     resolver: Callable[[str, int], list[str]] | None = None,
+    gate: DecodeGate | None = None,
 ) -> DecodedImage:
     """The one entry point for ``input_image.image_url`` / chat ``image_url.url``.
 
@@ -211,12 +286,12 @@ def load_image_url(
     scheme = url.split(":", 1)[0].strip().lower() if ":" in url else ""
     if scheme == "data":
         mime, raw = parse_data_url(url, limits)
-        return decode_image(raw, mime, limits)
+        return decode_image(raw, mime, limits, gate)
     if scheme in ("http", "https"):
         if remote is None or not remote.allowed_hosts:
             raise ImageError("image_url_not_allowed", "only data: image URLs are accepted by this server")
         mime, raw = fetch_image(url, remote, limits, resolver=resolver)
-        return decode_image(raw, mime, limits)
+        return decode_image(raw, mime, limits, gate)
     raise ImageError("image_url_not_allowed", f"unsupported image URL scheme {scheme or '(none)'!r}")
 
 
@@ -359,12 +434,14 @@ def fetch_image(
 __all__ = [
     "DEFAULT_MAX_BYTES",
     "DEFAULT_MAX_PIXELS",
+    "DecodeGate",
     "DecodedImage",
     "ImageError",
     "ImageLimits",
     "RemoteImagePolicy",
     "check_remote_url",
     "decode_image",
+    "decode_memory",
     "fetch_image",
     "load_image_url",
     "parse_data_url",
