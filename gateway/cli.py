@@ -22,8 +22,15 @@ def is_loopback(host: str) -> bool:
 
 def uvicorn_config_kwargs(config: object) -> dict[str, object]:
     """uvicorn settings every entry point shares (tests use them too)."""
+    from .guard import guarded_protocols
+
     limits = config.limits  # type: ignore[attr-defined]
+    http, ws = guarded_protocols(config.server)  # type: ignore[attr-defined]
     return {
+        "http": http,  # header deadline, 431, connection caps (gateway/guard.py)
+        "ws": ws,  # dead sockets aborted after server.close_timeout_s
+        # h11's own limit sits past ours, so an over-size head gets our 431 rather than its 400
+        "h11_max_incomplete_event_size": config.server.max_header_bytes + 4096,  # type: ignore[attr-defined]
         "ws_max_size": limits.max_text_frame_bytes,  # bigger frames close with 1009
         "ws_per_message_deflate": False,  # audio/images do not compress; deflate costs CPU and memory
         "ws_ping_interval": 20.0,

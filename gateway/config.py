@@ -22,6 +22,11 @@ class ServerConfig(_Frozen):
     allowed_hosts: tuple[str, ...] = ()  # with no api_keys: Host names served besides IPs, localhost and host
     grace_period_s: float = 30.0  # keep a session (and its response) alive after its socket drops; 0 = cancel
     shutdown_timeout_s: float = 10.0  # on SIGTERM, let responses finish this long
+    header_timeout_s: float = 10.0  # a socket must send a complete request head this soon (else 408, closed)
+    max_header_bytes: int = 16 * 1024  # one request head (request line + headers); more → 431
+    max_connections: int = 2048  # open sockets; past it a new one gets 503 and is closed
+    max_pending_per_ip: int = 64  # sockets from one address that have not sent a request head yet
+    close_timeout_s: float = 5.0  # a closed socket whose client does not read is aborted after this
 
 
 class ModelConfig(_Frozen):

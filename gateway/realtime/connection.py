@@ -77,9 +77,7 @@ class Connection:
                 self.kick(CLOSE_TRY_AGAIN, "client fell too far behind")
                 return
             for seq, text in events:
-                self._sending_since = time.monotonic()
-                await self.ws.send_text(text)
-                self._sending_since = None
+                await self._send(text)
                 self.cursor = seq
             if live.closed:
                 self._closing = self._closing or (
@@ -93,6 +91,20 @@ class Connection:
             if live.outbox.next_seq - 1 <= self.cursor:
                 live.changed.clear()
                 await live.changed.wait()
+
+    async def _send(self, text: str) -> None:
+        """One send; while it is stuck (the client stopped reading) the lag check also runs on a
+        timer, so a client that stops reading after the last event is closed too, not only one
+        that keeps receiving new events."""
+        self._sending_since = time.monotonic()
+        send = asyncio.ensure_future(self.ws.send_text(text))
+        try:
+            while not (await asyncio.wait({send}, timeout=self.limits.send_stall_s))[0]:
+                self._check_lag()
+            send.result()
+        finally:
+            send.cancel()  # a kick cancels the writer: the send goes with it
+            self._sending_since = None
 
     async def _reader(self) -> None:
         while self._closing is None:
