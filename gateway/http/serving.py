@@ -16,10 +16,10 @@ from models.decode import ContextOverflow, DecodeJob, Done, JobEvents
 from models.engine import EngineBusy, Handle
 from models.remote import RemoteJob
 
-from .. import tokenize
 from ..filters import CONTENT_FILTER, FILTER_FAILED, ResponseFilter
 from ..services import Services
 from ..sink import AsyncSink
+from ..tokenize import chat_tokens
 from . import shapes
 from .content import chat_messages
 from .errors import ApiError, busy, error_body
@@ -66,7 +66,7 @@ async def create(svc: Services, store: CompletionStore, request: Request, owner:
     if not svc.engine_has_room():
         raise busy()
     messages = await chat_messages(svc, req.messages, owner)
-    prompt = await tokenize.chat_tokens(svc.backend, messages, svc) if svc.tokenizes else None  # off the loop
+    prompt = await chat_tokens(svc.backend, messages, svc) if svc.tokenizes else None  # off the loop
     job = _job(svc, req, messages, prompt)
     header = shapes.Header(f"chatcmpl-{secrets.token_hex(16)}", int(time.time()), svc.backend.name)
     if req.stream:

@@ -20,10 +20,10 @@ from models.decode import ContextOverflow, JobEvents
 from models.engine import EngineBusy, Handle
 from processors.image import ImageError
 
-from .. import tokenize
 from ..filters import FILTER_FAILED, ResponseFilter
 from ..services import Services
 from ..sink import AsyncSink
+from ..tokenize import chat_tokens
 from ..uploads import REFUSALS, data_url_text, file_text
 from . import protocol as p
 from .media import MediaInput
@@ -169,7 +169,7 @@ class LiveSession:
         svc = self.svc
         rid = action.response_id
         try:
-            prompt = await tokenize.chat_tokens(svc.backend, action.messages, svc) if svc.tokenizes else None
+            prompt = await chat_tokens(svc.backend, action.messages, svc) if svc.tokenizes else None
             if pending.cancelled or self.handles.get(rid) is not pending:
                 return
             job = svc.decode_job(self.state, action.messages, action.sampling, action.scheduler, prompt)
