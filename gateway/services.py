@@ -140,6 +140,6 @@ class Services:
 
     def engine_has_room(self) -> bool:
         running, waiting = self.engine.depth
-        if self.tokenizing:  # they hold a place: they will be submitted as soon as they are tokenized
-            return running + waiting + self.tokenizing < self.engine.max_running + self.engine.max_waiting
-        return running < self.engine.max_running or waiting < self.engine.max_waiting
+        # prompts being tokenized hold a place (they are submitted once tokenized), and so does a job
+        # the engine's thread has not admitted yet: a sum, not "a free running slot or a free queue slot"
+        return running + waiting + self.tokenizing < self.engine.max_running + self.engine.max_waiting

@@ -74,7 +74,7 @@ async def create(svc: Services, store: CompletionStore, request: Request, owner:
     return await _complete(svc, request, job, header)
 
 
-def _job(svc: Services, req: ChatRequest, messages: list[dict[str, str]], prompt: list[int] | None) -> Job:
+def _job(svc: Services, req: ChatRequest, messages: list[dict[str, str]], prompt: list[int] | None = None) -> Job:
     cap = svc.config.session.max_output_tokens
     asked = req.token_cap()
     sched: dict[str, Any] = req.scheduler.model_dump(exclude_none=True) if req.scheduler else {}
