@@ -283,7 +283,7 @@ class Engine:
 
     @staticmethod
     def _deliver(h: Handle, events: JobEvents) -> None:
-        if events.chunks or events.done is not None:
+        if events.chunks or events.done is not None or events.tool_calls:
             try:
                 h.sink(events)
             except Exception:  # a closed loop must not kill the worker
