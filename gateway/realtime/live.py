@@ -16,6 +16,8 @@ from collections.abc import Callable, Coroutine
 from dataclasses import dataclass
 from typing import Any
 
+from models import constrain, toolcalls
+from models.constrain import GrammarError
 from models.decode import ContextOverflow, JobEvents
 from models.engine import EngineBusy, Handle
 from processors.image import ImageError
@@ -116,7 +118,14 @@ class LiveSession:
         svc = self.svc
         rid = action.response_id
         try:
-            job = svc.decode_job(self.state, action.messages, action.sampling, action.scheduler)
+            grammar = action.tools.grammar  # forced calls (the vocabulary is built once, ~0.5 s)
+            job = svc.decode_job(
+                self.state,
+                toolcalls.render(action.messages, action.tools.tools),
+                action.sampling,
+                {**action.scheduler, "tool_intercept": toolcalls.TOOL_TAGS},
+                constrain.constraint_for(svc.backend, grammar) if grammar else None,
+            )
             self.handles[rid] = svc.engine.submit(job, AsyncSink(asyncio.get_running_loop(), self.model_q, rid))
             self.filters[rid] = ResponseFilter(svc.filters, self.session.id, rid)
         except ContextOverflow as exc:
@@ -124,6 +133,9 @@ class LiveSession:
             self.send(self.session.on_done(rid, "error", {"error_code": "context_length_exceeded"}, {}))
         except EngineBusy:
             self.send(self.session.on_done(rid, "error", {"error_code": "server_busy"}, {}))
+        except GrammarError as exc:  # a backend without a tokenizer a grammar can use
+            self.send(self.session.error("unsupported_value", f"forced tool calls are not available here: {exc}"))
+            self.send(self.session.on_done(rid, "error", {"error_code": "unsupported_value"}, {}))
         except ValueError as exc:  # bad scheduler/sampling values
             self.send(self.session.error("invalid_value", str(exc)))
             self.send(self.session.on_done(rid, "error", {"error_code": "invalid_value"}, {}))
@@ -146,7 +158,11 @@ class LiveSession:
         elif isinstance(ev, p.SessionUpdate):
             refused = self.media.check_update(ev)
             self.send(refused or self.session.handle(ev))
-        elif isinstance(ev, p.ItemCreate) and any(not isinstance(c, p.InputText) for c in ev.item.content):
+        elif (
+            isinstance(ev, p.ItemCreate)
+            and isinstance(ev.item, p.MessageItem)
+            and any(not isinstance(c, p.InputText) for c in ev.item.content)
+        ):
             key = f"media-{id(ev)}"
             self.session.item_pending(key)  # now, so a response.create right behind it waits for it
             self._spawn(self._item_with_media(ev, key))
@@ -178,6 +194,7 @@ class LiveSession:
                 self._create_response(go)
 
     async def _resolve_item(self, ev: p.ItemCreate) -> None:
+        assert isinstance(ev.item, p.MessageItem)  # only messages carry media
         parts: list[p.InputText | p.InputImage | p.InputAudio | p.InputFile] = []
         try:
             for part in ev.item.content:
@@ -260,6 +277,8 @@ class LiveSession:
                 self.send(self.session.on_chunk(rid, text))
         for prompt in [] if flt is not None and flt.stopped else events.requests:  # never shown as text
             self.send(self.session.image_request(rid, prompt))
+        for body in events.tool_calls:  # the model called a function: never shown as text
+            self.send(self.session.on_tool_call(rid, body))
         if events.done is not None:
             self.handles.pop(rid, None)
             self.filters.pop(rid, None)

@@ -8,6 +8,7 @@ own: a scripted backend (the SmolLM2 tokenizer, a fixed answer) stands in for on
 from __future__ import annotations
 
 import json
+import time
 from typing import Any
 
 import httpx
@@ -152,7 +153,8 @@ def test_json_object_mode(tiny_backend, server_factory):
 class ScriptedBackend:
     """Writes ``answer`` (tokenized with the SmolLM2 tokenizer) after any prompt, then end of turn."""
 
-    def __init__(self, tiny: Any, answer: str):
+    def __init__(self, tiny: Any, answer: str, step_s: float = 0.0):
+        self.step_s = step_s  # simulated compute per forward (tests that act mid-answer)
         self.tokenizer = tiny.tokenizer
         self.name, self.vocab_size, self.eos_ids, self.max_context = MODEL, tiny.vocab_size, tiny.eos_ids, 4096
         self.script = self.tokenizer(answer, add_special_tokens=False)["input_ids"] + [min(tiny.eos_ids)]
@@ -163,6 +165,8 @@ class ScriptedBackend:
         return KVState()
 
     def forward(self, state: KVState, tokens: list[int], n_logits: int = 1) -> np.ndarray:
+        if self.step_s:
+            time.sleep(self.step_s)
         state.tokens.extend(tokens)
         out = np.zeros((n_logits, self.vocab_size), dtype=np.float32)
         for i in range(n_logits):
