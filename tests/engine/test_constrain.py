@@ -88,7 +88,7 @@ class OracleDrafter:
 
 
 class GreedyVerifier:
-    def lookahead(self) -> int:
+    def lookahead(self, load: int = 0) -> int:
         return 4
 
     def accept(self, rows: np.ndarray, drafts: list[int], params: Any, rng: Any) -> tuple[list[int], int]:
