@@ -64,6 +64,7 @@ def check_schema(schema: Any, where: str = "schema") -> None:
 
 
 MAX_STRING, MAX_ITEMS, MAX_KEYS = 128, 32, 32  # bounds added where a schema sets none (see bounded)
+SAFE_INT = 2**53 - 1
 
 
 def bounded(schema: Any) -> Any:
@@ -72,7 +73,8 @@ def bounded(schema: Any) -> Any:
     an open object, a character after character in a string — so objects with ``properties`` and no
     ``additionalProperties`` get ``false``, strings without a length, enum or pattern get
     ``maxLength`` 128, arrays ``maxItems`` 32, free-form objects ``maxProperties`` 32 and keys of at
-    most 24 plain characters (``KEY_PATTERN``). That bounds an answer's size, not to any ``max_tokens``:
+    most 24 plain characters (``KEY_PATTERN``), integers within ±(2**53 - 1) (``number`` digits stay
+    unbounded: llguidance has no such bound). That bounds an answer's size, not to any ``max_tokens``:
     an answer cut by the token cap ends with ``length`` and is not valid JSON, as with OpenAI."""
     if isinstance(schema, list):
         return [bounded(s) for s in schema]
@@ -87,6 +89,9 @@ def bounded(schema: Any) -> Any:
     kind = out.get("type")
     if kind == "string" and not {"enum", "const", "pattern", "format", "maxLength"} & out.keys():
         out["maxLength"] = max(MAX_STRING, int(out.get("minLength", 0)))
+    if kind == "integer":  # digits too: the safe-integer range (what a double holds exactly)
+        out.setdefault("minimum", -SAFE_INT)
+        out.setdefault("maximum", SAFE_INT)
     if kind == "array" and "maxItems" not in out:
         out["maxItems"] = max(MAX_ITEMS, int(out.get("minItems", 0)))
     if kind == "object" and "properties" not in out and "maxProperties" not in out:
