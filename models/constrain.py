@@ -73,15 +73,15 @@ def bounded(schema: Any) -> Any:
     an open object, a character after character in a string — so objects with ``properties`` and no
     ``additionalProperties`` get ``false``, strings without a length, enum or pattern get
     ``maxLength`` 128, arrays ``maxItems`` 32, free-form objects ``maxProperties`` 32 and keys of at
-    most 24 plain characters (``KEY_PATTERN``), integers within ±(2**53 - 1) (``number`` digits stay
-    unbounded: llguidance has no such bound). That bounds an answer's size, not to any ``max_tokens``:
+    most 24 plain characters (``KEY_PATTERN``), integers within ±(2**53 - 1), numbers within ±1e15
+    with at most 6 decimals. That bounds an answer's size, not to any ``max_tokens``:
     an answer cut by the token cap ends with ``length`` and is not valid JSON, as with OpenAI."""
     if isinstance(schema, list):
         return [bounded(s) for s in schema]
     if not isinstance(schema, dict):
         return schema
     out = {k: bounded(v) if k in _SUBSCHEMAS else v for k, v in schema.items()}
-    for key in ("properties", "$defs", "definitions"):  # name → schema maps
+    for key in ("properties", "patternProperties", "$defs", "definitions"):  # name → schema maps
         if isinstance(out.get(key), dict):
             out[key] = {k: bounded(v) for k, v in out[key].items()}
     if "properties" in out:
@@ -92,6 +92,10 @@ def bounded(schema: Any) -> Any:
     if kind == "integer":  # digits too: the safe-integer range (what a double holds exactly)
         out.setdefault("minimum", -SAFE_INT)
         out.setdefault("maximum", SAFE_INT)
+    if kind == "number":  # |x| <= 1e15 with at most 6 decimals (a small model writes 1.0000… forever)
+        out.setdefault("minimum", -1e15)
+        out.setdefault("maximum", 1e15)
+        out.setdefault("multipleOf", 1e-6)
     if kind == "array" and "maxItems" not in out:
         out["maxItems"] = max(MAX_ITEMS, int(out.get("minItems", 0)))
     if kind == "object" and "properties" not in out and "maxProperties" not in out:
