@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from models.backend import Backend, KVState
-from models.decode import DecodeJob
+from models.decode import DecodeJob, TokenConstraint
 from models.engine import Engine
 from models.remote import RemoteJob, RemoteModel
 from models.remote_engine import RemoteEngine
@@ -110,14 +110,18 @@ class Services:
         sampling: dict[str, Any],
         scheduler: dict[str, Any],
         prompt: list[int] | None = None,
+        constraint: TokenConstraint | None = None,
     ) -> DecodeJob | RemoteJob:
         """One response: ``messages`` through the chat template, decoded on ``state`` with these options;
         or, with a remote engine (backend: openai), streamed from it. Either way ``engine.submit`` takes
         it and the same JobEvents come back.
 
         ``prompt``: ``messages`` already tokenized off the event loop (gateway.tokenize); None: here.
+        ``constraint``: a grammar every token follows (models.constrain; local decoding only).
         Raises ``ContextOverflow`` (prompt too long) or ``ValueError`` (bad sampling/scheduler values)."""
         if isinstance(self.backend, RemoteModel):
+            if constraint is not None:
+                raise ValueError("structured output needs local decoding")
             return RemoteJob(self.backend, messages, self.sampling(sampling), self.scheduler_config(scheduler))
         return DecodeJob(
             self.backend,
@@ -126,6 +130,7 @@ class Services:
             self.sampling(sampling),
             self.scheduler_config(scheduler),
             *self.drafting(),
+            constraint=constraint,
         )
 
     @property

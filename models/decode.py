@@ -47,6 +47,21 @@ class Verifier(Protocol):
     def record(self, drafted: int, accepted: int, seconds: float) -> None: ...
 
 
+class TokenConstraint(Protocol):
+    """A grammar over the next tokens (models.constrain.Constraint): masks rows, follows chosen tokens."""
+
+    def mask(self, row: np.ndarray, greedy: bool = False) -> np.ndarray: ...
+
+    def mask_rows(self, rows: np.ndarray, drafts: list[int]) -> None: ...
+
+    def valid_prefix(self, tokens: list[int]) -> int: ...
+
+    def advance(self, tokens: list[int]) -> None: ...
+
+    @property
+    def complete(self) -> bool: ...
+
+
 class ContextOverflow(Exception):
     """The prompt does not fit the model's context."""
 
@@ -81,6 +96,7 @@ class JobEvents:
     chunks: list[Chunk] = field(default_factory=list)
     done: Done | None = None
     requests: list[str] = field(default_factory=list)  # intercepted model requests (e.g. image prompts)
+    tool_calls: list[str] = field(default_factory=list)  # intercepted tool-call bodies (JSON text), in order
     tokens: list[int] = field(default_factory=list)  # ids accepted this step (the chunks' ``tokens`` count them)
     logprobs: list[TokenLogprob] = field(default_factory=list)  # one per accepted id, when the job tracks them
 
@@ -88,6 +104,7 @@ class JobEvents:
 def _merge(a: JobEvents, b: JobEvents) -> JobEvents:
     a.chunks.extend(b.chunks)
     a.requests.extend(b.requests)
+    a.tool_calls.extend(b.tool_calls)
     a.tokens.extend(b.tokens)
     a.logprobs.extend(b.logprobs)
     a.done = b.done or a.done
@@ -107,6 +124,7 @@ class DecodeJob:
         clock: Callable[[], float] = time.perf_counter,
         track_logprobs: bool = False,
         top_logprobs: int | None = None,
+        constraint: TokenConstraint | None = None,
     ):
         """``top_logprobs``: None, or 0..n to report each token's logprob (``JobEvents.logprobs``)
         with that many alternatives."""
@@ -117,7 +135,9 @@ class DecodeJob:
         self.prompt_ids = prompt_ids
         self.params = params
         self.scheduler = ChunkScheduler(sched, backend.decode)
-        self.beam = sched.beam_width if params.greedy else 1  # beam search only refines greedy decoding
+        self.constraint = constraint  # grammar mask on every chosen token (json_schema, forced tool calls)
+        # beam search only refines greedy decoding, and does not follow a grammar
+        self.beam = sched.beam_width if params.greedy and constraint is None else 1
         self.drafter = drafter if sched.lookahead_tokens > 0 and self.beam == 1 else None
         self.verifier = verifier
         self.clock = clock
@@ -220,6 +240,8 @@ class DecodeJob:
             k = min(self.verifier.lookahead(load), budget, room - 2, self.scheduler.config.lookahead_tokens)
             if k > 0:
                 drafts = self.drafter.propose(self.state.tokens + [tok], k)[:k]
+                if self.constraint is not None:  # only drafts the grammar allows are verified (it is past tok)
+                    drafts = drafts[: self.constraint.valid_prefix(drafts)]
         self._inflight = ("advance", tok, drafts, len(self.state.tokens))
         return Forward([tok, *drafts], len(drafts) + 1)
 
@@ -253,8 +275,11 @@ class DecodeJob:
             lp, top = self._pending_lp, self._pending_top
         else:
             assert self._next_logits is not None
-            tok = choose(self._next_logits, self.params, self.rng)
-            lp, top = self._lp(self._next_logits, tok), self._top(self._next_logits)
+            row = self._next_logits
+            if self.constraint is not None:
+                row = self.constraint.mask(row, greedy=self.params.greedy)
+            tok = choose(row, self.params, self.rng)
+            lp, top = self._lp(row, tok), self._top(row)
         if tok in self.backend.eos_ids:
             return _merge(out, self._finish("stop"))
         no_room = len(self.state.tokens) + 1 >= self.backend.max_context
@@ -267,6 +292,9 @@ class DecodeJob:
         """The forward of the last shown token (and drafts after it) is done: accept what verifies."""
         if drafts:
             assert self.verifier is not None
+            if self.constraint is not None:  # row i under the grammar state after drafts[:i]
+                rows = rows.copy()  # (a view into the engine's batch)
+                self.constraint.mask_rows(rows, drafts)
             new, n_ok = self.verifier.accept(rows, drafts, self.params, self.rng)
             # new = drafts[:n_ok] + [next token chosen from row n_ok]; rejected drafts leave the cache
             self.backend.crop(self.state, base + 1 + n_ok)
@@ -379,6 +407,8 @@ class DecodeJob:
         room = self.params.max_tokens - len(self.generated)
         length_hit = len(toks) >= room
         toks = toks[:room]
+        if self.constraint is not None:
+            self.constraint.advance(toks)
         self.generated.extend(toks)
         if self.track_logprobs:
             self.logprobs.extend((lps or [0.0] * len(toks))[: len(toks)])
@@ -389,10 +419,13 @@ class DecodeJob:
             )
         self._note_chunks(out.chunks)
         out.requests, self.scheduler.requests = self.scheduler.requests, []
+        out.tool_calls, self.scheduler.tool_calls = self.scheduler.tool_calls, []
         if next_row is not None:
             self._next_logits = next_row
         reason = final
         if self.scheduler.stopped or stop_at is not None:
+            reason = "stop"
+        elif self.constraint is not None and self.constraint.complete:  # only end-of-turn could follow
             reason = "stop"
         elif length_hit:
             reason = "length"
@@ -424,7 +457,8 @@ class DecodeJob:
         self.finished = True
         chunks = [] if reason == "cancelled" else self.scheduler.finish()
         self._note_chunks(chunks)
-        return JobEvents(chunks=chunks, done=Done(reason, self.metrics()))
+        calls, self.scheduler.tool_calls = ([] if reason == "cancelled" else self.scheduler.tool_calls), []
+        return JobEvents(chunks=chunks, done=Done(reason, self.metrics()), tool_calls=calls)
 
     def metrics(self) -> dict[str, Any]:
         now = self.clock()

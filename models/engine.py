@@ -283,7 +283,8 @@ class Engine:
 
     @staticmethod
     def _deliver(h: Handle, events: JobEvents) -> None:
-        if events.chunks or events.requests or events.done is not None:  # a step that shows nothing: no wake-up
+        # a step that shows nothing (no text, request, call or end) wakes nobody up
+        if events.chunks or events.requests or events.tool_calls or events.done is not None:
             try:
                 h.sink(events)
             except Exception:  # a closed loop must not kill the worker

@@ -55,6 +55,7 @@ class SchedulerConfig:
     lines_only: bool = False  # cut only at line ends, as inside a code block (task_hint code)
     stop: tuple[str, ...] = ()  # stop sequences (never shown)
     intercept: tuple[str, str] | None = None  # (open, close) tags of a model request (e.g. an image) to cut out
+    tool_intercept: tuple[str, str] | None = None  # (open, close) tags of the model's tool calls, cut out likewise
     beam_width: int = 1  # > 1: each block of ``beam_block`` tokens is chosen by a small beam search
     beam_block: int = 8  # tokens decided per beam search (before they can be shown)
 
@@ -143,6 +144,7 @@ class ChunkScheduler:
         self._hidden: list[tuple[int, int]] = []  # intercepted spans of _text, never shown
         self._scan = 0  # where the next intercept search starts
         self.requests: list[str] = []  # intercepted request bodies, taken by the caller
+        self.tool_calls: list[str] = []  # intercepted tool-call bodies (the JSON inside the tags), likewise
 
     # -- text bookkeeping -------------------------------------------------------------------
 
@@ -190,8 +192,7 @@ class ChunkScheduler:
         text = self._text
         limit = len(text)
         holds = list(self.config.stop)
-        if self.config.intercept:
-            opener = self.config.intercept[0]
+        for opener, _ in self._tags():
             holds.append(opener)
             idx = text.find(opener, self._scan)
             if idx >= 0:  # an open request not closed yet
@@ -231,18 +232,23 @@ class ChunkScheduler:
                 return [c for c in self._flush() if c.text]
         return [c for c in self._cut(now) if c.text]
 
+    def _tags(self) -> list[tuple[str, str]]:
+        return [t for t in (self.config.intercept, self.config.tool_intercept) if t]
+
     def _intercept(self) -> None:
-        if not self.config.intercept:
-            return
-        opener, closer = self.config.intercept
-        while True:
-            i = self._text.find(opener, self._scan)
-            if i < 0:
+        tags = self._tags()
+        while tags:
+            # the earliest opener of any kind is the next span (spans do not nest)
+            found = [(i, k) for k, (opener, _) in enumerate(tags) if (i := self._text.find(opener, self._scan)) >= 0]
+            if not found:
                 return
+            i, k = min(found)
+            opener, closer = tags[k]
             j = self._text.find(closer, i + len(opener))
             if j < 0:
                 return
-            self.requests.append(self._text[i + len(opener) : j].strip())
+            body = self._text[i + len(opener) : j].strip()
+            (self.tool_calls if tags[k] == self.config.tool_intercept else self.requests).append(body)
             self._hidden.append((i, j + len(closer)))
             self._scan = j + len(closer)
 
@@ -255,8 +261,8 @@ class ChunkScheduler:
                 idx = self._text.find(stop, self._emitted)
                 if idx >= 0:
                     limit = min(limit, idx)
-            if self.config.intercept:  # an unclosed request at the end is dropped, never shown
-                idx = self._text.find(self.config.intercept[0], self._scan)
+            for opener, _ in self._tags():  # an unclosed request at the end is dropped, never shown
+                idx = self._text.find(opener, self._scan)
                 if idx >= 0:
                     limit = min(limit, idx)
             self._text = self._text[:limit]

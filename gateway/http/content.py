@@ -23,9 +23,10 @@ log = logging.getLogger("stream_omni.http")
 _ROLE = {"developer": "system"}
 
 
-async def chat_messages(svc: Services, messages: list[Message], owner: str = "") -> list[dict[str, str]]:
-    """``owner``: whose uploaded files the messages may use (a key digest)."""
-    out: list[dict[str, str]] = []
+async def chat_messages(svc: Services, messages: list[Message], owner: str = "") -> list[dict[str, Any]]:
+    """``owner``: whose uploaded files the messages may use (a key digest). ``{role, content}`` per message;
+    an assistant's ``tool_calls`` ride along as ``[{name, arguments}]`` (models.toolcalls renders them)."""
+    out: list[dict[str, Any]] = []
     for i, m in enumerate(messages):
         if m.content is None or isinstance(m.content, str):
             text = m.content or ""
@@ -42,7 +43,10 @@ async def chat_messages(svc: Services, messages: list[Message], owner: str = "")
                 else:
                     pieces.append(part.text)
             text = "\n".join(pieces)
-        out.append({"role": _ROLE.get(m.role, m.role), "content": text})
+        turn: dict[str, Any] = {"role": _ROLE.get(m.role, m.role), "content": text}
+        if m.tool_calls:
+            turn["tool_calls"] = [{"name": c.function.name, "arguments": c.function.arguments} for c in m.tool_calls]
+        out.append(turn)
     if svc.config.session.instructions and not any(m["role"] == "system" for m in out):
         out.insert(0, {"role": "system", "content": svc.config.session.instructions})
     return out

@@ -7,7 +7,7 @@ ones whose effect it cannot honour (``n`` > 1, unknown content parts) are refuse
 
 from __future__ import annotations
 
-from typing import Annotated, Literal, TypeVar
+from typing import Annotated, Any, Literal, TypeVar
 
 from pydantic import BaseModel, ConfigDict, Field, StrictBool, ValidationError, model_validator
 from starlette.requests import Request
@@ -65,11 +65,62 @@ class FilePart(_Strict):
 Part = Annotated[TextPart | AudioPart | ImagePart | FilePart, Field(discriminator="type")]
 
 
+class FunctionCall(_Strict):
+    model_config = ConfigDict(extra="ignore", strict=True)
+    name: str
+    arguments: str  # a JSON object, serialised (as OpenAI sends it)
+
+
+class ToolCall(_Strict):
+    model_config = ConfigDict(extra="ignore", strict=True)
+    id: str
+    type: Literal["function"] = "function"
+    function: FunctionCall
+
+
 class Message(_Strict):
     model_config = ConfigDict(extra="ignore", strict=True)
-    role: Literal["system", "developer", "user", "assistant"]
+    role: Literal["system", "developer", "user", "assistant", "tool"]
     content: str | list[Part] | None = None
     name: str | None = None
+    tool_calls: list[ToolCall] | None = None  # an assistant turn that called tools
+    tool_call_id: str | None = None  # a tool turn: which call it answers
+
+
+class FunctionDef(_Strict):
+    model_config = ConfigDict(extra="ignore", strict=True)
+    name: str = Field(min_length=1, max_length=64, pattern=r"^[A-Za-z0-9_.-]+$")
+    description: str = ""
+    parameters: dict[str, Any] | None = None  # a JSON schema (checked when the request is served)
+    strict: bool | None = None
+
+
+class ToolDef(_Strict):
+    model_config = ConfigDict(extra="ignore", strict=True)
+    type: Literal["function"]
+    function: FunctionDef
+
+
+class NamedFunction(_Strict):
+    name: str
+
+
+class NamedToolChoice(_Strict):
+    type: Literal["function"]
+    function: NamedFunction
+
+
+class JsonSchemaFormat(_Strict):
+    model_config = ConfigDict(extra="ignore", strict=True)
+    name: str = "response"
+    schema_: dict[str, Any] | None = Field(None, alias="schema")
+    strict: bool | None = None
+    description: str | None = None
+
+
+class ResponseFormat(_Strict):
+    type: Literal["text", "json_object", "json_schema"]
+    json_schema: JsonSchemaFormat | None = None
 
 
 class StreamOptions(_Strict):
@@ -91,6 +142,10 @@ class ChatRequest(_Strict):
     stream_options: StreamOptions | None = None
     n: int | None = Field(None, ge=1, le=1)
     scheduler: SchedulerOptions | None = None
+    tools: list[ToolDef] | None = Field(None, max_length=128)
+    tool_choice: Literal["none", "auto", "required"] | NamedToolChoice | None = None
+    parallel_tool_calls: StrictBool = True
+    response_format: ResponseFormat | None = None
 
     def stop_sequences(self) -> tuple[str, ...]:
         if self.stop is None:

@@ -15,12 +15,13 @@ from starlette.responses import JSONResponse, Response
 from models.decode import ContextOverflow, DecodeJob, Done, JobEvents
 from models.engine import EngineBusy, Handle
 from models.remote import RemoteJob
+from models.toolcalls import TOOL_TAGS
 
 from ..filters import CONTENT_FILTER, FILTER_FAILED, ResponseFilter
 from ..services import Services
 from ..sink import AsyncSink
 from ..tokenize import chat_tokens
-from . import shapes
+from . import shapes, tools
 from .content import chat_messages
 from .errors import ApiError, busy, error_body
 from .schemas import ChatRequest, parse, read_body
@@ -65,20 +66,29 @@ async def create(svc: Services, store: CompletionStore, request: Request, owner:
         )
     if not svc.engine_has_room():
         raise busy()
-    messages = await chat_messages(svc, req.messages, owner)
+    plan = tools.plan(req)
+    messages = tools.messages(await chat_messages(svc, req.messages, owner), plan)
+    constraint = await asyncio.to_thread(tools.constraint, svc.backend, plan) if plan.grammar else None
     prompt = await chat_tokens(svc.backend, messages, svc) if svc.tokenizes else None  # off the loop
-    job = _job(svc, req, messages, prompt)
+    job = _job(svc, req, messages, prompt, constraint)
     header = shapes.Header(f"chatcmpl-{secrets.token_hex(16)}", int(time.time()), svc.backend.name)
     if req.stream:
-        return _start_stream(svc, store, owner, req, job, header)
-    return await _complete(svc, request, job, header)
+        return _start_stream(svc, store, owner, req, job, header, plan)
+    return await _complete(svc, request, job, header, plan)
 
 
-def _job(svc: Services, req: ChatRequest, messages: list[dict[str, str]], prompt: list[int] | None = None) -> Job:
+def _job(
+    svc: Services,
+    req: ChatRequest,
+    messages: list[dict[str, str]],
+    prompt: list[int] | None = None,
+    constraint: Any = None,
+) -> Job:
     cap = svc.config.session.max_output_tokens
     asked = req.token_cap()
     sched: dict[str, Any] = req.scheduler.model_dump(exclude_none=True) if req.scheduler else {}
     sched["stop"] = req.stop_sequences()
+    sched["tool_intercept"] = TOOL_TAGS  # the model's tool-call markup never reaches the text
     try:
         return svc.decode_job(
             svc.backend.new_state(),
@@ -91,6 +101,7 @@ def _job(svc: Services, req: ChatRequest, messages: list[dict[str, str]], prompt
             },
             sched,
             prompt,
+            constraint,
         )
     except ContextOverflow as exc:
         raise ApiError(400, "context_length_exceeded", str(exc), "messages") from None
@@ -133,7 +144,7 @@ def _cancel(svc: Services, handle: Handle) -> Callable[[], None]:
 # ---------------------------------------------------------------------- non-streamed
 
 
-async def _complete(svc: Services, request: Request, job: Job, h: shapes.Header) -> Response:
+async def _complete(svc: Services, request: Request, job: Job, h: shapes.Header, plan: tools.ToolPlan) -> Response:
     handle, queue = _submit(svc, job, h.id)
     flt = ResponseFilter(svc.filters, None, h.id)
     collect = asyncio.create_task(_collect(queue, flt, handle))
@@ -142,7 +153,7 @@ async def _complete(svc: Services, request: Request, job: Job, h: shapes.Header)
         await asyncio.wait({collect, gone}, return_when=asyncio.FIRST_COMPLETED)
         if not collect.done():  # the client left: stop decoding for nobody
             _cancel(svc, handle)()
-        text, done = await collect
+        text, bodies, done = await collect
     finally:
         gone.cancel()
         handle.cancel()  # no-op when finished; never leaves a job running if this task is cancelled
@@ -158,16 +169,25 @@ async def _complete(svc: Services, request: Request, job: Job, h: shapes.Header)
         status = FAILED_STATUS.get(code, 500)
         headers = {"Retry-After": "1"} if code == "server_busy" else None
         return JSONResponse(error_body(status, code, _FAILED[code]), status_code=status, headers=headers)
-    return JSONResponse(shapes.completion(h, text, shapes.FINISH[done.reason], done.metrics))
+    calls = tools.parse(bodies, plan)
+    body = shapes.completion(h, text, "tool_calls" if calls else shapes.FINISH[done.reason], done.metrics)
+    if calls:
+        message = body["choices"][0]["message"]
+        message["tool_calls"] = tools.message_calls(calls)
+        message["content"] = text.strip() or None
+    return JSONResponse(body)
 
 
 async def _collect(
     queue: asyncio.Queue[tuple[str, JobEvents]], flt: ResponseFilter, handle: Handle
-) -> tuple[str, Done]:
-    """The job's text as the filters let it through (a filter's stop cancels the job); its end."""
+) -> tuple[str, list[str], Done]:
+    """The job's text as the filters let it through (a filter's stop cancels the job), its tool-call
+    bodies, its end."""
     parts: list[str] = []
+    bodies: list[str] = []
     while True:
         _, events = await queue.get()
+        bodies.extend(events.tool_calls)
         for c in events.chunks:
             text = flt.check(c.text) if c.text else ""
             if text is None:
@@ -175,7 +195,7 @@ async def _collect(
             else:
                 parts.append(text)
         if events.done is not None:
-            return "".join(parts), events.done
+            return "".join(parts), bodies, events.done
 
 
 async def _disconnected(request: Request) -> None:
@@ -187,7 +207,13 @@ async def _disconnected(request: Request) -> None:
 
 
 def _start_stream(
-    svc: Services, store: CompletionStore, owner: str, req: ChatRequest, job: Job, h: shapes.Header
+    svc: Services,
+    store: CompletionStore,
+    owner: str,
+    req: ChatRequest,
+    job: Job,
+    h: shapes.Header,
+    plan: tools.ToolPlan,
 ) -> Response:
     stream = CompletionStream(h.id, owner, svc.config.server.grace_period_s or HTTP_GRACE_S)
     if not store.add(stream):
@@ -200,7 +226,7 @@ def _start_stream(
     stream.cancel = _cancel(svc, handle)
     with_usage = bool(req.stream_options and req.stream_options.include_usage)
     stream.push(dumps(shapes.chunk(h, {"role": "assistant", "content": ""}, with_usage=with_usage)))
-    stream.task = asyncio.create_task(_pump(svc, stream, queue, h, with_usage))
+    stream.task = asyncio.create_task(_pump(svc, stream, queue, h, with_usage, plan))
     return SseResponse(store, stream, -1)
 
 
@@ -210,9 +236,11 @@ async def _pump(
     queue: asyncio.Queue[tuple[str, JobEvents]],
     h: shapes.Header,
     with_usage: bool,
+    plan: tools.ToolPlan,
 ) -> None:
     """Engine events → numbered SSE frames, until the job is done."""
     flt = ResponseFilter(svc.filters, None, h.id)
+    n_calls = 0
     while True:
         _, events = await queue.get()
         for c in events.chunks:
@@ -222,6 +250,10 @@ async def _pump(
                     stream.cancel()  # a filter stopped it: the job's done (within a step) ends the stream
                 elif text:
                     stream.push(dumps(shapes.chunk(h, {"content": text}, with_usage=with_usage)))
+        for call in tools.parse(events.tool_calls, plan):
+            for delta in tools.delta_calls(n_calls, call):
+                stream.push(dumps(shapes.chunk(h, delta, with_usage=with_usage)))
+            n_calls += 1
         done = events.done
         if done is None:
             continue
@@ -233,7 +265,8 @@ async def _pump(
             if with_usage:
                 stream.push(dumps(shapes.usage_chunk(h, done.metrics)))
         elif done.reason in shapes.FINISH:
-            stream.push(dumps(shapes.chunk(h, {}, shapes.FINISH[done.reason], with_usage=with_usage)))
+            finish = "tool_calls" if n_calls else shapes.FINISH[done.reason]
+            stream.push(dumps(shapes.chunk(h, {}, finish, with_usage=with_usage)))
             if with_usage:
                 stream.push(dumps(shapes.usage_chunk(h, done.metrics)))
         elif done.reason == "cancelled":

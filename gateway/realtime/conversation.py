@@ -67,14 +67,25 @@ class Conversation:
     def _bound(self, keep: Item) -> None:
         if len(self.items) > self.max_items:  # oldest non-system items go first
             for i, old in enumerate(self.items):
-                if old["role"] != "system" and old is not keep:
+                if old.get("role") != "system" and old is not keep:
                     del self.items[i]
                     break
 
-    def messages(self, system: str | None) -> list[dict[str, str]]:
-        """The conversation as chat messages (the text of each item's parts joined)."""
-        msgs: list[dict[str, str]] = [{"role": "system", "content": system}] if system else []
+    def messages(self, system: str | None) -> list[dict[str, Any]]:
+        """The conversation as chat messages (the text of each item's parts joined); function calls join
+        an assistant turn's ``tool_calls``, their outputs are ``tool`` turns (models.toolcalls renders both)."""
+        msgs: list[dict[str, Any]] = [{"role": "system", "content": system}] if system else []
         for item in self.items:
+            if item.get("type") == "function_call":
+                call = {"name": item["name"], "arguments": item["arguments"]}
+                if msgs and msgs[-1]["role"] == "assistant":
+                    msgs[-1].setdefault("tool_calls", []).append(call)
+                else:
+                    msgs.append({"role": "assistant", "content": "", "tool_calls": [call]})
+                continue
+            if item.get("type") == "function_call_output":
+                msgs.append({"role": "tool", "content": item["output"]})
+                continue
             text = "".join(c.get("text") or c.get("transcript") or "" for c in item["content"])
             msgs.append({"role": item["role"], "content": text})
         return msgs

@@ -16,6 +16,8 @@ from collections.abc import Callable, Coroutine
 from dataclasses import dataclass, field
 from typing import Any
 
+from models import constrain, toolcalls
+from models.constrain import GrammarError
 from models.decode import ContextOverflow, JobEvents
 from models.engine import EngineBusy, Handle
 from processors.image import ImageError
@@ -169,10 +171,19 @@ class LiveSession:
         svc = self.svc
         rid = action.response_id
         try:
-            prompt = await chat_tokens(svc.backend, action.messages, svc) if svc.tokenizes else None
+            grammar = action.tools.grammar  # forced calls (the vocabulary is built once, ~0.5 s)
+            messages = toolcalls.render(action.messages, action.tools.tools)
+            prompt = await chat_tokens(svc.backend, messages, svc) if svc.tokenizes else None
             if pending.cancelled or self.handles.get(rid) is not pending:
                 return
-            job = svc.decode_job(self.state, action.messages, action.sampling, action.scheduler, prompt)
+            job = svc.decode_job(
+                self.state,
+                messages,
+                action.sampling,
+                {**action.scheduler, "tool_intercept": toolcalls.TOOL_TAGS},
+                prompt,
+                constrain.constraint_for(svc.backend, grammar) if grammar else None,
+            )
             self.handles[rid] = svc.engine.submit(job, AsyncSink(asyncio.get_running_loop(), self.model_q, rid))
             self.filters[rid] = ResponseFilter(svc.filters, self.session.id, rid)
         except ContextOverflow as exc:
@@ -180,6 +191,9 @@ class LiveSession:
             self.send(self.session.on_done(rid, "error", {"error_code": "context_length_exceeded"}, {}))
         except EngineBusy:
             self.send(self.session.on_done(rid, "error", {"error_code": "server_busy"}, {}))
+        except GrammarError as exc:  # a backend without a tokenizer a grammar can use
+            self.send(self.session.error("unsupported_value", f"forced tool calls are not available here: {exc}"))
+            self.send(self.session.on_done(rid, "error", {"error_code": "unsupported_value"}, {}))
         except ValueError as exc:  # bad scheduler/sampling values
             self.send(self.session.error("invalid_value", str(exc)))
             self.send(self.session.on_done(rid, "error", {"error_code": "invalid_value"}, {}))
@@ -199,6 +213,8 @@ class LiveSession:
             self.speculation = None
         action = self.session.preview_response(transcript)
         if action is None or self.handles or self.closed or not self.svc.engine_has_room():
+            return
+        if action.tools.tools or action.tools.grammar:  # a reply that may call tools is not prepared unseen
             return
         svc, rid = self.svc, action.response_id
         try:
@@ -262,7 +278,11 @@ class LiveSession:
         elif isinstance(ev, p.SessionUpdate):
             refused = self.media.check_update(ev)
             self.send(refused or self.session.handle(ev))
-        elif isinstance(ev, p.ItemCreate) and any(not isinstance(c, p.InputText) for c in ev.item.content):
+        elif (
+            isinstance(ev, p.ItemCreate)
+            and isinstance(ev.item, p.MessageItem)
+            and any(not isinstance(c, p.InputText) for c in ev.item.content)
+        ):
             key = f"media-{id(ev)}"
             self.session.item_pending(key)  # now, so a response.create right behind it waits for it
             self._spawn(self._item_with_media(ev, key))
@@ -294,6 +314,7 @@ class LiveSession:
                 self._create_response(go)
 
     async def _resolve_item(self, ev: p.ItemCreate) -> None:
+        assert isinstance(ev.item, p.MessageItem)  # only messages carry media
         parts: list[p.InputText | p.InputImage | p.InputAudio | p.InputFile] = []
         try:
             for part in ev.item.content:
@@ -387,6 +408,8 @@ class LiveSession:
                 self.send(self.session.on_chunk(rid, text))
         for prompt in [] if flt is not None and flt.stopped else events.requests:  # never shown as text
             self.send(self.session.image_request(rid, prompt))
+        for body in events.tool_calls:  # the model called a function: never shown as text
+            self.send(self.session.on_tool_call(rid, body))
         if events.done is not None:
             self.handles.pop(rid, None)
             self.filters.pop(rid, None)

@@ -57,7 +57,27 @@ class SamplingOptions(_Lenient):
     scheduler: SchedulerOptions | None = None
 
 
-class SessionOptions(SamplingOptions):
+class FunctionTool(_Lenient):
+    type: Literal["function"] = "function"
+    name: str = Field(min_length=1, max_length=64, pattern=r"^[A-Za-z0-9_.-]+$")
+    description: str = ""
+    parameters: dict[str, Any] | None = None  # a JSON schema (checked by functions.plan)
+
+
+class NamedTool(_Lenient):
+    type: Literal["function"]
+    name: str
+
+
+ToolChoice = Literal["auto", "none", "required"] | NamedTool
+
+
+class ToolOptions(SamplingOptions):
+    tools: list[FunctionTool] | None = Field(default=None, max_length=128)
+    tool_choice: ToolChoice | None = None
+
+
+class SessionOptions(ToolOptions):
     type: Literal["realtime", "transcription"] | None = None
     model: str | None = None
     instructions: str | None = None
@@ -65,7 +85,7 @@ class SessionOptions(SamplingOptions):
     audio: AudioOptions | None = None
 
 
-class ResponseOptions(SamplingOptions):
+class ResponseOptions(ToolOptions):
     instructions: str | None = None
     output_modalities: list[Literal["text", "audio", "image"]] | None = None
     conversation: Literal["auto", "none"] | None = None
@@ -131,6 +151,21 @@ class MessageItem(_Lenient):
     content: list[ContentPart] = Field(min_length=1, max_length=64)
 
 
+class FunctionCallItem(_Lenient):
+    type: Literal["function_call"]
+    id: str | None = Field(default=None, max_length=64)
+    call_id: str = Field(min_length=1, max_length=64)
+    name: str
+    arguments: str = "{}"
+
+
+class FunctionCallOutputItem(_Lenient):
+    type: Literal["function_call_output"]
+    id: str | None = Field(default=None, max_length=64)
+    call_id: str = Field(min_length=1, max_length=64)
+    output: str
+
+
 # ---------------------------------------------------------------- client events
 
 
@@ -146,7 +181,7 @@ class SessionUpdate(_ClientEvent):
 class ItemCreate(_ClientEvent):
     type: Literal["conversation.item.create"]
     previous_item_id: str | None = None
-    item: MessageItem
+    item: MessageItem | FunctionCallItem | FunctionCallOutputItem
 
 
 class ItemTruncate(_ClientEvent):

@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ..options import SchedulerOptions
+from . import functions
 from . import protocol as p
 from .conversation import Conversation, Item, ItemError
 from .responses import ResponseState, final_events
@@ -42,10 +43,11 @@ class StartResponse:
     """Action: generate ``response_id`` from ``messages`` with these options."""
 
     response_id: str
-    messages: list[dict[str, str]]
+    messages: list[dict[str, Any]]  # {role, content} (+ tool_calls of an assistant turn)
     sampling: dict[str, Any]  # temperature, top_p, seed, max_tokens
     scheduler: dict[str, Any]  # SchedulerOptions fields that are set
     output_modalities: list[str]
+    tools: functions.ToolPlan = field(default_factory=functions.ToolPlan)  # tools in the prompt, forced calls
 
 
 @dataclass
@@ -175,7 +177,12 @@ class Session:
                 merged["scheduler"] = {**merged["scheduler"], **{k: v for k, v in value.items() if v is not None}}
             else:
                 merged[key] = value
-        self.options = p.SessionOptions.model_validate(merged)
+        options = p.SessionOptions.model_validate(merged)
+        try:
+            functions.plan(options.tools, options.tool_choice, "session")
+        except functions.ToolError as exc:  # the session keeps its options
+            return self.error("invalid_value", exc.message, ev.event_id, exc.param)
+        self.options = options
         return self._out(p.server_event("session.updated", session=self.session_view()))
 
     @property
@@ -194,6 +201,13 @@ class Session:
         )
 
     def _on_conversation_item_create(self, ev: p.ItemCreate) -> Output:
+        if isinstance(ev.item, p.FunctionCallOutputItem):
+            if ev.item.call_id not in functions.call_ids(self.items):
+                return self.error("invalid_value", f"no function call {ev.item.call_id!r}", ev.event_id, "item.call_id")
+            return self.add_item(functions.output_item(ev.item), ev.previous_item_id, ev.event_id)
+        if isinstance(ev.item, p.FunctionCallItem):
+            call = functions.call_item(ev.item.call_id, ev.item.name, ev.item.arguments, "completed", ev.item.id)
+            return self.add_item(call, ev.previous_item_id, ev.event_id)
         parts: list[dict[str, Any]] = []
         for part in ev.item.content:
             if isinstance(part, p.InputText):
@@ -328,6 +342,12 @@ class Session:
         for src in (s.scheduler, opts.scheduler):
             if src is not None:
                 sched.update(src.model_dump(exclude_none=True))
+        modalities = list(pick("output_modalities") or ["text"])
+        where = "response" if opts.tools is not None or opts.tool_choice is not None else "session"
+        try:
+            tools = functions.plan(pick("tools"), pick("tool_choice"), where)
+        except functions.ToolError as exc:
+            return self.error("invalid_value", exc.message, ev.event_id, exc.param)
         action = StartResponse(
             response_id=rid,
             messages=self.messages(opts.instructions) + extra,
@@ -338,7 +358,8 @@ class Session:
                 "max_tokens": max_tokens,
             },
             scheduler=sched,
-            output_modalities=list(pick("output_modalities") or ["text"]),
+            output_modalities=modalities,
+            tools=tools,
         )
         return action, max_out
 
@@ -372,6 +393,7 @@ class Session:
         self.response = ResponseState(
             rid, _new_id("item"), modalities, store, metadata=opts.metadata, conversation_id=conv_id
         )
+        self.response.known_tools = action.tools.known
         created = p.server_event(
             "response.created",
             response={
@@ -438,7 +460,7 @@ class Session:
         if r is None or r.id != response_id:
             return Output()
         item_id = _new_id("ig")
-        index = 1 + len(r.images)
+        index = 1 + len(r.images) + len(r.calls)
         item = {"id": item_id, "type": "image_generation_call", "status": "in_progress", "output_index": index}
         r.images[item_id] = item
         view = {k: v for k, v in item.items() if k != "output_index"}
@@ -486,6 +508,16 @@ class Session:
             out.extend(self._finish(r, *r.ending))
         return out
 
+    def on_tool_call(self, response_id: str, body: str) -> Output:
+        """A call the scheduler cut out of the text (whole): a function_call output item, streamed."""
+        r = self.response
+        call = functions.parse(body, r.known_tools) if r is not None and r.id == response_id else None
+        if r is None or call is None:
+            return Output()  # late, or not a call of an offered tool: dropped, never shown
+        item, events = functions.call_events(r.id, call, 1 + len(r.images) + len(r.calls), self.conversation.last_id)
+        r.calls.append(item)
+        return self._out(*events)
+
     def on_done(self, response_id: str, reason: str, metrics: dict[str, Any], usage: dict[str, Any]) -> Output:
         r = self.response
         if r is None or r.id != response_id:
@@ -518,5 +550,7 @@ class Session:
         item = r.item("completed" if status == "completed" else "incomplete") if r.started else None
         if item is not None and r.store:  # the conversation keeps exactly the delivered text
             self.conversation.append(item)
+        for call in r.calls if r.store else []:  # whole calls only (functions.py)
+            self.conversation.append(call)
         events = final_events(r, item, status, details, metrics, usage)
         return self._out(*events)

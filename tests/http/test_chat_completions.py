@@ -170,7 +170,7 @@ def test_bad_bodies_are_400_in_openai_shape(tiny_backend, server_factory):
         assert err["param"] == "messages"
         err = assert_error(post(addr, body(temperature=5)), 400, "invalid_value")
         assert err["param"] == "temperature" and err["type"] == "invalid_request_error"
-        err = assert_error(post(addr, body(user("x") + [{"role": "tool", "content": "y"}])), 400, "invalid_value")
+        err = assert_error(post(addr, body(user("x") + [{"role": "robot", "content": "y"}])), 400, "invalid_value")
         assert err["param"] == "messages[1].role"
         err = assert_error(
             post(addr, body([{"role": "user", "content": [{"type": "text"}]}])), 400, "missing_required_parameter"

@@ -1,0 +1,116 @@
+"""Realtime function calling, pure: checking ``tools`` / ``tool_choice``, the grammar of forced calls, and the
+``function_call`` output items and events of a call the model made.
+
+A call reaches the session whole — the chunk scheduler cuts the model's ``<tool_call>{…}</tool_call>``
+out of the text only once it is closed — so a cancel never leaves half a call in the conversation.
+Its arguments still stream as ``response.function_call_arguments.delta`` fragments before ``.done``.
+"""
+
+from __future__ import annotations
+
+import secrets
+from dataclasses import dataclass, field
+from typing import Any
+
+from models import constrain, toolcalls
+from models.toolcalls import ParsedCall, Tool
+
+from . import protocol as p
+from .conversation import Item
+
+ARG_PIECE = 16  # characters of arguments per delta event
+
+
+class ToolError(Exception):
+    def __init__(self, message: str, param: str):
+        super().__init__(message)
+        self.message, self.param = message, param
+
+
+@dataclass(frozen=True)
+class ToolPlan:
+    tools: list[Tool] = field(default_factory=list)  # described to the model
+    known: frozenset[str] = frozenset()  # names a call may carry
+    grammar: str | None = None  # forced calls: the whole answer decodes under it
+
+
+def plan(tools: list[p.FunctionTool] | None, choice: p.ToolChoice | None, where: str) -> ToolPlan:
+    """``where``: "session" or "response" (the field prefix in errors). Raises ``ToolError``."""
+    checked: list[Tool] = []
+    for i, t in enumerate(tools or []):
+        params = t.parameters if t.parameters is not None else {"type": "object", "properties": {}}
+        try:
+            constrain.check_schema(params, f"{where}.tools[{i}].parameters")
+        except constrain.GrammarError as exc:
+            raise ToolError(str(exc), f"{where}.tools[{i}].parameters") from None
+        if any(x.name == t.name for x in checked):
+            raise ToolError(f"two tools are named {t.name!r}", f"{where}.tools[{i}].name")
+        checked.append(Tool(t.name, t.description, params))
+    names = frozenset(t.name for t in checked)
+    choice = choice or "auto"
+    if isinstance(choice, p.NamedTool):
+        if choice.name not in names:
+            raise ToolError(f"tool_choice names {choice.name!r}, which is not in tools", f"{where}.tool_choice")
+        chosen = [t.spec() for t in checked if t.name == choice.name]
+        return ToolPlan(checked, names, constrain.tool_call_grammar(chosen, parallel=False))
+    if choice == "required":
+        if not checked:
+            raise ToolError("tool_choice 'required' needs tools", f"{where}.tool_choice")
+        return ToolPlan(checked, names, constrain.tool_call_grammar([t.spec() for t in checked]))
+    if choice == "none":
+        return ToolPlan()
+    return ToolPlan(checked, names)
+
+
+def call_ids(items: list[Item]) -> set[str]:
+    return {i["call_id"] for i in items if i.get("type") == "function_call"}
+
+
+def call_item(call_id: str, name: str, arguments: str, status: str, item_id: str | None = None) -> Item:
+    return {
+        "id": item_id or f"item_{secrets.token_hex(8)}",
+        "object": "realtime.item",
+        "type": "function_call",
+        "status": status,
+        "call_id": call_id,
+        "name": name,
+        "arguments": arguments,
+    }
+
+
+def output_item(item: p.FunctionCallOutputItem) -> Item:
+    return {
+        "id": item.id or f"item_{secrets.token_hex(8)}",
+        "object": "realtime.item",
+        "type": "function_call_output",
+        "status": "completed",
+        "call_id": item.call_id,
+        "output": item.output,
+    }
+
+
+def parse(body: str, known: frozenset[str]) -> ParsedCall | None:
+    return toolcalls.parse_call(body, set(known))
+
+
+def call_events(
+    response_id: str, call: ParsedCall, index: int, previous_item_id: str | None
+) -> tuple[Item, list[dict[str, Any]]]:
+    """The finished call item and every event that announces it, in order."""
+    call_id = f"call_{secrets.token_hex(12)}"
+    added = call_item(call_id, call.name, "", "in_progress")
+    item = call_item(call_id, call.name, call.arguments, "completed", added["id"])
+    common = {"response_id": response_id, "item_id": item["id"], "output_index": index, "call_id": call_id}
+    args = call.arguments
+    events = [
+        p.server_event("response.output_item.added", response_id=response_id, output_index=index, item=added),
+        p.server_event("conversation.item.added", previous_item_id=previous_item_id, item=added),
+        *(
+            p.server_event("response.function_call_arguments.delta", **common, delta=args[i : i + ARG_PIECE])
+            for i in range(0, len(args), ARG_PIECE)
+        ),
+        p.server_event("response.function_call_arguments.done", **common, name=call.name, arguments=args),
+        p.server_event("response.output_item.done", response_id=response_id, output_index=index, item=item),
+        p.server_event("conversation.item.done", previous_item_id=previous_item_id, item=item),
+    ]
+    return item, events
