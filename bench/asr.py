@@ -88,8 +88,7 @@ def markdown(report: dict) -> str:
         )
     lines += [
         "",
-        f"Fastest: **{report['fastest']}** (RTF target ≤ 0.2 for tiny.en). "
-        f"Load average at start: {report['loadavg']}.",
+        f"Fastest: **{report['fastest']}** (RTF target ≤ 0.2 for tiny.en). Load average at start: {report['loadavg']}.",
         "",
     ]
     return "\n".join(lines)

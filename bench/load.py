@@ -40,13 +40,21 @@ async def client(addr: str, until: float, stats: dict[str, Any], once: bool = Fa
 
     async with websockets.connect(f"ws://{addr}/v1/realtime", max_size=None) as ws:
         await ws.recv()
-        item = {"type": "conversation.item.create", "item": {"type": "message", "role": "user",
-                                                             "content": [{"type": "input_text", "text": "hello"}]}}
+        item = {
+            "type": "conversation.item.create",
+            "item": {"type": "message", "role": "user", "content": [{"type": "input_text", "text": "hello"}]},
+        }
         while time.monotonic() < until:
             await ws.send(json.dumps(item))
             t0 = time.monotonic()
-            await ws.send(json.dumps({"type": "response.create", "response": {"max_output_tokens": 48,
-                                                                              "scheduler": {"strategy": "fast"}}}))
+            await ws.send(
+                json.dumps(
+                    {
+                        "type": "response.create",
+                        "response": {"max_output_tokens": 48, "scheduler": {"strategy": "fast"}},
+                    }
+                )
+            )
             last = None
             while True:
                 ev = json.loads(await ws.recv())
@@ -96,8 +104,19 @@ async def run_real(addr: str, sessions: int, extra: int) -> dict[str, Any]:
 
 
 def start_server(backend: str, port: int, max_running: int, max_waiting: int) -> subprocess.Popen[bytes]:
-    cmd = [sys.executable, "-m", "bench.load_server", "--backend", backend, "--port", str(port),
-           "--max-running", str(max_running), "--max-waiting", str(max_waiting)]
+    cmd = [
+        sys.executable,
+        "-m",
+        "bench.load_server",
+        "--backend",
+        backend,
+        "--port",
+        str(port),
+        "--max-running",
+        str(max_running),
+        "--max-waiting",
+        str(max_waiting),
+    ]
     proc = subprocess.Popen(cmd, env={**os.environ, "HF_HUB_OFFLINE": "1"})
     deadline = time.monotonic() + 180
     while time.monotonic() < deadline:
@@ -126,16 +145,18 @@ def main() -> None:
     finally:
         proc.terminate()
         proc.wait(30)
-    rows = [{
-        "run": f"fake model, {args.sessions} sessions, {args.duration:.0f} s",
-        "responses": fake["responses"],
-        "errors": sum(fake["errors"].values()),
-        "TTFT p50 ms": pct(fake["ttft"], 0.5) * 1000,
-        "TTFT p99 ms": pct(fake["ttft"], 0.99) * 1000,
-        "delta gap p50 ms": pct(fake["gaps"], 0.5) * 1000,
-        "delta gap p99 ms": pct(fake["gaps"], 0.99) * 1000,
-        "server RSS MB (start→max)": f"{fake['rss_mb_start']:.0f}→{fake['rss_mb_max']:.0f}",
-    }]
+    rows = [
+        {
+            "run": f"fake model, {args.sessions} sessions, {args.duration:.0f} s",
+            "responses": fake["responses"],
+            "errors": sum(fake["errors"].values()),
+            "TTFT p50 ms": pct(fake["ttft"], 0.5) * 1000,
+            "TTFT p99 ms": pct(fake["ttft"], 0.99) * 1000,
+            "delta gap p50 ms": pct(fake["gaps"], 0.5) * 1000,
+            "delta gap p99 ms": pct(fake["gaps"], 0.99) * 1000,
+            "server RSS MB (start→max)": f"{fake['rss_mb_start']:.0f}→{fake['rss_mb_max']:.0f}",
+        }
+    ]
     real: dict[str, Any] = {}
     if not args.skip_real:
         port = free_port()
@@ -147,23 +168,27 @@ def main() -> None:
             proc.wait(30)
         per = real["per_session"]
         served = per[: args.real_sessions]
-        rows.append({
-            "run": f"real model, {args.real_sessions} at once + {args.real_extra} extra",
-            "responses": sum(s["responses"] for s in per),
-            "errors": sum(sum(s["errors"].values()) for s in served),
-            "TTFT p50 ms": pct([t for s in served for t in s["ttft"]], 0.5) * 1000,
-            "TTFT p99 ms": pct([t for s in served for t in s["ttft"]], 0.99) * 1000,
-            "delta gap p50 ms": pct([g for s in served for g in s["gaps"]], 0.5) * 1000,
-            "delta gap p99 ms": pct([g for s in served for g in s["gaps"]], 0.99) * 1000,
-            "server RSS MB (start→max)": "",
-        })
+        rows.append(
+            {
+                "run": f"real model, {args.real_sessions} at once + {args.real_extra} extra",
+                "responses": sum(s["responses"] for s in per),
+                "errors": sum(sum(s["errors"].values()) for s in served),
+                "TTFT p50 ms": pct([t for s in served for t in s["ttft"]], 0.5) * 1000,
+                "TTFT p99 ms": pct([t for s in served for t in s["ttft"]], 0.99) * 1000,
+                "delta gap p50 ms": pct([g for s in served for g in s["gaps"]], 0.5) * 1000,
+                "delta gap p99 ms": pct([g for s in served for g in s["gaps"]], 0.99) * 1000,
+                "server RSS MB (start→max)": "",
+            }
+        )
         real["progressed"] = sum(1 for s in served if s["deltas"] > 0)
         real["busy_extra"] = sum(1 for s in per[args.real_sessions :] if s["errors"].get("server_busy"))
     md = f"# bench load — {machine()}\n\n"
     md += markdown_table(rows, list(rows[0]))
     if real:
-        md += (f"\nReal model: {real['progressed']}/{args.real_sessions} sessions progressed; "
-               f"{real['busy_extra']}/{args.real_extra} extra sessions got server_busy.\n")
+        md += (
+            f"\nReal model: {real['progressed']}/{args.real_sessions} sessions progressed; "
+            f"{real['busy_extra']}/{args.real_extra} extra sessions got server_busy.\n"
+        )
     write("load", {"machine": machine(), "args": vars(args), "fake": fake, "real": real, "rows": rows}, md)
 
 

@@ -143,19 +143,21 @@ def main() -> None:
             return median([r[t]["tok_s"] / plain[t]["tok_s"] for t in ts]) if ts else None
 
         acc = [r[t]["draft_acceptance"] for t in r if r[t]["draft_acceptance"] is not None]
-        rows.append({
-            "system": system,
-            "TTFT ms": median([r[t]["ttft_ms"] for t in r]),
-            "inter-chunk ms": median([r[t]["inter_chunk_ms"] for t in r if r[t]["inter_chunk_ms"] is not None]),
-            "TPOT ms": median([r[t]["tpot_ms"] for t in r]),
-            "tok/s": median([r[t]["tok_s"] for t in r]),
-            "× plain (grounded)": speed(grounded),
-            "× plain (open)": speed(open_),
-            "identical to plain": f"{sum(r[t]['ids'] == plain[t]['ids'] for t in r)}/{len(r)}",
-            "draft acc.": median(acc) if acc else None,
-            "mean log-prob": token_mean(r, "mean_logprob"),
-            "repetition": median([r[t]["repetition"] for t in r]),
-        })
+        rows.append(
+            {
+                "system": system,
+                "TTFT ms": median([r[t]["ttft_ms"] for t in r]),
+                "inter-chunk ms": median([r[t]["inter_chunk_ms"] for t in r if r[t]["inter_chunk_ms"] is not None]),
+                "TPOT ms": median([r[t]["tpot_ms"] for t in r]),
+                "tok/s": median([r[t]["tok_s"] for t in r]),
+                "× plain (grounded)": speed(grounded),
+                "× plain (open)": speed(open_),
+                "identical to plain": f"{sum(r[t]['ids'] == plain[t]['ids'] for t in r)}/{len(r)}",
+                "draft acc.": median(acc) if acc else None,
+                "mean log-prob": token_mean(r, "mean_logprob"),
+                "repetition": median([r[t]["repetition"] for t in r]),
+            }
+        )
     md = f"# bench scheduler — {machine()}\n\nEmbedded SmolLM2-135M (bf16, {args.threads} torch threads), greedy, "
     md += f"{args.tokens} tokens, {args.rounds} round(s), tasks: "
     md += ", ".join(f"{t}{' (grounded)' if t in GROUNDED else ''}" for t in args.tasks.split(",")) + "; medians. "

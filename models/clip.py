@@ -86,9 +86,7 @@ class ClipLabeler:
             self.tokenizer = open_clip.get_tokenizer(cfg.model, cache_dir=cfg.cache_dir)
         except Exception as exc:  # one clear line, not a traceback
             first = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
-            raise ClipLoadError(
-                f"cannot load CLIP {cfg.model!r} ({cfg.pretrained!r}): {first[:300]}"
-            ) from None
+            raise ClipLoadError(f"cannot load CLIP {cfg.model!r} ({cfg.pretrained!r}): {first[:300]}") from None
         self.model = model.eval().requires_grad_(False)
         self.preprocess = preprocess  # PIL image -> [3, S, S]
         self.device = torch.device(cfg.device)

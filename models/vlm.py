@@ -100,12 +100,8 @@ class VisionLanguageModel:
         self.cfg = cfg
         if cfg.threads:
             torch.set_num_threads(cfg.threads)
-        self.dtype = {"bfloat16": torch.bfloat16, "float32": torch.float32, "float16": torch.float16}[
-            cfg.dtype
-        ]
-        kw: dict[str, Any] = (
-            {"attn_implementation": cfg.attn_implementation} if cfg.attn_implementation else {}
-        )
+        self.dtype = {"bfloat16": torch.bfloat16, "float32": torch.float32, "float16": torch.float16}[cfg.dtype]
+        kw: dict[str, Any] = {"attn_implementation": cfg.attn_implementation} if cfg.attn_implementation else {}
         try:
             self.processor = AutoProcessor.from_pretrained(cfg.model)
             model = AutoModelForImageTextToText.from_pretrained(cfg.model, dtype=self.dtype, **kw)

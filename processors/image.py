@@ -216,9 +216,7 @@ def decode_image(
         if width <= 0 or height <= 0:
             raise ImageError("invalid_image", f"image has no pixels ({width}x{height})")
         if width * height > limits.max_pixels:
-            raise ImageError(
-                "image_too_large", f"image declares {width}x{height} pixels (limit {limits.max_pixels})"
-            )
+            raise ImageError("image_too_large", f"image declares {width}x{height} pixels (limit {limits.max_pixels})")
         if limits.max_side and img.format == "JPEG" and max(width, height) > limits.max_side:
             # DCT scaling: decode at 1/2…1/8 while the longer side stays >= max_side
             ratio = limits.max_side / max(width, height)

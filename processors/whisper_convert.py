@@ -134,6 +134,7 @@ def to_whisper_state(variables: dict[str, np.ndarray]) -> tuple[dict[str, int], 
         for i in range(2):
             linear(f"encoder.conv{i + 1}", f"encoder/conv{i + 1}")
         sd["encoder.positional_embedding"] = v["encoder/position_encodings/encodings"]
+
         def self_attention(dst: str, src: str) -> None:
             split(
                 [f"{dst}.attn.query", f"{dst}.attn.key", f"{dst}.attn.value"],
@@ -209,9 +210,7 @@ def convert(model_bin: str | os.PathLike[str], out: str | os.PathLike[str]) -> P
     return out
 
 
-def converted_checkpoint(
-    model_bin: str | os.PathLike[str], cache: str | os.PathLike[str] | None = None
-) -> Path:
+def converted_checkpoint(model_bin: str | os.PathLike[str], cache: str | os.PathLike[str] | None = None) -> Path:
     """The cached openai-whisper checkpoint for ``model_bin``, converting it on first use.
 
     The cache key is the source's resolved path, size and mtime, so a changed source converts anew.

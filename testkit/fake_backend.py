@@ -13,8 +13,28 @@ import numpy as np
 
 from models.backend import KVState, forward_each
 
-WORDS = ["alpha", "bravo", "charlie", "delta", "echo", "fox", "golf", "hotel", "india", "juliet",
-         "kilo", "lima", "mike", "nov", "oscar", "papa", "quebec", "romeo", "sierra", "tango"]
+WORDS = [
+    "alpha",
+    "bravo",
+    "charlie",
+    "delta",
+    "echo",
+    "fox",
+    "golf",
+    "hotel",
+    "india",
+    "juliet",
+    "kilo",
+    "lima",
+    "mike",
+    "nov",
+    "oscar",
+    "papa",
+    "quebec",
+    "romeo",
+    "sierra",
+    "tango",
+]
 V = 64  # ids: 0 = eos, 1..20 words, 21.. punctuation/prompt hash buckets
 EOS = 0
 

@@ -61,6 +61,7 @@ def run_server(config: Any, backend: Any, loader: Callable[[Any], Any] | None = 
     kwargs["log_level"] = "warning"
     uv = uvicorn.Config(app, host="127.0.0.1", port=port, lifespan="on", **kwargs)
     server = DrainingServer(uv, app, config.server.shutdown_timeout_s)
+
     def serve() -> None:
         import asyncio
 

@@ -43,9 +43,7 @@ def build_tiny_open_clip(out: Path, seed: int = 0) -> Path:
 
     torch.manual_seed(seed)
     model = open_clip.CLIP(**TINY_CLIP_CFG)
-    save_file(
-        {k: v.contiguous() for k, v in model.state_dict().items()}, str(out / "open_clip_model.safetensors")
-    )
+    save_file({k: v.contiguous() for k, v in model.state_dict().items()}, str(out / "open_clip_model.safetensors"))
     config = {
         "model_cfg": TINY_CLIP_CFG,
         "preprocess_cfg": {

@@ -12,6 +12,10 @@ PACKAGES = ("gateway", "models", "processors")
 PURE = (
     "gateway.realtime.protocol",
     "gateway.realtime.session",
+    "gateway.realtime.actions",
+    "gateway.realtime.images",
+    "gateway.realtime.conversation",
+    "gateway.realtime.responses",
     "gateway.realtime.replay",
     "gateway.realtime.ratelimit",
     "gateway.realtime.turntaking",

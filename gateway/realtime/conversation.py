@@ -46,9 +46,7 @@ class Conversation:
         else:
             pos = self.find(previous_item_id) + 1
             if pos == 0:
-                raise ItemError(
-                    "item_not_found", f"previous_item_id {previous_item_id} not found", "previous_item_id"
-                )
+                raise ItemError("item_not_found", f"previous_item_id {previous_item_id} not found", "previous_item_id")
         prev = self.items[pos - 1]["id"] if pos > 0 else None
         self.items.insert(pos, item)
         self._bound(keep=item)

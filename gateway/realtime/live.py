@@ -28,10 +28,11 @@ from ..sink import AsyncSink
 from ..tokenize import chat_tokens
 from ..uploads import REFUSALS, data_url_text, file_text
 from . import protocol as p
+from .actions import Action, CancelResponse, Output, StartImage, StartResponse
 from .media import MediaInput
 from .registry import Attachment
 from .replay import ReplayBuffer
-from .session import Action, CancelResponse, Output, Session, StartImage, StartResponse
+from .session import Session
 
 log = logging.getLogger("stream_omni.live")
 

@@ -20,7 +20,8 @@ from processors.vad import ServerVadConfig
 
 from ..services import Services
 from . import protocol as p
-from .session import Output, Session
+from .actions import Output
+from .session import Session
 from .turns import SpeechPaused, SpeechResumed, Turn, VoiceInput
 from .turntaking import (
     Completed,

@@ -335,10 +335,13 @@ def check_sizes(ev: Any, max_item_chars: int, max_instructions_chars: int) -> No
     instructions are over their caps (``limits.max_item_text_chars`` / ``max_instructions_chars``,
     sized so that the events echoing them fit the replay buffer)."""
     if isinstance(ev, ItemCreate):
-        chars = sum(
-            len(c.text) if isinstance(c, InputText) else len(c.transcript or "") if isinstance(c, InputAudio) else 0
-            for c in ev.item.content
-        )
+        if isinstance(ev.item, MessageItem):
+            chars = sum(
+                len(c.text) if isinstance(c, InputText) else len(c.transcript or "") if isinstance(c, InputAudio) else 0
+                for c in ev.item.content
+            )
+        else:  # a function call's output goes into the prompt (and the replay buffer) the same way
+            chars = len(getattr(ev.item, "output", "") or "")
         if chars > max_item_chars:
             raise ProtocolError(
                 "input_too_large",

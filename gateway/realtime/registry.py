@@ -85,9 +85,7 @@ class SessionRegistry:
         if self.grace_period_s <= 0 or self.draining:
             self._end(live, "client_disconnected")
             return
-        self._timers[live.token] = asyncio.get_running_loop().call_later(
-            self.grace_period_s, self._expire, live
-        )
+        self._timers[live.token] = asyncio.get_running_loop().call_later(self.grace_period_s, self._expire, live)
 
     def _expire(self, live: Registered) -> None:
         self._timers.pop(live.token, None)

@@ -17,7 +17,9 @@ from typing import Any
 from ..options import SchedulerOptions
 from . import functions
 from . import protocol as p
+from .actions import Action, CancelResponse, Output, StartResponse
 from .conversation import Conversation, Item, ItemError
+from .images import ImageOutput
 from .responses import ResponseState, final_events
 
 
@@ -38,47 +40,7 @@ class SessionDefaults:
     max_items: int = 512  # conversation items kept per session
 
 
-@dataclass
-class StartResponse:
-    """Action: generate ``response_id`` from ``messages`` with these options."""
-
-    response_id: str
-    messages: list[dict[str, Any]]  # {role, content} (+ tool_calls of an assistant turn)
-    sampling: dict[str, Any]  # temperature, top_p, seed, max_tokens
-    scheduler: dict[str, Any]  # SchedulerOptions fields that are set
-    output_modalities: list[str]
-    tools: functions.ToolPlan = field(default_factory=functions.ToolPlan)  # tools in the prompt, forced calls
-
-
-@dataclass
-class CancelResponse:
-    response_id: str
-
-
-@dataclass
-class StartImage:
-    """Action: generate an image for ``response_id`` as output item ``item_id``."""
-
-    response_id: str
-    item_id: str
-    prompt: str
-
-
-Action = StartResponse | CancelResponse | StartImage  # what the I/O layer must do
-
-
-@dataclass
-class Output:
-    events: list[dict[str, Any]] = field(default_factory=list)  # stamped server events, in order
-    actions: list[Action] = field(default_factory=list)
-
-    def extend(self, other: Output) -> Output:
-        self.events.extend(other.events)
-        self.actions.extend(other.actions)
-        return self
-
-
-class Session:
+class Session(ImageOutput):
     def __init__(self, defaults: SessionDefaults, stamp: Callable[[dict[str, Any]], dict[str, Any]]):
         """``stamp`` gives each outgoing event its ``seq`` (and records it for replay)."""
         self.id = _new_id("sess")
@@ -451,62 +413,6 @@ class Session:
             )
         )
         return self._out(*events)
-
-    # ------------------------------------------------------------------ generated images
-
-    def image_request(self, response_id: str, prompt: str) -> Output:
-        """Start an image output item (modality "image", or a request the scheduler intercepted)."""
-        r = self.response
-        if r is None or r.id != response_id:
-            return Output()
-        item_id = _new_id("ig")
-        index = 1 + len(r.images) + len(r.calls)
-        item = {"id": item_id, "type": "image_generation_call", "status": "in_progress", "output_index": index}
-        r.images[item_id] = item
-        view = {k: v for k, v in item.items() if k != "output_index"}
-        return self._out(
-            p.server_event("response.output_item.added", response_id=r.id, output_index=index, item=view),
-            p.server_event("response.image_generation_call.in_progress", item_id=item_id, output_index=index),
-            actions=[StartImage(r.id, item_id, prompt)],
-        )
-
-    def on_image(self, response_id: str, item_id: str, ev: dict[str, Any]) -> Output:
-        """A progress event from the image generator (models.image_gen's dicts)."""
-        r = self.response
-        if r is None or r.id != response_id or item_id not in r.images:
-            return Output()  # late event of a cancelled/finished response
-        item = r.images[item_id]
-        idx = item["output_index"]
-        kind = ev.get("kind")
-        if kind == "generating":
-            return self._out(
-                p.server_event("response.image_generation_call.generating", item_id=item_id, output_index=idx)
-            )
-        if kind == "partial_image":
-            return self._out(
-                p.server_event(
-                    "response.image_generation_call.partial_image",
-                    item_id=item_id,
-                    output_index=idx,
-                    partial_image_index=ev.get("index", 0),
-                    partial_image_b64=ev["png_b64"],
-                )
-            )
-        if kind not in ("completed", "cancelled", "failed"):
-            return Output()
-        item["status"] = "completed" if kind == "completed" else "failed"
-        done_item = {"id": item_id, "type": "image_generation_call", "status": item["status"]}
-        if kind == "completed":
-            done_item["result"] = ev["png_b64"]
-            item["result"] = ev["png_b64"]
-        events = []
-        if kind == "completed":
-            events.append(p.server_event("response.image_generation_call.completed", item_id=item_id, output_index=idx))
-        events.append(p.server_event("response.output_item.done", response_id=r.id, output_index=idx, item=done_item))
-        out = self._out(*events)
-        if r.ending is not None and not r.images_pending:
-            out.extend(self._finish(r, *r.ending))
-        return out
 
     def on_tool_call(self, response_id: str, body: str) -> Output:
         """A call the scheduler cut out of the text (whole): a function_call output item, streamed."""

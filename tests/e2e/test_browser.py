@@ -332,5 +332,3 @@ def test_generated_image_shows_previews_then_the_image(
         assert page.get_attribute("article.assistant", "data-status") in ("completed", "incomplete")
         shot(page, "13-generated-image")
         assert_clean(rec)
-
-

@@ -79,5 +79,3 @@ def test_lookup_incremental_matches_brute_force(steps):
         ctx = ctx[: min(keep, len(ctx))] + extra
         assert d.propose(ctx, k) == reference_lookup(ctx, k)
     assert d.propose(ctx, 3) == PromptLookupDrafter().propose(ctx, 3)
-
-

@@ -165,5 +165,3 @@ def test_oracle_drafts_cut_the_number_of_forwards():
     assert spec.generated == plain.generated
     assert spec.accepted == spec.drafted > 0
     assert len(backend.calls) <= n_plain / 4
-
-

@@ -292,5 +292,3 @@ def test_wav_input_audio_is_transcribed_and_answered(tiny_backend, server_factor
     assert "france" in transcript.lower()
     expected = prompt_len(tiny_backend, [{"role": "user", "content": f"Answer:\n{transcript}"}])
     assert r.json()["usage"]["prompt_tokens"] == expected
-
-

@@ -48,7 +48,9 @@ async def test_metrics_move_with_ws_and_http_traffic(tiny_backend, server_factor
                 json={"model": "no-such-model", "messages": [{"role": "user", "content": "hi"}]},
             )
             assert nope.status_code == 404
-            bad = await h.post(f"http://{addr}/v1/chat/completions", content=b"{", headers={"Content-Type": "application/json"})
+            bad = await h.post(
+                f"http://{addr}/v1/chat/completions", content=b"{", headers={"Content-Type": "application/json"}
+            )
             assert bad.status_code == 400
 
             for _ in range(100):  # the WS close is processed by the server asynchronously

@@ -125,8 +125,6 @@ def test_resume_refuses_unknown_ids_other_keys_and_expired_streams(tiny_backend,
         assert metric(addr, "stream_omni:num_requests_running") == 0
 
 
-
-
 def test_shutdown_drains_a_streamed_completion_and_its_reader_gets_the_end(tiny_backend, server_factory):
     """A stream still decoding when the server stops is cancelled once the drain time is up, and
     its reader gets an error event and ``[DONE]`` instead of a cut-off body."""

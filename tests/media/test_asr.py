@@ -60,9 +60,7 @@ def test_openai_whisper_transcribes_speech_on_the_converted_checkpoint(reference
 @pytest.mark.parametrize("sentence", [SENTENCE, OTHER])
 def test_both_engines_give_the_same_words(faster, reference, sentence: str):
     audio = padded(sentence)
-    assert asr_mod.normalize_words(faster.transcribe(audio)) == asr_mod.normalize_words(
-        reference.transcribe(audio)
-    )
+    assert asr_mod.normalize_words(faster.transcribe(audio)) == asr_mod.normalize_words(reference.transcribe(audio))
 
 
 @requires_espeak
@@ -89,9 +87,7 @@ def test_voice_turn_from_24k_pcm_frames_through_vad_to_transcript(faster):
     turns = []
     for i in range(0, speech.size, 960):  # 40 ms frames
         turns += [
-            e
-            for e in vad.feed(buffer.append(float32_to_pcm16(speech[i : i + 960])))
-            if isinstance(e, SpeechStopped)
+            e for e in vad.feed(buffer.append(float32_to_pcm16(speech[i : i + 960]))) if isinstance(e, SpeechStopped)
         ]
     assert len(turns) == 1
     assert 0 <= turns[0].audio_start_ms <= 600

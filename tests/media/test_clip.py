@@ -22,9 +22,7 @@ def _image(seed: int) -> Image.Image:
 
 @pytest.fixture(scope="module")
 def labeler(tiny_clip_dir: Path) -> ClipLabeler:  # noqa: F811
-    return ClipLabeler(
-        ClipConfig(model=f"local-dir:{tiny_clip_dir}", pretrained=None, labels=LABELS, top_k=3)
-    )
+    return ClipLabeler(ClipConfig(model=f"local-dir:{tiny_clip_dir}", pretrained=None, labels=LABELS, top_k=3))
 
 
 def test_saved_weights_are_the_ones_loaded(labeler: ClipLabeler, tiny_clip_dir: Path) -> None:  # noqa: F811
@@ -80,9 +78,7 @@ def test_description_names_the_top_labels(labeler: ClipLabeler) -> None:
 def test_describe_drops_unlikely_labels_but_keeps_the_best() -> None:
     top = [("dog", 0.02), ("cat", 0.01)]
     assert describe(top, min_score=0.05) == "[image: likely a photo of dog]"
-    assert (
-        describe([("dog", 0.6), ("cat", 0.3), ("car", 0.01)], 0.05) == "[image: likely a photo of dog, cat]"
-    )
+    assert describe([("dog", 0.6), ("cat", 0.3), ("car", 0.01)], 0.05) == "[image: likely a photo of dog, cat]"
 
 
 def test_builtin_name_plus_checkpoint_file_loads_the_same_model(

@@ -76,9 +76,7 @@ def test_loads_the_saved_pipeline(generator: ImageGenerator) -> None:
     assert type(generator.pipe).__name__ == "StableDiffusionPipeline"
 
 
-def test_completed_generation_emits_events_in_order_and_a_png(
-    generator: ImageGenerator, unet_calls: list[int]
-) -> None:
+def test_completed_generation_emits_events_in_order_and_a_png(generator: ImageGenerator, unet_calls: list[int]) -> None:
     rec = Recorder()
     result = generator.generate("a red square", steps=4, on_event=rec, seed=0)
     assert rec.kinds() == [
@@ -98,9 +96,7 @@ def test_completed_generation_emits_events_in_order_and_a_png(
 
 def test_events_arrive_on_the_worker_thread(generator: ImageGenerator) -> None:
     seen: list[tuple[str, str]] = []
-    generator.generate(
-        "x", steps=2, on_event=lambda e: seen.append((e["kind"], threading.current_thread().name))
-    )
+    generator.generate("x", steps=2, on_event=lambda e: seen.append((e["kind"], threading.current_thread().name)))
     assert seen[0] == ("in_progress", threading.current_thread().name)  # sent by submit() itself
     assert len(seen) == 4 and all(name.startswith("image-gen") for _, name in seen[1:])
 

@@ -102,22 +102,29 @@ async def test_image_input_disabled_says_so(tiny_backend, server_factory):
 
 def gen_cfg(tiny_sd_dir, steps=6) -> dict:
     # no drafting: the tiny model's text must take a while so that it overlaps the denoising
-    return {"audio.enabled": False, "image_gen.model": str(tiny_sd_dir), "image_gen.steps": steps,
-            "speculative.drafter": "none", "session.max_output_tokens": 1000}
+    return {
+        "audio.enabled": False,
+        "image_gen.model": str(tiny_sd_dir),
+        "image_gen.steps": steps,
+        "speculative.drafter": "none",
+        "session.max_output_tokens": 1000,
+    }
 
 
 async def test_image_output_streams_previews_interleaved_with_text(tiny_backend, server_factory, tiny_sd_dir):
     with server_factory(tiny_backend, **gen_cfg(tiny_sd_dir, steps=60)) as addr:
         c = await RealtimeClient.connect(addr)
         await c.until("session.created")
-        done = await c.ask("a red fox", max_output_tokens=600, output_modalities=["text", "image"],
-                           scheduler={"strategy": "fast"})
+        done = await c.ask(
+            "a red fox", max_output_tokens=600, output_modalities=["text", "image"], scheduler={"strategy": "fast"}
+        )
         types = [e["type"] for e in c.events]
         assert types.count("response.image_generation_call.partial_image") >= 2
         assert "response.image_generation_call.in_progress" in types
         assert "response.image_generation_call.completed" in types
         img_done = next(
-            e for e in c.events
+            e
+            for e in c.events
             if e["type"] == "response.output_item.done" and e["item"]["type"] == "image_generation_call"
         )
         png = base64.b64decode(img_done["item"]["result"])

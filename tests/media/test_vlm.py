@@ -115,10 +115,7 @@ def test_concurrent_streams_are_serialised_and_agree(vlm: VisionLanguageModel) -
 
 def test_bfloat16_weights_run(tiny_vlm_dir: Path) -> None:  # noqa: F811
     vlm = VisionLanguageModel(VLMConfig(model=str(tiny_vlm_dir), dtype="bfloat16", threads=1))
-    assert (
-        vlm.model.dtype == torch.bfloat16
-        and vlm.prepare(_ask(_image(12)))["pixel_values"].dtype == torch.bfloat16
-    )
+    assert vlm.model.dtype == torch.bfloat16 and vlm.prepare(_ask(_image(12)))["pixel_values"].dtype == torch.bfloat16
     assert 1 <= sum(len(s.token_ids) for s in vlm.stream(_ask(_image(12)), max_new_tokens=3)) <= 3
 
 

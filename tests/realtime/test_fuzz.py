@@ -22,13 +22,30 @@ from processors.image import ImageError, load_image_url
 def fuzz(n: int) -> settings:
     return settings(max_examples=n, deadline=None, suppress_health_check=list(HealthCheck), derandomize=True)
 
+
 scalars = st.none() | st.booleans() | st.integers(-(2**40), 2**40) | st.floats() | st.text(max_size=30)
 json_values = st.recursive(
     scalars, lambda c: st.lists(c, max_size=4) | st.dictionaries(st.text(max_size=10), c, max_size=4), max_leaves=12
 )
 field_names = st.sampled_from(
-    ["session", "item", "response", "audio", "response_id", "item_id", "content_index", "audio_end_ms",
-     "event_id", "previous_item_id", "instructions", "scheduler", "temperature", "content", "role", "type"]
+    [
+        "session",
+        "item",
+        "response",
+        "audio",
+        "response_id",
+        "item_id",
+        "content_index",
+        "audio_end_ms",
+        "event_id",
+        "previous_item_id",
+        "instructions",
+        "scheduler",
+        "temperature",
+        "content",
+        "role",
+        "type",
+    ]
 )
 events = st.builds(
     lambda t, extra: {"type": t, **extra},
@@ -96,9 +113,7 @@ def test_wav_decoder(data):
 
 
 @fuzz(1000)
-@given(
-    st.sampled_from(["image/png", "image/jpeg", "image/webp", "image/gif", "text/plain"]), st.binary(max_size=300)
-)
+@given(st.sampled_from(["image/png", "image/jpeg", "image/webp", "image/gif", "text/plain"]), st.binary(max_size=300))
 def test_image_loader(mime, data):
     head = {"image/png": b"\x89PNG\r\n\x1a\n", "image/jpeg": b"\xff\xd8\xff", "image/webp": b"RIFF"}.get(mime, b"")
     url = f"data:{mime};base64," + base64.b64encode(head + data).decode()

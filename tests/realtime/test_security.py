@@ -72,9 +72,7 @@ def test_http_requires_the_key(fake, server_factory):
         body = {"model": "fake", "messages": [{"role": "user", "content": "hi"}], "max_tokens": 4}
         r = httpx.post(f"http://{addr}/v1/chat/completions", json=body)
         assert r.status_code == 401 and r.json()["error"]["code"]
-        r = httpx.post(
-            f"http://{addr}/v1/chat/completions", json=body, headers={"Authorization": "Bearer sk-test-123"}
-        )
+        r = httpx.post(f"http://{addr}/v1/chat/completions", json=body, headers={"Authorization": "Bearer sk-test-123"})
         assert r.status_code == 200
 
 
@@ -91,8 +89,14 @@ async def test_keys_and_message_bodies_never_reach_the_logs(fake, server_factory
         )
         await ws.recv()
         secret = "my-secret-diary-entry"
-        await ws.send(json.dumps({"type": "conversation.item.create", "item": {
-            "type": "message", "role": "user", "content": [{"type": "input_text", "text": secret}]}}))
+        await ws.send(
+            json.dumps(
+                {
+                    "type": "conversation.item.create",
+                    "item": {"type": "message", "role": "user", "content": [{"type": "input_text", "text": secret}]},
+                }
+            )
+        )
         await ws.send('{"type": "bogus", "text": "' + secret + '"}')
         await ws.send(json.dumps({"type": "response.create"}))
         while json.loads(await ws.recv())["type"] != "response.done":
@@ -100,14 +104,21 @@ async def test_keys_and_message_bodies_never_reach_the_logs(fake, server_factory
         await ws.close()
     # the test's own client library logs its handshake at DEBUG; everything else is the server's
     server_records = [r for r in caplog.records if not r.name.startswith("websockets.client")]
-    leaks = [(r.name, r.getMessage()[:80]) for r in server_records if "sk-test-123" in r.getMessage()
-             or secret in r.getMessage()]
+    leaks = [
+        (r.name, r.getMessage()[:80])
+        for r in server_records
+        if "sk-test-123" in r.getMessage() or secret in r.getMessage()
+    ]
     assert server_records and not leaks
 
 
 async def test_message_flood_gets_rate_limited_then_closed_1008(fake, server_factory):
-    conf = {"audio.enabled": False, "limits.messages_per_s": 20, "limits.messages_burst": 20,
-            "limits.flood_close_after": 100}
+    conf = {
+        "audio.enabled": False,
+        "limits.messages_per_s": 20,
+        "limits.messages_burst": 20,
+        "limits.flood_close_after": 100,
+    }
     with server_factory(fake, **conf) as addr:
         ws = await websockets.connect(f"ws://{addr}/v1/realtime")
         await ws.recv()

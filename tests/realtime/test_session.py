@@ -5,7 +5,8 @@ from __future__ import annotations
 import itertools
 
 from gateway.realtime import protocol as p
-from gateway.realtime.session import CancelResponse, Session, SessionDefaults, StartResponse
+from gateway.realtime.actions import CancelResponse, StartResponse
+from gateway.realtime.session import Session, SessionDefaults
 
 
 def make() -> Session:

@@ -1,0 +1,84 @@
+"""Generated-image output items of a response: the events around an image being made. Pure.
+
+A mixin of ``Session``: it reads the active response and stamps events through the session.
+"""
+
+from __future__ import annotations
+
+import secrets
+from typing import Any
+
+from . import protocol as p
+from .actions import Output, StartImage
+from .responses import ResponseState
+
+
+class ImageOutput:
+    response: ResponseState | None  # the session's active response
+
+    def _out(self, *events: dict[str, Any], actions: list[Any] | None = None) -> Output:
+        raise NotImplementedError  # Session's
+
+    def _finish(
+        self,
+        r: ResponseState,
+        status: str,
+        details: dict[str, Any] | None,
+        metrics: dict[str, Any] | None,
+        usage: dict[str, Any],
+    ) -> Output:
+        raise NotImplementedError  # Session's
+
+    def image_request(self, response_id: str, prompt: str) -> Output:
+        """Start an image output item (modality "image", or a request the scheduler intercepted)."""
+        r = self.response
+        if r is None or r.id != response_id:
+            return Output()
+        item_id = f"ig_{secrets.token_hex(8)}"
+        index = 1 + len(r.images) + len(r.calls)
+        item = {"id": item_id, "type": "image_generation_call", "status": "in_progress", "output_index": index}
+        r.images[item_id] = item
+        view = {k: v for k, v in item.items() if k != "output_index"}
+        return self._out(
+            p.server_event("response.output_item.added", response_id=r.id, output_index=index, item=view),
+            p.server_event("response.image_generation_call.in_progress", item_id=item_id, output_index=index),
+            actions=[StartImage(r.id, item_id, prompt)],
+        )
+
+    def on_image(self, response_id: str, item_id: str, ev: dict[str, Any]) -> Output:
+        """A progress event from the image generator (models.image_gen's dicts)."""
+        r = self.response
+        if r is None or r.id != response_id or item_id not in r.images:
+            return Output()  # late event of a cancelled/finished response
+        item = r.images[item_id]
+        idx = item["output_index"]
+        kind = ev.get("kind")
+        if kind == "generating":
+            return self._out(
+                p.server_event("response.image_generation_call.generating", item_id=item_id, output_index=idx)
+            )
+        if kind == "partial_image":
+            return self._out(
+                p.server_event(
+                    "response.image_generation_call.partial_image",
+                    item_id=item_id,
+                    output_index=idx,
+                    partial_image_index=ev.get("index", 0),
+                    partial_image_b64=ev["png_b64"],
+                )
+            )
+        if kind not in ("completed", "cancelled", "failed"):
+            return Output()
+        item["status"] = "completed" if kind == "completed" else "failed"
+        done_item = {"id": item_id, "type": "image_generation_call", "status": item["status"]}
+        if kind == "completed":
+            done_item["result"] = ev["png_b64"]
+            item["result"] = ev["png_b64"]
+        events = []
+        if kind == "completed":
+            events.append(p.server_event("response.image_generation_call.completed", item_id=item_id, output_index=idx))
+        events.append(p.server_event("response.output_item.done", response_id=r.id, output_index=idx, item=done_item))
+        out = self._out(*events)
+        if r.ending is not None and not r.images_pending:
+            out.extend(self._finish(r, *r.ending))
+        return out
