@@ -24,7 +24,7 @@ from collections import deque
 from dataclasses import dataclass, field
 from typing import Annotated, Any
 
-from pydantic import ConfigDict, Field, StrictBool
+from pydantic import Field, StrictBool
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 
@@ -33,12 +33,11 @@ from models.decode import ContextOverflow, DecodeJob, Done, JobEvents, TokenLogp
 from models.engine import EngineBusy, Handle
 from models.remote import RemoteModel
 
-from ..options import SchedulerOptions
 from ..services import Services
 from ..sink import AsyncSink
 from . import serving, shapes
 from .errors import ApiError, busy, error_body
-from .schemas import StreamOptions, _Strict, parse, read_body
+from .schemas import SamplingRequest, parse, read_body
 from .stream import CompletionStore, CompletionStream, SseResponse, dumps
 
 MAX_PROMPTS = 16  # prompts (choices) in one request; each is a job on the engine
@@ -47,9 +46,7 @@ MAX_LOGPROBS = 5  # as OpenAI
 TokenIds = Annotated[list[Annotated[int, Field(ge=0)]], Field(min_length=1)]
 
 
-class CompletionRequest(_Strict):
-    model_config = ConfigDict(extra="ignore", strict=True, allow_inf_nan=False)
-    model: str
+class CompletionRequest(SamplingRequest):
     prompt: (
         str
         | Annotated[list[str], Field(min_length=1, max_length=MAX_PROMPTS)]
@@ -57,23 +54,10 @@ class CompletionRequest(_Strict):
         | Annotated[list[TokenIds], Field(min_length=1, max_length=MAX_PROMPTS)]
     )
     max_tokens: int | None = Field(16, ge=1)  # OpenAI's default for completions
-    temperature: float | None = Field(None, ge=0.0, le=2.0)
-    top_p: float | None = Field(None, gt=0.0, le=1.0)
-    seed: int | None = Field(None, ge=0, lt=2**63)
-    stop: str | list[Annotated[str, Field(min_length=1)]] | None = Field(None, max_length=4)
-    stream: StrictBool = False
-    stream_options: StreamOptions | None = None
     echo: StrictBool = False
     logprobs: int | None = Field(None, ge=0, le=MAX_LOGPROBS)
-    n: int | None = Field(None, ge=1, le=1)
     best_of: int | None = Field(None, ge=1, le=1)
     suffix: None = None  # insertion is not supported: refused when set
-    scheduler: SchedulerOptions | None = None
-
-    def stop_sequences(self) -> tuple[str, ...]:
-        if self.stop is None:
-            return ()
-        return tuple(s for s in ([self.stop] if isinstance(self.stop, str) else self.stop) if s)
 
 
 @dataclass

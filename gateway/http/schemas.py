@@ -128,12 +128,11 @@ class StreamOptions(_Strict):
     include_usage: bool = False  # a last chunk with ``usage`` and no choices
 
 
-class ChatRequest(_Strict):
+class SamplingRequest(_Strict):
+    """What chat and text completions share: the model, sampling, stop sequences, streaming."""
+
     model_config = ConfigDict(extra="ignore", strict=True, allow_inf_nan=False)
     model: str
-    messages: list[Message] = Field(min_length=1)
-    max_tokens: int | None = Field(None, ge=1)
-    max_completion_tokens: int | None = Field(None, ge=1)
     temperature: float | None = Field(None, ge=0.0, le=2.0)
     top_p: float | None = Field(None, gt=0.0, le=1.0)
     seed: int | None = Field(None, ge=0, lt=2**63)
@@ -142,15 +141,21 @@ class ChatRequest(_Strict):
     stream_options: StreamOptions | None = None
     n: int | None = Field(None, ge=1, le=1)
     scheduler: SchedulerOptions | None = None
-    tools: list[ToolDef] | None = Field(None, max_length=128)
-    tool_choice: Literal["none", "auto", "required"] | NamedToolChoice | None = None
-    parallel_tool_calls: StrictBool = True
-    response_format: ResponseFormat | None = None
 
     def stop_sequences(self) -> tuple[str, ...]:
         if self.stop is None:
             return ()
         return tuple(s for s in ([self.stop] if isinstance(self.stop, str) else self.stop) if s)
+
+
+class ChatRequest(SamplingRequest):
+    messages: list[Message] = Field(min_length=1)
+    max_tokens: int | None = Field(None, ge=1)
+    max_completion_tokens: int | None = Field(None, ge=1)
+    tools: list[ToolDef] | None = Field(None, max_length=128)
+    tool_choice: Literal["none", "auto", "required"] | NamedToolChoice | None = None
+    parallel_tool_calls: StrictBool = True
+    response_format: ResponseFormat | None = None
 
     def token_cap(self) -> int | None:
         return self.max_completion_tokens if self.max_completion_tokens is not None else self.max_tokens
