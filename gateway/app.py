@@ -20,6 +20,7 @@ from models.engine import Engine
 from models.remote import RemoteModel
 from models.remote_engine import RemoteEngine
 
+from .cluster.node import ClusterNode, start_node
 from .config import Config
 from .http import routes as http_routes
 from .realtime import routes as realtime_routes
@@ -38,10 +39,14 @@ def create_app(
     """The ASGI app. ``backend_loader`` defaults to the configured backend (see models/); it runs on
     the engine's thread. Pass ``engine`` when the model was already loaded on that engine's thread."""
     state: dict[str, Services] = {}
+    cluster: dict[str, ClusterNode] = {}  # "node": with a Redis session store (sessions.store)
     given_engine = engine
 
     def svc() -> Services:
         return state["svc"]
+
+    def node() -> ClusterNode | None:
+        return cluster.get("node")
 
     @contextlib.asynccontextmanager
     async def lifespan(app: Starlette) -> AsyncIterator[None]:
@@ -53,10 +58,14 @@ def create_app(
         gc.collect()
         gc.freeze()
         try:
+            if config.sessions.store != "memory":
+                cluster["node"] = await start_node(config, services)
             yield
         finally:
             gc.unfreeze()  # an app that stops (tests start many) gives its objects back to the GC
             await services.registry.drain(0)
+            if "node" in cluster:
+                await cluster.pop("node").stop()
             await app.state.completions.drain(0)
             stop_services(services)
 
@@ -67,6 +76,9 @@ def create_app(
         if "svc" not in state:
             return JSONResponse({"status": "loading"}, status_code=503)
         backend = svc().backend
+        n = node()
+        if n is not None and not n.store.available:  # new sessions are refused (store_unavailable)
+            return JSONResponse({"status": "store_unavailable", "model": backend.name}, status_code=503)
         if isinstance(backend, RemoteModel) and not await asyncio.to_thread(backend.ready):
             return JSONResponse({"status": "engine_unavailable", "model": backend.name}, status_code=503)
         return JSONResponse({"status": "ready", "model": backend.name})
@@ -96,7 +108,7 @@ def create_app(
         Route("/ready", ready),
         Route("/v1/models", models),
         Route("/metrics", metrics),
-        *realtime_routes.routes(svc),
+        *realtime_routes.routes(svc, node),
         *http_api.routes(),
         Mount("/", app=StaticFiles(directory=str(WEB_DIR), html=True, check_dir=False), name="web"),
     ]

@@ -100,6 +100,23 @@ class SessionConfig(_Frozen):
     max_output_tokens: int = 512  # cap on tokens per response
 
 
+class SessionsConfig(_Frozen):
+    """Where live sessions are kept (docs/OPERATING.md, "Running replicas")."""
+
+    # "memory" (one process) or a Redis URL (redis://host:port/db): replicas sharing sessions
+    store: str = "memory"
+    lease_s: float = 3.0  # an owner replica silent this long is dead: another takes its sessions over
+    key_prefix: str = "so:"  # of every Redis key (several gateways can share one Redis)
+
+    @model_validator(mode="after")
+    def _known_store(self) -> SessionsConfig:
+        if self.store != "memory" and not self.store.startswith(("redis://", "rediss://", "unix://")):
+            raise ValueError(f"sessions.store must be memory or a redis:// URL, not {self.store!r}")
+        if self.lease_s <= 0:
+            raise ValueError("sessions.lease_s must be > 0")
+        return self
+
+
 class AudioConfig(_Frozen):
     enabled: bool = True  # accept audio input (loads Whisper + the VAD at start-up)
     engine: Literal["faster-whisper", "openai-whisper"] = "faster-whisper"  # ASR engine (both on the same weights)
@@ -147,7 +164,9 @@ class LimitsConfig(_Frozen):
     max_binary_frame_bytes: int = 1024 * 1024  # one WS binary (pcm16) frame
     max_json_depth: int = 32  # JSON nesting accepted
     max_sessions: int = 64  # concurrent WebSocket sessions (attached or waiting for a resume)
-    max_sessions_per_key: int = 16  # of those, per API key (when api_keys are configured)
+    max_sessions_per_key: int = 16  # of those, per API key (when api_keys are configured; all replicas with Redis)
+    # client frames per second per API key over all its sockets and replicas (with api_keys and a Redis store)
+    messages_per_s_per_key: float | None = 1000.0
     messages_per_s: float = 200.0  # client frames per second per connection (token bucket rate)
     messages_burst: int = 400  # token bucket size
     flood_close_after: int = 200  # rate-limited frames in a row before the socket is closed (1008)
@@ -185,6 +204,7 @@ class Config(_Frozen):
     scheduler: SchedulerDefaults = SchedulerDefaults()
     speculative: SpeculativeConfig = SpeculativeConfig()
     session: SessionConfig = SessionConfig()
+    sessions: SessionsConfig = SessionsConfig()
     audio: AudioConfig = AudioConfig()
     vision: VisionConfig = VisionConfig()
     image_gen: ImageGenSettings = ImageGenSettings()

@@ -9,7 +9,7 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Protocol
 
 from models.backend import Backend, KVState
 from models.decode import DecodeJob, TokenConstraint
@@ -35,6 +35,14 @@ Drafting = tuple[Any, Any]
 ImageDescriber = Callable[[str], str]
 
 
+class KeyRate(Protocol):
+    """Client frames counted per API key over all replicas (``gateway.cluster.node.ClusterNode``)."""
+
+    def over_rate(self, digest: str) -> bool:
+        """Count one frame of key ``digest``: True if that key is over its rate."""
+        ...
+
+
 @dataclass
 class Services:
     """Everything a connection needs, built once per app."""
@@ -52,6 +60,7 @@ class Services:
     files: FileStore | None = None  # uploaded files (/v1/files); None when disabled
     processors: ProcessorRegistry = field(default_factory=ProcessorRegistry)  # content type → text (files)
     started: float = field(default_factory=time.time)
+    key_rate: KeyRate | None = None  # with a Redis session store and api_keys
     tokenizing: int = 0  # responses admitted whose prompt is being tokenized (gateway.tokenize): not yet submitted
 
     @property

@@ -77,9 +77,11 @@ class Connection:
                 self.kick(CLOSE_TRY_AGAIN, "client fell too far behind")
                 return
             for seq, text in events:
+                if seq > live.deliverable:  # not in the shared store yet (gateway.cluster.mirror)
+                    break
                 await self._send(text)
                 self.cursor = seq
-            if live.closed:
+            if live.closed and self.cursor >= live.outbox.next_seq - 1:
                 self._closing = self._closing or (
                     CLOSE_RESTART if live.svc.registry.draining else CLOSE_NORMAL,
                     "session ended",
@@ -88,7 +90,7 @@ class Connection:
             # Wait only when nothing is pending, clearing in the same step as that check: ``changed``
             # is the session's, and a clear() at the top of the loop (or by a superseded socket's
             # writer) could eat the wake-up of an event stamped during the sends above.
-            if live.outbox.next_seq - 1 <= self.cursor:
+            if live.deliverable <= self.cursor:
                 live.changed.clear()
                 await live.changed.wait()
 
@@ -111,7 +113,8 @@ class Connection:
             msg = await self.ws.receive()
             if msg["type"] == "websocket.disconnect":
                 raise WebSocketDisconnect(msg.get("code", 1000))
-            if not self.bucket.take(time.monotonic()):
+            key_rate = self.live.svc.key_rate
+            if not self.bucket.take(time.monotonic()) or (key_rate is not None and key_rate.over_rate(self.live.key)):
                 self._limited += 1
                 self.live.svc.metrics.errors.labels(code="rate_limited").inc()
                 if self._limited >= self.limits.flood_close_after:

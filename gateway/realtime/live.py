@@ -14,7 +14,7 @@ import secrets
 import threading
 from collections.abc import Callable, Coroutine
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Protocol
 
 from models import constrain, toolcalls
 from models.constrain import GrammarError
@@ -81,12 +81,34 @@ class _Tokenizing:
         self.cancelled = True
 
 
+class Mirrored(Protocol):
+    """The session's copy in a shared store (``gateway.cluster.mirror.Mirror``), when there is one."""
+
+    mirrored: int  # the last seq the store holds
+    holding: bool  # sockets send only what the store holds (False while it is unavailable)
+
+    def wake(self) -> None:
+        """New events (or the end): write them to the store."""
+        ...
+
+
 class LiveSession:
-    def __init__(self, services: Services, key: str):
-        """``key``: digest of the API key the session is bound to (``gateway.security.key_digest``)."""
+    def __init__(
+        self,
+        services: Services,
+        key: str,
+        token: str | None = None,
+        replay: tuple[list[tuple[int, str]], int] | None = None,
+    ):
+        """``key``: digest of the API key the session is bound to (``gateway.security.key_digest``).
+        ``token``, ``replay``: a session that exists already (taken over from another replica): its
+        resume token, and the events it sent (seq, JSON text) with the next seq — nothing is announced."""
         self.svc = services
         self.limits = services.config.limits
         self.outbox = ReplayBuffer(self.limits.replay_max_events, self.limits.replay_max_bytes)
+        if replay is not None:
+            self.outbox.load(*replay)
+        self.mirror: Mirrored | None = None
         self.changed = asyncio.Event()  # set whenever the outbox grows
         self.session = Session(services.session_defaults, self.outbox.stamp)
         self.state = services.backend.new_state()
@@ -101,22 +123,32 @@ class LiveSession:
         self._tasks: set[asyncio.Task[None]] = set()
         self._media_lock = asyncio.Lock()
         self.image_cancels: dict[str, list[threading.Event]] = {}  # response id → its image jobs
-        self.token = secrets.token_urlsafe(32)
+        self.token = token or secrets.token_urlsafe(32)
         self.key = key
         self.attached: Attachment | None = None  # the Connection currently serving this session
         self.on_event: Callable[[], None] | None = None  # the attached connection's lag check
         self.closed = False
         self.received = 0  # client frames read from any of its sockets (session.resumed's received_events)
         self._pump = asyncio.create_task(self._pump_loop(), name="session-pump")
-        grace = services.config.server.grace_period_s
-        self.send(self.session.created({"resume": {"token": self.token, "expires_in_s": grace}}))
+        if replay is None:
+            grace = services.config.server.grace_period_s
+            self.send(self.session.created({"resume": {"token": self.token, "expires_in_s": grace}}))
+
+    @property
+    def deliverable(self) -> int:
+        """The last seq a socket may send: all stamped ones, or with a store only those it holds."""
+        m = self.mirror
+        return m.mirrored if m is not None and m.holding else self.outbox.next_seq - 1
 
     # ------------------------------------------------------------------ outbound
 
     def send(self, out: Output) -> None:
         """Events are already stamped (seq) and kept by the outbox; wake the writer."""
         if out.events:
-            self.changed.set()
+            if self.mirror is not None:
+                self.mirror.wake()  # the sockets wake once the store holds them …
+            if self.mirror is None or not self.mirror.holding:  # … or now, without one
+                self.changed.set()
             if self.on_event is not None:
                 self.on_event()
         for action in out.actions:
@@ -454,3 +486,5 @@ class LiveSession:
         for t in list(self._tasks):
             t.cancel()
         self.changed.set()
+        if self.mirror is not None:
+            self.mirror.wake()  # its last events, then its end, reach the store

@@ -67,14 +67,23 @@ class SessionRegistry:
         self.admit(live.key)
         self.sessions[live.token] = live
 
+    def adopt(self, live: Registered) -> None:
+        """Keep a session that already exists in the cluster (taken over from a dead replica): it is
+        counted, never refused — refusing it would lose it."""
+        self.sessions[live.token] = live
+
+    def hold(self, live: Registered) -> None:
+        """A socket (here or on another replica) serves ``live`` again: no expiry while it does."""
+        timer = self._timers.pop(live.token, None)
+        if timer is not None:
+            timer.cancel()
+
     def find(self, token: str, key: str) -> Registered | None:
         """The session for ``token`` if it is alive and bound to the same key digest."""
         live = self.sessions.get(token)
         if live is None or live.closed or not hmac.compare_digest(live.key, key):
             return None
-        timer = self._timers.pop(token, None)
-        if timer is not None:
-            timer.cancel()
+        self.hold(live)
         return live
 
     def detached(self, live: Registered) -> None:

@@ -33,6 +33,13 @@ class ReplayBuffer:
             self._bytes -= len(old)
         return event
 
+    def load(self, events: list[tuple[int, str]], next_seq: int) -> None:
+        """Start from a copy kept elsewhere (a session taken over from Redis): ``events`` (seq
+        ascending, contiguous, ending at ``next_seq - 1``) are what this buffer holds now."""
+        self._events = deque(events)
+        self._bytes = sum(len(text) for _, text in events)
+        self.next_seq = next_seq
+
     @property
     def first_seq(self) -> int:
         """Oldest seq still held (``next_seq`` when empty)."""

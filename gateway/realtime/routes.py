@@ -2,11 +2,16 @@
 
 from __future__ import annotations
 
+import contextlib
+import secrets
 from collections.abc import Callable
 
 from starlette.routing import BaseRoute, WebSocketRoute
 from starlette.websockets import WebSocket
 
+from ..cluster.node import ClusterNode
+from ..cluster.resume import resume_in_cluster
+from ..cluster.store import StoreUnavailable
 from ..security import AuthRefused, check_origin, ws_auth
 from ..services import Services
 from . import protocol as p
@@ -15,16 +20,17 @@ from .live import LiveSession
 from .registry import TooManySessions
 
 
-def routes(services: Callable[[], Services]) -> list[BaseRoute]:
-    """``services()`` returns the app's ``Services`` once started."""
+def routes(services: Callable[[], Services], node: Callable[[], ClusterNode | None]) -> list[BaseRoute]:
+    """``services()`` returns the app's ``Services`` once started; ``node()`` this replica's part of a
+    cluster sharing sessions through Redis (None: sessions live in this process only)."""
 
     async def realtime(ws: WebSocket) -> None:
-        await _realtime(services(), ws)
+        await _realtime(services(), node(), ws)
 
     return [WebSocketRoute("/v1/realtime", realtime)]
 
 
-async def _realtime(s: Services, ws: WebSocket) -> None:
+async def _realtime(s: Services, node: ClusterNode | None, ws: WebSocket) -> None:
     server = s.config.server
     if not check_origin(ws, server):
         await ws.close(CLOSE_POLICY)  # before accept: the client sees HTTP 403
@@ -45,24 +51,40 @@ async def _realtime(s: Services, ws: WebSocket) -> None:
         await ws.close(CLOSE_POLICY, "model not found")
         return
     if token is not None:
-        await _resume(s, ws, token, key)
+        await _resume(s, node, ws, token, key)
         return
     try:
         s.registry.admit(key)
+        token = secrets.token_urlsafe(32)
+        if node is not None:  # counted cluster-wide; and no new session without the store
+            await node.admit(key, token)
     except TooManySessions as exc:
         await ws.close(CLOSE_TRY_AGAIN, str(exc))
         return
-    live = LiveSession(s, key)
+    except StoreUnavailable:
+        s.metrics.errors.labels(code="store_unavailable").inc()
+        await ws.send_json(p.error_event("store_unavailable", "the session store is unavailable; retry shortly"))
+        await ws.close(CLOSE_TRY_AGAIN, "session store unavailable")
+        return
+    live = LiveSession(s, key, token=token)
     s.registry.add(live)
+    if node is not None:
+        node.own(live)
     await Connection(ws, live).run()
 
 
-async def _resume(s: Services, ws: WebSocket, token: str, key: str) -> None:
+async def _resume(s: Services, node: ClusterNode | None, ws: WebSocket, token: str, key: str) -> None:
     try:
         last_seq = int(ws.query_params.get("last_seq", "-1"))
     except ValueError:
         last_seq = -2  # not a number: fails below
     live = s.registry.find(token, key)
+    if live is None and node is not None and last_seq >= -1:  # maybe another replica's
+        await resume_in_cluster(s, node, ws, token, key, last_seq)
+        return
+    if node is not None and isinstance(live, LiveSession):
+        with contextlib.suppress(StoreUnavailable):  # a socket on another replica is superseded
+            await node.store.attach(token, f"local-{id(ws)}")
     if not isinstance(live, LiveSession) or live.outbox.since(last_seq) is None:
         why = "unknown or expired resume token" if live is None else f"events after seq {last_seq} are gone"
         s.metrics.errors.labels(code="resume_failed").inc()

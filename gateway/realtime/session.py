@@ -396,6 +396,15 @@ class Session(ImageOutput):
         out.actions.insert(0, CancelResponse(r.id))
         return out
 
+    def abandon(self, reason: str) -> Output:
+        """End the active response ``incomplete`` because the server failed it (the replica running it
+        died): its delivered text stays in the conversation, unlike a cancel's."""
+        r = self.response
+        if r is None:
+            return Output()
+        # images still denoising there never finish: closed incomplete now (final_events)
+        return self._finish(r, "incomplete", {"type": "incomplete", "reason": reason}, None, {}, wait_images=False)
+
     def on_chunk(self, response_id: str, text: str) -> Output:
         r = self.response
         if r is None or r.id != response_id or not text:
@@ -446,8 +455,9 @@ class Session(ImageOutput):
         details: dict[str, Any] | None,
         metrics: dict[str, Any] | None,
         usage: dict[str, Any],
+        wait_images: bool = True,
     ) -> Output:
-        if status != "cancelled" and r.images_pending:  # text is done; images still denoising
+        if wait_images and status != "cancelled" and r.images_pending:  # text is done; images still denoising
             r.ending = (status, details, metrics, usage)
             return Output()
         if self.response is not r:

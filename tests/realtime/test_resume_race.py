@@ -41,6 +41,8 @@ class Gate:
 
 
 class Svc:
+    key_rate = None  # no cluster-wide frame count
+
     def __init__(self, registry: SessionRegistry) -> None:
         self.registry = registry
 
@@ -68,6 +70,10 @@ class Live:
     @property
     def busy(self) -> bool:
         return False
+
+    @property
+    def deliverable(self) -> int:  # no shared store: every stamped event may go out
+        return self.outbox.next_seq - 1
 
     def emit(self, n: int = 1) -> None:
         for _ in range(n):

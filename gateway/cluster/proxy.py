@@ -1,0 +1,155 @@
+"""A resumed socket on a replica that does not own its session: events from Redis, frames to the owner.
+
+The owner (``lease:{token}``) keeps running the session. This socket replays the session's stream
+from the client's ``last_seq + 1`` and then tails it live; what the client sends goes to the
+owner's command stream. Between reads it checks three things: a newer socket (here or elsewhere)
+took the session — closed 4009, as on one replica; the session ended — closed 1000 once its last
+events are sent; the owner's lease expired (it died) — this replica takes the session over and
+the same socket goes on as a local ``Connection``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import logging
+import secrets
+import time
+
+from starlette.websockets import WebSocket, WebSocketDisconnect, WebSocketState
+
+from ..realtime import protocol as p
+from ..realtime.connection import (
+    CLOSE_NORMAL,
+    CLOSE_POLICY,
+    CLOSE_SUPERSEDED,
+    CLOSE_TOO_BIG,
+    CLOSE_TRY_AGAIN,
+    Connection,
+)
+from ..realtime.live import LiveSession
+from ..realtime.ratelimit import TokenBucket
+from ..services import Services
+from .node import ClusterNode
+from .store import Entries, StoreUnavailable
+from .takeover import safe_take_over
+
+log = logging.getLogger("stream_omni.cluster")
+
+
+class Proxy:
+    def __init__(self, s: Services, node: ClusterNode, ws: WebSocket, token: str, key: str, owner: str):
+        self.s, self.node, self.ws, self.token, self.key = s, node, ws, token, key
+        self.store = node.store
+        self.owner = owner  # the replica holding the lease
+        self.socket_id = secrets.token_hex(8)
+        self.cursor = -1  # the last seq this client has
+        self.closing: tuple[int, str] | None = None
+        self.taken: LiveSession | None = None  # set when this replica took the session over
+        self._forwarding = asyncio.Lock()  # a frame being handed to the owner is never cut in half
+        limits = s.config.limits
+        self.bucket = TokenBucket(limits.messages_per_s, limits.messages_burst)
+
+    async def run(self, last_seq: int, replay: Entries, received: int, view: dict[str, object]) -> None:
+        """Say ``session.resumed``, send ``replay``, then serve until the socket or the session ends."""
+        self.cursor = last_seq
+        await self.store.attach(self.token, self.socket_id)
+        await self.store.command(self.owner, self.token, "attach", self.socket_id)
+        hello = p.server_event("session.resumed", session=view, replay_from_seq=last_seq + 1, received_events=received)
+        tasks: list[asyncio.Task[None]] = []
+        try:
+            await self.ws.send_text(json.dumps(hello, separators=(",", ":")))
+            await self._send(replay)
+            tasks = [
+                asyncio.create_task(self._follow(), name="proxy-follow"),
+                asyncio.create_task(self._forward(), name="proxy-forward"),
+            ]
+            await asyncio.wait(tasks, return_when=asyncio.FIRST_COMPLETED)
+            if self.taken is not None:  # the owner died: this replica runs the session now
+                async with self._forwarding:
+                    tasks[1].cancel()
+                with contextlib.suppress(BaseException):
+                    await tasks[1]
+                await Connection(self.ws, self.taken, self.cursor).run()
+                return
+        except (WebSocketDisconnect, OSError, StoreUnavailable):
+            pass
+        finally:
+            for t in tasks:
+                t.cancel()
+            for t in tasks:
+                with contextlib.suppress(BaseException):
+                    await t
+            if self.taken is None:
+                with contextlib.suppress(StoreUnavailable):
+                    await self.store.command(self.owner, self.token, "detach", self.socket_id)
+                await self._close()
+
+    async def _close(self) -> None:
+        if self.ws.client_state != WebSocketState.CONNECTED:
+            return
+        code, reason = self.closing or (CLOSE_TRY_AGAIN, "session store unavailable; resume to continue")
+        with contextlib.suppress(Exception):
+            await asyncio.wait_for(self.ws.close(code, reason), 2.0)
+
+    async def _send(self, entries: Entries) -> None:
+        for seq, text in entries:
+            if seq <= self.cursor:
+                continue
+            await self.ws.send_text(text)
+            self.cursor = seq
+
+    async def _follow(self) -> None:
+        """The session's events as the owner writes them, and the checks between reads."""
+        period = self.node.period_s / 2
+        checked = time.monotonic()
+        while True:
+            got = await self.store.tail(self.token, self.cursor, int(period * 1000))
+            await self._send(got)
+            if got and time.monotonic() - checked < period:
+                continue
+            checked = time.monotonic()
+            if await self.store.record(self.token) is None:  # ended: send what is left, then close
+                await self._send(await self.store.tail(self.token, self.cursor, 1))
+                self.closing = (CLOSE_NORMAL, "session ended")
+                return
+            if not await self.store.still_attached(self.token, self.socket_id):
+                self.closing = (CLOSE_SUPERSEDED, "session resumed on another connection")
+                return
+            holder = await self.store.holder(self.token)
+            if holder is None:  # the owner's lease expired: it died
+                self.taken = await safe_take_over(self.s, self.node, self.token, self.key)
+                if self.taken is not None:
+                    self.taken.attached = None  # the Connection attaches itself
+                    return
+                holder = await self.store.holder(self.token)  # another replica won it
+            if holder is not None and holder != self.owner:
+                self.owner = holder
+                await self.store.command(holder, self.token, "attach", self.socket_id)
+
+    async def _forward(self) -> None:
+        """Client frames → the owner, in order (token bucket per socket, as on a local socket)."""
+        limits = self.s.config.limits
+        limited = 0
+        while True:
+            msg = await self.ws.receive()
+            if msg["type"] == "websocket.disconnect":
+                raise WebSocketDisconnect(msg.get("code", 1000))
+            if not self.bucket.take(time.monotonic()) or self.node.over_rate(self.key):
+                limited += 1
+                if limited >= limits.flood_close_after:
+                    self.closing = (CLOSE_POLICY, "message flood")
+                    return
+                if limited != 1 and limited % 50:  # the owner says so once per 50, without amplifying a flood
+                    continue
+                kind, data = "limited", b""
+            else:
+                limited = 0
+                text = msg.get("text")
+                kind, data = ("text", text.encode()) if text is not None else ("bytes", msg.get("bytes") or b"")
+                if kind == "bytes" and len(data) > limits.max_binary_frame_bytes:
+                    self.closing = (CLOSE_TOO_BIG, "binary frame too large")
+                    return
+            async with self._forwarding:
+                await self.store.command(self.owner, self.token, kind, data)

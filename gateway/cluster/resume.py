@@ -1,0 +1,59 @@
+"""``/v1/realtime?resume_token=…`` for a session this replica does not hold: found in Redis, it is
+proxied from its owner, or taken over if the owner died."""
+
+from __future__ import annotations
+
+import hmac
+
+from starlette.websockets import WebSocket
+
+from ..realtime import protocol as p
+from ..realtime.connection import CLOSE_NORMAL, CLOSE_TRY_AGAIN, Connection
+from ..services import Services
+from .node import ClusterNode
+from .proxy import Proxy
+from .store import StoreUnavailable
+from .takeover import take_over_session
+
+
+async def resume_in_cluster(s: Services, node: ClusterNode, ws: WebSocket, token: str, key: str, last_seq: int) -> None:
+    store = node.store
+    try:
+        record = await store.record(token)
+        if record is None or not hmac.compare_digest(record.get("key", ""), key):
+            await _failed(s, ws, "unknown or expired resume token")
+            return
+        holder = await store.holder(token)
+        if holder is None or holder == store.replica:  # its owner died (or this replica did, and restarted)
+            live = await take_over_session(s, node, token, key)
+            if live is not None:
+                if live.outbox.since(last_seq) is None:
+                    await _failed(s, ws, f"events after seq {last_seq} are gone")
+                    s.registry.detached(live)
+                    return
+                s.metrics.resumes.inc()
+                await store.attach(token, f"local-{id(ws)}")
+                await Connection(ws, live, last_seq).run(resumed=True)
+                return
+            holder = await store.holder(token)  # another replica took it first
+            if holder is None:
+                await _failed(s, ws, "the session could not be recovered")
+                return
+        got = await store.events_after(token, last_seq)
+        snap = await store.snapshot(token)
+        if got is None or snap is None:
+            await _failed(s, ws, f"events after seq {last_seq} are gone")
+            return
+        view = {**snap["options"], "id": snap["id"], "object": "realtime.session"}
+        s.metrics.resumes.inc()
+        await Proxy(s, node, ws, token, key, holder).run(last_seq, got[0], int(snap.get("received", 0)), view)
+    except StoreUnavailable:
+        s.metrics.errors.labels(code="store_unavailable").inc()
+        await ws.send_json(p.error_event("store_unavailable", "the session store is unavailable; retry shortly"))
+        await ws.close(CLOSE_TRY_AGAIN, "session store unavailable")
+
+
+async def _failed(s: Services, ws: WebSocket, why: str) -> None:
+    s.metrics.errors.labels(code="resume_failed").inc()
+    await ws.send_json(p.error_event("resume_failed", f"cannot resume: {why}"))
+    await ws.close(CLOSE_NORMAL, "resume failed")

@@ -1,0 +1,84 @@
+"""A session's state as JSON, and how another replica continues it after its owner died. Pure.
+
+The owner writes a snapshot together with the events it mirrors (``gateway.cluster.mirror``), in
+the same Redis transaction: a snapshot at seq ``S`` holds exactly what events ``0..S`` made. Text
+deltas after ``S`` are not in it (snapshots are written only when something other than a delta
+went out), so ``take_over`` adds them back: the conversation keeps exactly the delivered text.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any
+
+from ..realtime import protocol as p
+from ..realtime.responses import ResponseState
+from ..realtime.session import Session
+
+# events that change nothing a snapshot holds except the active response's text: no snapshot after them
+TEXT_DELTA = "response.output_text.delta"
+STATELESS = frozenset(
+    {
+        TEXT_DELTA,
+        "conversation.item.input_audio_transcription.delta",
+        "input_audio_buffer.speech_started",
+        "rate_limits.updated",
+        "error",
+    }
+)
+
+
+def event_type(text: str) -> str:
+    """The ``type`` of a stamped event's JSON text: always its first key (``protocol.server_event``)."""
+    head = '{"type":"'
+    return text[len(head) : text.index('"', len(head))] if text.startswith(head) else ""
+
+
+def needs_snapshot(event_types: list[str]) -> bool:
+    """Did any of these events change the session beyond the active response's text?"""
+    return any(t not in STATELESS for t in event_types)
+
+
+def snapshot(session: Session, seq: int, received: int) -> dict[str, Any]:
+    """``session`` as it stands once event ``seq`` went out; ``received``: client frames it handled."""
+    r = session.response
+    response = None
+    if r is not None:
+        response = dataclasses.asdict(r)
+        response["known_tools"] = sorted(r.known_tools)
+    return {
+        "seq": seq,
+        "received": received,
+        "id": session.id,
+        "options": session.options.model_dump(mode="json", exclude_unset=False),
+        "items": session.conversation.items,
+        "response": response,
+    }
+
+
+def restore(session: Session, snap: dict[str, Any]) -> None:
+    """Make the fresh ``session`` the one ``snap`` describes (its id, options, items, response)."""
+    session.id = snap["id"]
+    session.options = p.SessionOptions.model_validate(snap["options"])
+    session.conversation.items = list(snap["items"])
+    r = snap.get("response")
+    if r is None:
+        session.response = None
+        return
+    session.response = ResponseState(**{**r, "known_tools": frozenset(r.get("known_tools") or ())})
+
+
+def take_over(session: Session, snap: dict[str, Any], later: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Continue a session whose owner died: ``session`` (fresh, stamping from the stream's next seq)
+    becomes ``snap`` plus the text of ``later`` (the events mirrored after it, in order), and a
+    response that was running is ended ``incomplete`` (reason ``server_error``), its delivered text
+    kept. Returns the events that ended it (already stamped), or [] when none was running."""
+    restore(session, snap)
+    r = session.response
+    if r is None:
+        return []
+    for ev in later:
+        if ev.get("type") == TEXT_DELTA and ev.get("response_id") == r.id:
+            r.text += ev["delta"]
+            r.started = True
+    return session.abandon("server_error").events

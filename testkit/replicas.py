@@ -1,0 +1,73 @@
+"""Real Redis and real gateway replicas on free ports, for the cluster tests and ``bench replicas``.
+
+``RedisServer``: Debian's ``redis-server`` with no persistence in a temp dir (restartable on the
+same port, which loses everything, as a restarted cache-only Redis does). ``replica``: a gateway
+process sharing sessions through it (``testkit.serve_fake`` on the fake model, or
+``stream-omni serve`` on the embedded one)."""
+
+from __future__ import annotations
+
+import shutil
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from testkit.remote_engines import EngineProcess
+from testkit.server import free_port
+
+
+class RedisServer:
+    def __init__(self, tmp: Path, port: int | None = None):
+        self.tmp = tmp
+        self.port = port or free_port()
+        self.url = f"redis://127.0.0.1:{self.port}/0"
+        self.proc: subprocess.Popen[bytes] | None = None
+
+    @staticmethod
+    def available() -> bool:
+        return shutil.which("redis-server") is not None
+
+    def start(self, timeout: float = 20.0) -> RedisServer:
+        argv = ["redis-server", "--port", str(self.port), "--bind", "127.0.0.1", "--save", ""]
+        argv += ["--appendonly", "no", "--dir", str(self.tmp)]
+        with (self.tmp / f"redis_{self.port}.log").open("ab") as out:
+            self.proc = subprocess.Popen(argv, stdout=out, stderr=subprocess.STDOUT)
+        deadline = time.monotonic() + timeout
+        while not self.answers():
+            if self.proc.poll() is not None or time.monotonic() > deadline:
+                raise RuntimeError(f"redis-server did not start on {self.port}")
+            time.sleep(0.05)
+        return self
+
+    def answers(self) -> bool:
+        try:
+            with socket.create_connection(("127.0.0.1", self.port), timeout=1) as s:
+                s.sendall(b"PING\r\n")
+                return s.recv(16).startswith(b"+PONG")
+        except OSError:
+            return False
+
+    def stop(self) -> None:
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.kill()
+            self.proc.wait(10)
+
+    def restart(self) -> None:
+        self.stop()
+        self.start()
+
+
+def replica(tmp: Path, redis_url: str, *, fake: bool = True, extra: str = "", **fake_args: float) -> EngineProcess:
+    """A gateway replica on a free port sharing sessions through ``redis_url``; ``extra``: more YAML."""
+    port = free_port()
+    cfg = tmp / f"replica_{port}.yaml"
+    cfg.write_text(f"audio:\n  enabled: false\nsessions:\n  store: {redis_url}\n{extra}")
+    if fake:
+        argv = [sys.executable, "-m", "testkit.serve_fake", "--config", str(cfg), "--port", str(port)]
+        for name, value in fake_args.items():
+            argv += [f"--{name.replace('_', '-')}", str(value)]
+    else:
+        argv = [sys.executable, "-m", "gateway.cli", "serve", "--config", str(cfg), "--port", str(port)]
+    return EngineProcess(argv, port, tmp / f"replica_{port}.log")
