@@ -59,12 +59,13 @@ def create_app(
         gc.freeze()
         try:
             if config.sessions.store != "memory":
-                cluster["node"] = await start_node(config, services)
+                cluster["node"] = app.state.node = await start_node(config, services)
             yield
         finally:
             gc.unfreeze()  # an app that stops (tests start many) gives its objects back to the GC
-            await services.registry.drain(0)
-            if "node" in cluster:
+            n = cluster.get("node")
+            await services.registry.drain(0, hand_off=n.hand_off if n else None)
+            if n is not None:
                 await cluster.pop("node").stop()
             await app.state.completions.drain(0)
             stop_services(services)

@@ -25,6 +25,7 @@ class DrainingServer(uvicorn.Server):
             server.close()  # no new connections while we drain
         services = getattr(self._app.state, "services", None)
         if services is not None:
-            await services.registry.drain(self.drain_timeout_s)
+            node = getattr(self._app.state, "node", None)  # replicas: sessions are handed to the cluster
+            await services.registry.drain(self.drain_timeout_s, hand_off=node.hand_off if node else None)
             await self._app.state.completions.drain(self.drain_timeout_s)
         await super().shutdown(sockets)

@@ -13,6 +13,9 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import Any
+
+import yaml
 
 from testkit.remote_engines import EngineProcess
 from testkit.server import free_port
@@ -59,11 +62,22 @@ class RedisServer:
         self.start()
 
 
-def replica(tmp: Path, redis_url: str, *, fake: bool = True, extra: str = "", **fake_args: float) -> EngineProcess:
-    """A gateway replica on a free port sharing sessions through ``redis_url``; ``extra``: more YAML."""
+def replica(
+    tmp: Path,
+    redis_url: str,
+    *,
+    fake: bool = True,
+    settings: dict[str, dict[str, Any]] | None = None,
+    **fake_args: float,
+) -> EngineProcess:
+    """A gateway replica on a free port sharing sessions through ``redis_url``; ``settings``: more
+    config sections ({"server": {"grace_period_s": 60}, …})."""
     port = free_port()
+    conf: dict[str, dict[str, Any]] = {"audio": {"enabled": False}, "sessions": {"store": redis_url}}
+    for section, values in (settings or {}).items():
+        conf.setdefault(section, {}).update(values)
     cfg = tmp / f"replica_{port}.yaml"
-    cfg.write_text(f"audio:\n  enabled: false\nsessions:\n  store: {redis_url}\n{extra}")
+    cfg.write_text(yaml.safe_dump(conf))
     if fake:
         argv = [sys.executable, "-m", "testkit.serve_fake", "--config", str(cfg), "--port", str(port)]
         for name, value in fake_args.items():

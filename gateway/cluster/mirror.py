@@ -34,6 +34,7 @@ class Mirror:
         self.fresh = fresh  # the next flush (re)writes the record, lease and stream from scratch
         self.holding = True  # sockets wait for the mirror (False while Redis is unavailable)
         self.ended = False  # the session closed and its end is recorded
+        self.handed_off = False  # this replica is shutting down: the session lives on in the cluster
         self._wake = asyncio.Event()
         self._wake.set()
         self.task = asyncio.create_task(self._run(), name="session-mirror")
@@ -91,7 +92,20 @@ class Mirror:
         self.fresh = False
         self.mirrored = top
 
+    async def hand_off(self) -> None:
+        """Shutdown: everything stamped reaches Redis, then the lease goes, so the next replica the
+        client resumes on takes the session over at once (no lease to wait out)."""
+        self.handed_off = True
+        try:
+            await self._flush()
+            await self.store.release(self.live.token)
+        except StoreUnavailable:
+            pass  # its lease expires on its own
+
     async def _end(self) -> None:
+        if self.handed_off:
+            self.ended = True
+            return
         try:
             await self.store.end(self.live.token, self.live.key)
         except StoreUnavailable:

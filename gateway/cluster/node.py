@@ -68,10 +68,10 @@ class ClusterNode:
     async def stop(self) -> None:
         for t in self._tasks:
             t.cancel()
-        for m in list(self.mirrors.values()):
-            # a drained session's last events and its end reach Redis first (bounded)
-            with contextlib.suppress(asyncio.TimeoutError, asyncio.CancelledError):
-                await asyncio.wait_for(asyncio.shield(m.task), 2.0)
+        mirrors = list(self.mirrors.values())
+        if mirrors:  # drained sessions' last events (and ends) reach Redis first, bounded
+            await asyncio.wait([m.task for m in mirrors], timeout=2.0)
+        for m in mirrors:
             m.cancel()
         for t in self._tasks:
             with contextlib.suppress(BaseException):
@@ -104,13 +104,19 @@ class ClusterNode:
         if self.mirrors.get(token) is mirror:
             del self.mirrors[token]
 
+    async def hand_off(self) -> None:
+        """Shutdown (after running responses finished): every session owned here goes to the cluster
+        whole — its events and snapshot written, its lease released — instead of ending with this
+        process; its clients get close 1012 and resume on another replica."""
+        await asyncio.gather(*(m.hand_off() for m in list(self.mirrors.values()) if not m.live.closed))
+
     async def _heartbeat(self) -> None:
         while True:
             await asyncio.sleep(self.period_s)
             owned = {
                 t: (m.live.key, m.live.svc.config.server.grace_period_s)
                 for t, m in self.mirrors.items()
-                if not m.live.closed
+                if not m.live.closed and not m.handed_off
             }
             try:
                 if not owned:
@@ -154,6 +160,10 @@ class ClusterNode:
                     continue  # the session ended here (or moved): the socket there learns it from the stream
                 try:
                     self.apply(mirror.live, kind, data)
+                    if kind == "attach":  # the socket there says session.resumed with this count
+                        await self.store.ack(data.decode(), mirror.live.received)
+                except StoreUnavailable:
+                    pass  # that socket falls back to the snapshot's count
                 except Exception:  # one bad command must not stop the reader
                     log.exception("applying a forwarded client frame failed")
 

@@ -56,6 +56,10 @@ class Proxy:
         self.cursor = last_seq
         await self.store.attach(self.token, self.socket_id)
         await self.store.command(self.owner, self.token, "attach", self.socket_id)
+        # the frames the session has handled, counted by the owner once it took this socket on (the
+        # snapshot's count can be older): the client resends the rest
+        acked = await self.store.wait_ack(self.socket_id, self.node.period_s * 3)
+        received = received if acked is None else acked
         hello = p.server_event("session.resumed", session=view, replay_from_seq=last_seq + 1, received_events=received)
         tasks: list[asyncio.Task[None]] = []
         try:
@@ -114,10 +118,13 @@ class Proxy:
                 await self._send(await self.store.tail(self.token, self.cursor, 1))
                 self.closing = (CLOSE_NORMAL, "session ended")
                 return
-            if not await self.store.still_attached(self.token, self.socket_id):
+            attached = await self.store.still_attached(self.token, self.socket_id)
+            if attached == "superseded":
                 self.closing = (CLOSE_SUPERSEDED, "session resumed on another connection")
                 return
             holder = await self.store.holder(self.token)
+            if attached == "reclaimed" and holder is not None and holder == self.owner:
+                await self.store.command(holder, self.token, "attach", self.socket_id)
             if holder is None:  # the owner's lease expired: it died
                 self.taken = await safe_take_over(self.s, self.node, self.token, self.key)
                 if self.taken is not None:

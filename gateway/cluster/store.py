@@ -56,6 +56,11 @@ if holder == false then redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[2]) retur
 return 0
 """
 
+_RELEASE = """
+if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('DEL', KEYS[1]) end
+return 0
+"""
+
 
 def entry_id(seq: int) -> str:
     return f"{seq + 1}-0"
@@ -83,6 +88,7 @@ class RedisStore:
         self.available = False  # the last call (or health check) reached Redis
         self._admit = self.r.register_script(_ADMIT)
         self._renew = self.r.register_script(_RENEW)
+        self._release = self.r.register_script(_RELEASE)
 
     def k(self, kind: str, name: str) -> str:
         return f"{self.prefix}{kind}:{name}"
@@ -186,6 +192,10 @@ class RedisStore:
         """Take the session's lease if nobody holds it (its owner died): only one replica wins."""
         return bool(await self.call(self.r.set(self.k("lease", token), self.replica, px=self.lease_ms, nx=True)))
 
+    async def release(self, token: str) -> None:
+        """Give up the session's lease (only if it is this replica's)."""
+        await self.call(self._release(keys=[self.k("lease", token)], args=[self.replica]))
+
     async def snapshot(self, token: str) -> dict[str, Any] | None:
         raw = await self.call(self.r.get(self.k("snap", token)))
         return json.loads(raw) if raw else None
@@ -198,12 +208,18 @@ class RedisStore:
         raw = await self.call(self.r.get(self.k("att", token)))
         return raw.decode() if raw else None
 
-    async def still_attached(self, token: str, socket_id: str) -> bool:
-        """Is ``socket_id`` still the newest socket? Refreshes its TTL if so."""
+    async def still_attached(self, token: str, socket_id: str) -> str:
+        """Is ``socket_id`` still the newest socket? "yes" (its TTL refreshed), "superseded", or
+        "reclaimed": its id had expired (a slow moment, a restarted Redis) and no other socket
+        wrote one, so it is the newest again — the owner may have counted it gone: tell it again."""
+        key = self.k("att", token)
+        reclaimed = await self.call(self.r.set(key, socket_id, px=self.lease_ms, nx=True))
         if await self.attached(token) != socket_id:
-            return False
-        await self.call(self.r.pexpire(self.k("att", token), self.lease_ms))
-        return True
+            return "superseded"
+        if reclaimed:
+            return "reclaimed"
+        await self.call(self.r.pexpire(key, self.lease_ms))
+        return "yes"
 
     # ------------------------------------------------------------------ events
 
@@ -240,6 +256,19 @@ class RedisStore:
         """This replica's commands after ``last_id`` ("$": from now): (entry id, token, kind, data)."""
         got = await self.call(self.blocking.xread({self.k("cmd", self.replica): last_id}, block=block_ms))
         return [(i.decode(), f[b"t"].decode(), f[b"k"].decode(), f[b"d"]) for _, rows in got for i, f in rows]
+
+    async def ack(self, socket_id: str, received: int) -> None:
+        """The owner took socket ``socket_id`` on: how many client frames the session has handled."""
+        key = self.k("ack", socket_id)
+        pipe = self.r.pipeline(transaction=True)
+        pipe.rpush(key, str(received))
+        pipe.expire(key, 30)
+        await self.call(pipe.execute())
+
+    async def wait_ack(self, socket_id: str, timeout_s: float) -> int | None:
+        """The owner's answer to an ``attach`` (None: it did not answer in time)."""
+        got = await self.call(self.blocking.blpop([self.k("ack", socket_id)], timeout=timeout_s))
+        return int(got[1]) if got else None
 
     # ------------------------------------------------------------------ message rate per key
 

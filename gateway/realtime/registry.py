@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import hmac
 import logging
+from collections.abc import Awaitable, Callable
 from typing import Protocol
 
 log = logging.getLogger("stream_omni.registry")
@@ -111,15 +112,20 @@ class SessionRegistry:
     def busy(self) -> int:
         return sum(1 for s in self.sessions.values() if s.busy)
 
-    async def drain(self, timeout_s: float, flush_s: float = 2.0) -> None:
+    async def drain(
+        self, timeout_s: float, flush_s: float = 2.0, hand_off: Callable[[], Awaitable[None]] | None = None
+    ) -> None:
         """Shutdown: refuse new sessions, let running responses finish (bounded), then end all and
         let each attached socket send what its session still holds (bounded by ``flush_s``) before
-        uvicorn closes the sockets — or a finished response's ``response.done`` could be lost."""
+        uvicorn closes the sockets — or a finished response's ``response.done`` could be lost.
+        ``hand_off``: runs before the sessions end here (replicas: they live on in the cluster)."""
         self.draining = True
         loop = asyncio.get_running_loop()
         deadline = loop.time() + timeout_s
         while self.busy() and loop.time() < deadline:  # noqa: ASYNC110 (bounded poll of engine-side state)
             await asyncio.sleep(0.05)
+        if hand_off is not None:
+            await hand_off()
         writers = []
         for live in list(self.sessions.values()):
             writer = live.attached.writer if live.attached is not None else None

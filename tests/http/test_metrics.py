@@ -53,9 +53,12 @@ async def test_metrics_move_with_ws_and_http_traffic(tiny_backend, server_factor
             )
             assert bad.status_code == 400
 
-            for _ in range(100):  # the WS close is processed by the server asynchronously
-                after = await scrape(h, addr)
-                if value(after, "stream_omni:active_sessions") == 0:
+            for _ in range(100):  # the WS close is processed by the server, and a finished job
+                after = await scrape(h, addr)  # retired by the engine's thread, asynchronously
+                if (
+                    value(after, "stream_omni:active_sessions") == 0
+                    and value(after, "stream_omni:num_requests_running") == 0
+                ):
                     break
                 await asyncio.sleep(0.05)
 
