@@ -18,6 +18,7 @@ import numpy as np
 import pytest
 
 from testkit.fake_backend import FakeBackend
+from testkit.recording import Recording
 from tests.conftest import requires_espeak
 
 HAVE_LIVEKIT = importlib.util.find_spec("livekit.plugins.openai") is not None
@@ -108,20 +109,6 @@ async def test_interrupt_cancels_the_running_reply(server_factory):
                 await model.aclose()
         busy = addr.call(lambda: addr.services.registry.busy())
     assert busy == 0  # the engine job was cancelled, not left running
-
-
-class Recording:
-    """The backend, recording the messages of every prompt (to see what reached the model)."""
-
-    def __init__(self, inner: Any):
-        self.inner, self.prompts = inner, []
-
-    def __getattr__(self, name: str) -> Any:
-        return getattr(self.inner, name)
-
-    def chat_tokens(self, messages: list[dict[str, str]], *args: Any, **kwargs: Any) -> Any:
-        self.prompts.append(messages)
-        return self.inner.chat_tokens(messages, *args, **kwargs)
 
 
 @pytest.mark.real_model
