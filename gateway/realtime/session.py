@@ -141,7 +141,9 @@ class Session(ImageOutput):
                 merged[key] = value
         options = p.SessionOptions.model_validate(merged)
         try:
-            functions.plan(options.tools, options.tool_choice, "session")
+            # the tools' schemas only: tool_choice against the tools is checked when a response uses them, as
+            # LiveKit (written against OpenAI) sends tool_choice in its first session.update, its tools in a later one
+            functions.plan(options.tools, None, "session")
         except functions.ToolError as exc:  # the session keeps its options
             return self.error("invalid_value", exc.message, ev.event_id, exc.param)
         self.options = options

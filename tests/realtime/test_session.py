@@ -192,3 +192,21 @@ def test_response_created_and_done_echo_metadata_and_conversation_id_as_openai_d
     assert oob["metadata"] is None and oob["conversation_id"] is None  # out-of-band: no conversation
     cancelled = s.handle(ev('{"type":"response.cancel"}')).events[-1]["response"]
     assert cancelled["metadata"] is None and cancelled["conversation_id"] is None
+
+
+def test_tool_choice_may_come_before_its_tools_and_is_checked_when_a_response_uses_it():
+    """LiveKit sends ``tool_choice`` in its first session.update and its tools in a later one."""
+    s = make()
+    out = s.handle(ev('{"type":"session.update","session":{"tool_choice":"required"}}'))
+    assert [e["type"] for e in out.events] == ["session.updated"]
+    s.handle(ev(USER))
+    err = s.handle(ev('{"type":"response.create"}')).events[-1]  # still no tools: now it is an error
+    assert err["type"] == "error" and err["error"]["param"] == "session.tool_choice"
+    tool = '{"type":"function","name":"f","parameters":{"type":"object","properties":{}}}'
+    out = s.handle(ev('{"type":"session.update","session":{"tools":[' + tool + "]}}"))
+    assert [e["type"] for e in out.events] == ["session.updated"]
+    start = s.handle(ev('{"type":"response.create"}')).actions[0]
+    assert isinstance(start, StartResponse) and start.tools.grammar is not None  # the forced call's grammar
+    bad = '{"type":"function","name":"g","parameters":{"type":"nope"}}'
+    err = s.handle(ev('{"type":"session.update","session":{"tools":[' + bad + "]}}")).events[-1]
+    assert err["type"] == "error" and err["error"]["param"] == "session.tools[0].parameters"  # schemas still now
