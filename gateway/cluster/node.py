@@ -146,9 +146,10 @@ class ClusterNode:
     # ------------------------------------------------------------------ frames from other replicas
 
     async def _commands(self) -> None:
-        last = "$"
+        last: str | None = None
         while True:
             try:
+                last = last or await self.store.now_id()  # a replica id is new: nothing older is for it
                 rows = await self.store.commands(last, int(self.period_s * 1000))
             except StoreUnavailable:
                 await asyncio.sleep(0.25)

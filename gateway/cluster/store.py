@@ -252,8 +252,14 @@ class RedisStore:
         fields: dict[str, str | bytes] = {"t": token, "k": kind, "d": data}
         await self.call(self.r.xadd(self.k("cmd", replica), fields, maxlen=100_000, approximate=True))
 
+    async def now_id(self) -> str:
+        """A stream id for "now" on Redis's clock: read commands after it (not "$", which each call
+        takes afresh, so an entry added between two reads would be skipped)."""
+        sec, usec = await self.call(self.r.time())
+        return f"{int(sec) * 1000 + int(usec) // 1000}-0"
+
     async def commands(self, last_id: str, block_ms: int) -> list[tuple[str, str, str, bytes]]:
-        """This replica's commands after ``last_id`` ("$": from now): (entry id, token, kind, data)."""
+        """This replica's commands after ``last_id``: (entry id, token, kind, data)."""
         got = await self.call(self.blocking.xread({self.k("cmd", self.replica): last_id}, block=block_ms))
         return [(i.decode(), f[b"t"].decode(), f[b"k"].decode(), f[b"d"]) for _, rows in got for i, f in rows]
 
