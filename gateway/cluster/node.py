@@ -139,7 +139,9 @@ class ClusterNode:
     async def _check_remote(self, live: LiveSession) -> None:
         """A socket on another replica that stopped refreshing its id (that replica died) is gone."""
         att = live.attached
-        if isinstance(att, RemoteSocket) and await self.store.attached(live.token) != att.socket_id:
+        if not isinstance(att, RemoteSocket) or await self.store.attached(live.token) == att.socket_id:
+            return
+        if live.attached is att:  # unless another socket attached during the await
             live.attached = None
             self.registry.detached(live)
 

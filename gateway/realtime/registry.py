@@ -95,6 +95,7 @@ class SessionRegistry:
         if self.grace_period_s <= 0 or self.draining:
             self._end(live, "client_disconnected")
             return
+        self.hold(live)  # one timer per session: a second one left running would end it while attached again
         self._timers[live.token] = asyncio.get_running_loop().call_later(self.grace_period_s, self._expire, live)
 
     def _expire(self, live: Registered) -> None:

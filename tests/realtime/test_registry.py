@@ -54,3 +54,32 @@ async def test_drain_waits_for_running_responses_then_for_each_socket_to_send_wh
     assert reg.draining and not reg.sessions
     assert 1.0 <= took < 3.0  # the stuck writer was waited for flush_s, not forever
     stuck.attached.writer.cancel()
+
+
+async def test_a_session_detached_twice_keeps_one_timer():
+    """Two detaches in a row (a socket here, then one on another replica) must not leave a timer
+    behind that ends the session early, once it was resumed and detached again."""
+    loop = asyncio.get_running_loop()
+    grace = 1.0
+    reg = SessionRegistry(grace_period_s=grace, max_sessions=4)
+    live = Live("tok", 0, None)
+    live.key = "k"
+    ended = asyncio.Event()
+    closed_at: list[float] = []
+
+    def close(reason: str) -> None:
+        closed_at.append(loop.time())
+        live.closed, live.closed_because = True, reason
+        ended.set()
+
+    live.close = close
+    reg.add(live)
+    reg.detached(live)
+    await asyncio.sleep(0.1)  # a moment between the two detaches (time is what is under test)
+    reg.detached(live)
+    assert reg.find("tok", "k") is live  # resumed …
+    reg.detached(live)  # … and dropped again: the grace period starts now
+    last = loop.time()
+    await asyncio.wait_for(ended.wait(), 10)
+    assert live.closed_because == "session_expired"
+    assert closed_at[0] - last >= grace * 0.99  # a leaked first timer would have fired 0.1 s early
