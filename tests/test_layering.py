@@ -19,9 +19,10 @@ PURE = (
     "gateway.realtime.replay",
     "gateway.realtime.ratelimit",
     "gateway.realtime.turntaking",
+    "gateway.cluster.snapshot",
     "models.scheduler",
 )
-IO_FRAMEWORKS = ("asyncio", "starlette", "uvicorn", "websockets", "torch")
+IO_FRAMEWORKS = ("asyncio", "starlette", "uvicorn", "websockets", "torch", "redis")
 
 
 def module_name(path: Path) -> str:

@@ -1,0 +1,1 @@
+"""Gateway replicas sharing sessions through Redis (``sessions.store``): docs/REPLICAS.md."""
