@@ -18,7 +18,7 @@ import websockets
 
 from testkit.remote_engines import EngineProcess
 from testkit.replicas import RedisServer, replica
-from tests.cluster.client import Run, turn
+from tests.cluster.client import Run, turn, user
 from tests.resume_client import WS_OPTS, recv
 
 CONF = {"server": {"grace_period_s": 120}, "sessions": {"lease_s": 1.0}, "limits": {"max_sessions": 4000}}
@@ -166,3 +166,32 @@ def test_message_rate_per_key_is_counted_across_replicas(keyed_pair):
             await w.close()
 
     asyncio.run(main())
+
+
+def test_a_cancel_sent_through_the_other_replica_stops_the_owners_response(pair):
+    owner, other = pair
+
+    async def main() -> Run:
+        run = Run()
+        ws = await websockets.connect(f"ws://{owner}/v1/realtime", **WS_OPTS)
+        run.accept(await recv(ws, 10))
+        await ws.close()
+        ws = await websockets.connect(
+            f"ws://{other}/v1/realtime?resume_token={run.token}&last_seq={run.last_seq}", **WS_OPTS
+        )
+        assert (await recv(ws, 10))["type"] == "session.resumed"
+        await ws.send(user("tell me"))
+        await ws.send(json.dumps({"type": "response.create"}))
+        while not run.count("response.output_text.delta"):
+            run.accept(await recv(ws, 10))
+        await ws.send(json.dumps({"type": "response.cancel"}))
+        while not run.count("response.done"):
+            run.accept(await recv(ws, 10))
+        await ws.close()
+        return run
+
+    run = asyncio.run(main())
+    done = [e for e in run.events if e["type"] == "response.done"][0]["response"]
+    assert done["status"] == "cancelled"
+    assert run.text(0) and len(run.text(0)) < len(reference(owner)[0])  # stopped short of the full reply
+    assert run.duplicates == 0 and run.gaps == 0
