@@ -5,7 +5,9 @@ what Whisper returned; ``TurnTaker`` answers with actions. It never sleeps, read
 touches the engine, so every ordering of VAD events and transcription results is a unit test.
 
 - **Streaming transcripts.** While the user speaks, a partial pass runs on the turn's audio so
-  far whenever ``interval_ms`` more has arrived and no pass is running; words that two
+  far once ``interval_ms`` more has arrived since the previous pass came back (not since it
+  started: on a CPU where a pass takes about ``interval_ms``, back-to-back passes would keep
+  Whisper busy when the user stops, and the pause pass would wait for a stale one); words that two
   consecutive passes agree on are shown (``ShowDelta``, LocalAgreement-2). The final transcript
   comes from one whole pass over the turn, as before streaming existed, so it is exactly as good;
   ``Completed.delta`` is what completes the shown words into it.
@@ -38,7 +40,7 @@ PassKind = Literal["partial", "pause", "final"]
 
 @dataclass(frozen=True)
 class TurnConfig:
-    interval_ms: int = 500  # a partial pass per this much new turn audio (0: no partial transcripts)
+    interval_ms: int = 500  # a partial pass per this much turn audio after the last one (0: none)
     speculate: bool = True  # transcribe and prepare the reply at a pause (the VAD says when)
     respond: bool = True  # create_response: the committed turn is answered
     eagerness: str | None = None  # semantic_vad's eagerness; None for server_vad (fixed window)
@@ -255,6 +257,7 @@ class TurnTaker:
             return None  # not ours (cannot happen with one pass at a time; kept safe)
         kind = self._running[1]
         self._running = None
+        self._last_upto = max(self._last_upto, self._now)  # the next partial waits an interval from here
         return kind
 
     def _on_pause_text(self, text: str) -> list[TurnAction]:
