@@ -123,7 +123,9 @@ async def test_speech_after_a_short_pause_drops_the_prepared_reply_silently(tiny
         await c.close()
 
 
-async def test_whisper_starts_at_the_first_silence_and_its_text_is_the_transcript(tiny_backend, server_factory, monkeypatch):
+async def test_whisper_starts_at_the_first_silence_and_its_text_is_the_transcript(
+    tiny_backend, server_factory, monkeypatch
+):
     """On a small CPU a Whisper pass outlasts the window left after ``speculation_ms`` (bench voice):
     the pass starts after ~64 ms of silence, the reply waits for 200 ms, and no pass runs after the window."""
     text = "Please open the kitchen window."
