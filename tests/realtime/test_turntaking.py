@@ -21,16 +21,20 @@ def only(actions: list, kind: type) -> list:
     return [a for a in actions if isinstance(a, kind)]
 
 
-def test_partial_passes_run_an_interval_after_the_last_one_came_back_one_at_a_time():
+def test_partial_passes_run_per_interval_one_at_a_time_and_whisper_rests_half_an_interval():
     t = TurnTaker(PARTIAL_ONLY, start_ms=1000)
     assert t.heard(1400) == []
     [p1] = t.heard(1500)
     assert p1 == Transcribe(1, 1500, "partial")
     assert t.heard(2100) == []  # one pass at a time
-    assert t.transcribed(1, "Leave a") == []  # back at 2100: Whisper rests until 2600
-    assert t.heard(2500) == []
-    [p2] = t.heard(2600)
-    assert p2.kind == "partial" and p2.upto_ms == 2600
+    assert t.transcribed(1, "Leave a") == []  # back at 2100: Whisper rests until 2350
+    assert t.heard(2300) == []
+    [p2] = t.heard(2350)
+    assert p2.kind == "partial" and p2.upto_ms == 2350
+    assert t.heard(2400) == []
+    t.transcribed(p2.pass_id, "Leave a light")  # back at 2400, fast: the interval decides (2850)
+    assert t.heard(2800) == []
+    assert t.heard(2850) == [Transcribe(3, 2850, "partial")]
 
 
 def test_agreed_words_are_shown_while_the_user_speaks():
