@@ -159,3 +159,27 @@ async def test_whisper_starts_at_the_first_silence_and_its_text_is_the_transcrip
         done = next(e for e in c.events if e["type"].endswith("transcription.completed"))
         assert word_error_rate(text, done["transcript"]) <= 0.25, done["transcript"]
         await c.close()
+
+
+def test_the_pause_pass_hears_the_same_words_as_a_pass_over_the_whole_turn():
+    """The pause pass now runs at 64 ms of silence (not 200 ms): what it heard must already be every word."""
+    from processors.asr import load_asr
+    from processors.vad import ServerVad, ServerVadConfig, SpeechPaused, SpeechStopped
+
+    asr = load_asr()
+    for text in ["Please turn on the lights in the kitchen.", "What is the weather going to be like tomorrow morning?"]:
+        vad = ServerVad(ServerVadConfig(), pauses=True)  # speculation_ms 200: the pause comes at 64 ms
+        pause_audio, turn_audio = None, None
+        audio = np.concatenate([silence(0.5), speak(text), silence(1.0)])
+        for i in range(0, audio.size, 640):  # 40 ms frames, as a client sends them
+            for ev in vad.feed(audio[i : i + 640]):
+                if isinstance(ev, SpeechPaused):
+                    pause_audio = vad.turn_audio()  # what media.py hands the pause pass
+                    silence_heard = vad.now_ms - ev.silence_start_ms
+                elif isinstance(ev, SpeechStopped):
+                    turn_audio = ev.audio
+        assert pause_audio is not None and turn_audio is not None
+        assert silence_heard < 200 and turn_audio.size - pause_audio.size >= 16 * 400
+        whole, early = asr.transcribe(turn_audio), asr.transcribe(pause_audio)
+        assert word_error_rate(whole, early) == 0, (whole, early)
+        assert word_error_rate(text, early) <= 0.25, early
