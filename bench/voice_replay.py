@@ -77,8 +77,10 @@ class Before(BackToBack):
 def _clip(index: int) -> np.ndarray:
     text, parts = UTTERANCES[index]
     speech = utterance_audio(text, parts)
-    lead, tail = np.zeros(int(16_000 * LEAD_S), np.float32), np.zeros(int(16_000 * TAIL_S), np.float32)
-    return np.concatenate([lead, speech, tail]).astype(np.float32)
+    lead: np.ndarray = np.zeros(int(16_000 * LEAD_S), np.float32)
+    tail: np.ndarray = np.zeros(int(16_000 * TAIL_S), np.float32)
+    out: np.ndarray = np.concatenate([lead, speech, tail]).astype(np.float32)  # float32 [n] at 16 kHz
+    return out
 
 
 @functools.cache
