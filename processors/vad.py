@@ -39,6 +39,10 @@ NOISE_GATE_DB = 10.0  # a window is speech only this far above the noise floor (
 FLOOR_WINDOWS = 156  # the noise floor is a low percentile of the last ~5 s of window energies
 FLOOR_PERCENTILE = 10
 SMOOTH_WINDOWS = 3  # window energy is averaged over ~96 ms, as a syllable lasts
+# A pause (speculation on) is reported after this much silence, or speculation_ms if shorter: the
+# transcription of the turn so far starts then, the reply only at speculation_ms (gateway.realtime.
+# turntaking). At 200 ms a 0.5 s Whisper pass could not finish inside the 500 ms window (bench voice).
+PAUSE_PASS_MS = 64
 
 
 # ---------------------------------------------------------------- config
@@ -163,7 +167,7 @@ class SpeechStopped:
 
 @dataclass(frozen=True)
 class SpeechPaused:
-    """Internal (never sent): silence has lasted ``speculation_ms`` inside a turn, from ``silence_start_ms``."""
+    """Internal (never sent): silence has lasted ``pause_ms`` inside a turn, from ``silence_start_ms``."""
 
     silence_start_ms: int
 
@@ -190,7 +194,7 @@ class VadStateMachine:
     probability has stayed below ``neg_threshold`` for ``silence_duration_ms`` (windows between the
     two thresholds neither start nor reset the silence count); ``audio_end_ms`` is that moment.
 
-    With ``pauses``, it also says ``SpeechPaused`` once the silence reaches ``speculation_ms``
+    With ``pauses``, it also says ``SpeechPaused`` once the silence reaches ``pause_ms``
     (if that is shorter than the window) and ``SpeechResumed`` if speech returns after that.
     ``silence_target_ms`` overrides ``silence_duration_ms`` for the current turn (semantic_vad).
     """
@@ -231,10 +235,15 @@ class VadStateMachine:
             if self._silence_ms >= self.silence_window_ms:
                 self._end_turn()
                 return SpeechStopped(self.turn_start_ms, self.now_ms)
-            if self.pauses and not self._paused and 0 < cfg.speculation_ms <= self._silence_ms:
+            if self.pauses and not self._paused and 0 < self.pause_ms <= self._silence_ms:
                 self._paused = True
                 return SpeechPaused(self.now_ms - self._silence_ms)
         return None
+
+    @property
+    def pause_ms(self) -> int:
+        """Silence after which a pause is reported: ``speculation_ms``, at most ``PAUSE_PASS_MS`` (0: none)."""
+        return min(self.config.speculation_ms, PAUSE_PASS_MS)
 
     @property
     def silence_window_ms(self) -> int:

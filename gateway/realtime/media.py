@@ -143,7 +143,7 @@ class MediaInput:
                 self._stopped(ev)
             elif isinstance(ev, SpeechPaused):
                 if spoken is not None:
-                    self._act(spoken, spoken.taker.paused(voice.now_ms))
+                    self._act(spoken, spoken.taker.paused(voice.now_ms, ev.silence_start_ms))
             elif isinstance(ev, SpeechResumed):
                 if spoken is not None:
                     self._act(spoken, spoken.taker.resumed())
@@ -183,6 +183,7 @@ class MediaInput:
                 speculate=cfg.speculation_ms > 0,  # the VAD reports no pause as long as the window itself
                 respond=cfg.create_response,
                 eagerness=cfg.eagerness if cfg.semantic else None,
+                prepare_after_ms=cfg.speculation_ms,
             )
             self._spoken = SpokenTurn(self._current_item, TurnTaker(turn_cfg, start_ms))
 

@@ -5,16 +5,27 @@ what Whisper returned; ``TurnTaker`` answers with actions. It never sleeps, read
 touches the engine, so every ordering of VAD events and transcription results is a unit test.
 
 - **Streaming transcripts.** While the user speaks, a partial pass runs on the turn's audio so
-  far whenever ``interval_ms`` more has arrived and no pass is running; words that two
-  consecutive passes agree on are shown (``ShowDelta``, LocalAgreement-2). The final transcript
-  comes from one whole pass over the turn, as before streaming existed, so it is exactly as good;
-  ``Completed.delta`` is what completes the shown words into it.
-- **Speculation.** When the VAD reports a pause (``speculation_ms`` of silence, shorter than the
-  window that ends the turn), a pass over the turn so far runs at once; its text is the turn's
-  transcript if the silence lasts, and the reply to it is prepared unseen (``Prepare``). Speech
-  coming back drops it (``Drop``: nothing was shown, nothing entered the history). When the
-  window closes, ``Stopped`` and ``Completed`` come out together and the prepared reply is
-  adopted. semantic_vad also sets this turn's silence window from that text (``SetSilence``).
+  far once ``interval_ms`` more has arrived since the previous pass started and half of it since
+  that pass came back; words that two consecutive passes agree on are shown (``ShowDelta``,
+  LocalAgreement-2). The rest matters where a pass takes about ``interval_ms`` (a 2-core CPU):
+  back to back, passes kept Whisper busy when the user stopped and the pause pass waited for a
+  stale one (a fake-clock replay of the bench clips with 450 ms passes: median end of speech →
+  first text 1013 ms without the rest, 861 ms with it; 2 deltas instead of 3 on the 2 s clip).
+  The final transcript is one pass over the whole turn (the pause pass, or a pass after the
+  window closes), so it is as good as before streaming existed; ``Completed.delta`` is what
+  completes the shown words into it.
+- **Speculation.** When the VAD reports a pause (a few windows of silence: ``processors.vad``'s
+  ``PAUSE_PASS_MS``), a pass over the turn so far runs at once (or a pass already running that
+  heard the silence begin stands for it); its text is the turn's transcript if the silence
+  lasts, and once the silence reaches ``prepare_after_ms`` (``speculation_ms``) the reply to it is
+  prepared unseen (``Prepare``). The pass starts at the pause, not at ``speculation_ms``, because
+  a Whisper pass on a small CPU takes longer than what is left of the window after it (0.5 s
+  passes against 300 ms: ``bench voice``); the reply still waits for ``speculation_ms``, since the
+  engine is shared. Speech coming back drops it (``Drop``: nothing was shown, nothing entered the
+  history). When the window closes, ``Stopped`` and ``Completed`` come out together and the
+  prepared reply is adopted; a pause text that arrives after the window closed is the transcript
+  as it stands (no second pass). semantic_vad also sets this turn's silence window from that
+  text (``SetSilence``).
 
 Only one pass runs at a time per turn (Whisper is serial anyway); a pass asked for while
 another runs waits for it.
@@ -32,10 +43,17 @@ PassKind = Literal["partial", "pause", "final"]
 
 @dataclass(frozen=True)
 class TurnConfig:
-    interval_ms: int = 500  # a partial pass per this much new turn audio (0: no partial transcripts)
+    interval_ms: int = 500  # a partial pass per this much new turn audio, Whisper resting half of it (0: none)
     speculate: bool = True  # transcribe and prepare the reply at a pause (the VAD says when)
     respond: bool = True  # create_response: the committed turn is answered
     eagerness: str | None = None  # semantic_vad's eagerness; None for server_vad (fixed window)
+    prepare_after_ms: int = 0  # silence (from its start) before the reply is prepared: speculation_ms
+
+
+# A pass whose audio reaches this far past the start of the silence heard every word the VAD heard:
+# its text is as good as a pass over the whole turn (12 espeak-ng clips, cut 0-224 ms past the
+# silence start: the same words as the whole turn's pass at every cut).
+COVER_MS = 32  # one VAD window
 
 
 # ---------------------------------------------------------------- actions
@@ -109,13 +127,16 @@ class TurnTaker:
         self.config = config
         self.agreement = LocalAgreement()
         self._ids = 0
-        self._running: tuple[int, PassKind] | None = None  # the pass in flight
+        self._running: tuple[int, PassKind, int] | None = None  # the pass in flight: (id, kind, upto_ms)
+        self._now = start_ms  # the latest audio the VAD analysed
         self._last_upto = start_ms  # audio covered by the latest pass
         self._paused = False
         self._pause_ms = start_ms  # where the latest pause was reported
+        self._silence_from = start_ms  # where the paused silence began
         self._want: PassKind | None = None  # a pause or final pass waiting for the running one
         self._pause_text: str | None = None  # the pause pass's transcript, while the pause lasts
         self._speculation: int | None = None  # the prepared reply, while the pause lasts
+        self._to_prepare: str | None = None  # the reply's transcript, until the silence is long enough
         self._end_ms: int | None = None  # set by stopped()
         self.done = False  # Completed (or abandoned): nothing more happens
         self.discarded = 0  # prepared replies dropped because speech resumed
@@ -125,26 +146,32 @@ class TurnTaker:
     def heard(self, now_ms: int) -> list[TurnAction]:
         """The VAD has analysed audio up to ``now_ms`` and the turn goes on."""
         cfg = self.config
-        if (
-            self._busy
-            or self._running is not None
-            or self._paused
-            or not cfg.interval_ms
-            or now_ms - self._last_upto < cfg.interval_ms
-        ):
+        if self._busy:
+            return []
+        self._now = max(self._now, now_ms)
+        if self._paused:
+            return self._prepare_if_due()
+        if self._running is not None or not cfg.interval_ms or now_ms - self._last_upto < cfg.interval_ms:
             return []
         return [self._start("partial", now_ms)]
 
-    def paused(self, now_ms: int) -> list[TurnAction]:
-        """``speculation_ms`` of silence: transcribe the turn so far (now, or after the running pass)."""
+    def paused(self, now_ms: int, silence_start_ms: int | None = None) -> list[TurnAction]:
+        """The VAD hears silence since ``silence_start_ms``: transcribe the turn so far (now, or after
+        the running pass, unless that pass already reaches into the silence and so stands for it)."""
         if self._busy:
             return []
         self._paused = True
         self._pause_ms = now_ms
+        self._now = max(self._now, now_ms)
+        self._silence_from = now_ms if silence_start_ms is None else silence_start_ms
         if not self.config.speculate:
             return []
         if self._running is not None:
-            self._want = "pause"
+            pass_id, _, upto = self._running
+            if upto >= self._silence_from + COVER_MS:
+                self._running = (pass_id, "pause", upto)
+            else:
+                self._want = "pause"
             return []
         return [self._start("pause", now_ms)]
 
@@ -154,10 +181,11 @@ class TurnTaker:
             return []
         self._paused = False
         self._pause_text = None
+        self._to_prepare = None
         if self._want == "pause":
             self._want = None
         if self._running is not None and self._running[1] == "pause":
-            self._running = (self._running[0], "partial")  # its text only feeds the agreement now
+            self._running = (self._running[0], "partial", self._running[2])  # its text only feeds the agreement now
         if self._speculation is None:
             return []
         dropped, self._speculation = self._speculation, None
@@ -223,7 +251,7 @@ class TurnTaker:
 
     def _start(self, kind: PassKind, upto_ms: int) -> Transcribe:
         self._ids += 1
-        self._running = (self._ids, kind)
+        self._running = (self._ids, kind, upto_ms)
         self._last_upto = upto_ms
         return Transcribe(self._ids, upto_ms, kind)
 
@@ -232,6 +260,7 @@ class TurnTaker:
             return None  # not ours (cannot happen with one pass at a time; kept safe)
         kind = self._running[1]
         self._running = None
+        self._last_upto = max(self._last_upto, self._now - self.config.interval_ms // 2)  # Whisper rests
         return kind
 
     def _on_pause_text(self, text: str) -> list[TurnAction]:
@@ -243,10 +272,18 @@ class TurnTaker:
             out.append(SetSilence(semantic_silence_ms(self.config.eagerness, text)))
         transcript, _, _ = self._final_text(text)
         if self.config.respond and transcript:
-            self._ids += 1
-            self._speculation = self._ids
-            out.append(Prepare(self._ids, transcript))
+            self._to_prepare = transcript
+            out.extend(self._prepare_if_due())
         return out
+
+    def _prepare_if_due(self) -> list[TurnAction]:
+        """Prepare the reply once the pause text is in and the silence has lasted ``prepare_after_ms``."""
+        if self._to_prepare is None or self._now - self._silence_from < self.config.prepare_after_ms:
+            return []
+        self._ids += 1
+        self._speculation = self._ids
+        transcript, self._to_prepare = self._to_prepare, None
+        return [Prepare(self._ids, transcript)]
 
     def _next(self) -> list[TurnAction]:
         if self._running is not None or self.done:
@@ -269,6 +306,7 @@ class TurnTaker:
     def _complete(self, text: str, speculation: int | None) -> Completed:
         self.done = True
         self._speculation = None
+        self._to_prepare = None
         transcript, delta, consistent = self._final_text(text)
         respond = self.config.respond and bool(transcript)
         return Completed(transcript, delta, respond, speculation if respond else None, consistent)

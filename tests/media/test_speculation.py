@@ -121,3 +121,65 @@ async def test_speech_after_a_short_pause_drops_the_prepared_reply_silently(tiny
         assert word_error_rate("Please open the kitchen window and turn on the lights.", done["transcript"]) <= 0.3
         assert len([e for e in c.events if e["type"] == "conversation.item.done"]) == 2  # the turn, the reply
         await c.close()
+
+
+async def test_whisper_starts_at_the_first_silence_and_its_text_is_the_transcript(
+    tiny_backend, server_factory, monkeypatch
+):
+    """On a small CPU a Whisper pass outlasts the window left after ``speculation_ms`` (bench voice):
+    the pass starts after ~64 ms of silence, the reply waits for 200 ms, and no pass runs after the window."""
+    text = "Please open the kitchen window."
+    with server_factory(tiny_backend, **{"speculative.drafter": "none"}) as addr:
+        asr = addr.services.asr
+        passes: list[float] = []  # seconds of audio each Whisper pass heard
+        real = asr.transcribe
+
+        def spy(audio: np.ndarray) -> str:
+            out = real(audio)
+            passes.append(audio.size / 16_000)
+            return str(out)
+
+        monkeypatch.setattr(asr, "transcribe", spy)
+        c = await voice_session(addr)  # speculation_ms 200 (the default), no partial passes
+        speech = speak(text)
+        # the VAD counts silence from ~60-80 ms after espeak's last sample: 180 ms here is ~110 ms of it
+        await stream(c, pcm24(np.concatenate([silence(0.3), speech, silence(0.18)])))
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + 120
+        while not passes:  # the audio clock stands still while nothing is sent: the turn stays open
+            assert loop.time() < deadline, "no Whisper pass within 180 ms of silence"
+            await asyncio.sleep(0.05)
+        assert (await counts(addr))["prepared"] == 0  # under 200 ms of silence: too early for the reply
+        await stream(c, pcm24(silence(1.0)))
+        await c.until("response.done")
+        n = await counts(addr)
+        assert n["prepared"] == 1 and n["committed"] == 1, n
+        assert len(passes) == 1  # the pause pass was the transcript: nothing ran after the window
+        assert passes[0] <= 0.3 + len(speech) / 16_000 + 0.18  # it heard the speech and ≤ 180 ms of silence
+        done = next(e for e in c.events if e["type"].endswith("transcription.completed"))
+        assert word_error_rate(text, done["transcript"]) <= 0.25, done["transcript"]
+        await c.close()
+
+
+def test_the_pause_pass_hears_the_same_words_as_a_pass_over_the_whole_turn():
+    """The pause pass now runs at 64 ms of silence (not 200 ms): what it heard must already be every word."""
+    from processors.asr import load_asr
+    from processors.vad import ServerVad, ServerVadConfig, SpeechPaused, SpeechStopped
+
+    asr = load_asr()
+    for text in ["Please turn on the lights in the kitchen.", "What is the weather going to be like tomorrow morning?"]:
+        vad = ServerVad(ServerVadConfig(), pauses=True)  # speculation_ms 200: the pause comes at 64 ms
+        pause_audio, turn_audio = None, None
+        audio = np.concatenate([silence(0.5), speak(text), silence(1.0)])
+        for i in range(0, audio.size, 640):  # 40 ms frames, as a client sends them
+            for ev in vad.feed(audio[i : i + 640]):
+                if isinstance(ev, SpeechPaused):
+                    pause_audio = vad.turn_audio()  # what media.py hands the pause pass
+                    silence_heard = vad.now_ms - ev.silence_start_ms
+                elif isinstance(ev, SpeechStopped):
+                    turn_audio = ev.audio
+        assert pause_audio is not None and turn_audio is not None
+        assert silence_heard < 200 and turn_audio.size - pause_audio.size >= 16 * 400
+        whole, early = asr.transcribe(turn_audio), asr.transcribe(pause_audio)
+        assert word_error_rate(whole, early) == 0, (whole, early)
+        assert word_error_rate(text, early) <= 0.25, early

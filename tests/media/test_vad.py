@@ -8,6 +8,7 @@ import pytest
 
 from processors.audio import AudioError
 from processors.vad import (
+    PAUSE_PASS_MS,
     WINDOW,
     WINDOW_MS,
     ServerVad,
@@ -337,6 +338,15 @@ def test_no_pause_events_without_pauses_or_with_speculation_off():
     assert len(run(VadStateMachine(PAUSING), probs)) == 2
     off = ServerVadConfig(prefix_padding_ms=0, silence_duration_ms=160, speculation_ms=0)
     assert len(run(VadStateMachine(off, pauses=True), probs)) == 2
+
+
+def test_a_pause_is_reported_after_pause_pass_ms_even_when_speculation_ms_is_longer():
+    cfg = ServerVadConfig(threshold=0.5, prefix_padding_ms=0, silence_duration_ms=320, speculation_ms=200)
+    events = run(VadStateMachine(cfg, pauses=True), [0.9] * 3 + [0.0] * 10)
+    # silence from window 3: 64 ms of it at window 4 (200 ms would be window 9): Whisper starts then
+    kinds = [(i, type(ev).__name__) for i, ev in events]
+    assert kinds == [(0, "SpeechStarted"), (4, "SpeechPaused"), (12, "SpeechStopped")]
+    assert PAUSE_PASS_MS == 64
 
 
 def test_silence_target_overrides_the_window_for_one_turn():

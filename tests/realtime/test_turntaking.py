@@ -21,15 +21,20 @@ def only(actions: list, kind: type) -> list:
     return [a for a in actions if isinstance(a, kind)]
 
 
-def test_partial_passes_run_per_interval_one_at_a_time():
+def test_partial_passes_run_per_interval_one_at_a_time_and_whisper_rests_half_an_interval():
     t = TurnTaker(PARTIAL_ONLY, start_ms=1000)
     assert t.heard(1400) == []
     [p1] = t.heard(1500)
     assert p1 == Transcribe(1, 1500, "partial")
     assert t.heard(2100) == []  # one pass at a time
-    assert t.transcribed(1, "Leave a") == []
-    [p2] = t.heard(2100)
-    assert p2.kind == "partial" and p2.upto_ms == 2100
+    assert t.transcribed(1, "Leave a") == []  # back at 2100: Whisper rests until 2350
+    assert t.heard(2300) == []
+    [p2] = t.heard(2350)
+    assert p2.kind == "partial" and p2.upto_ms == 2350
+    assert t.heard(2400) == []
+    t.transcribed(p2.pass_id, "Leave a light")  # back at 2400, fast: the interval decides (2850)
+    assert t.heard(2800) == []
+    assert t.heard(2850) == [Transcribe(3, 2850, "partial")]
 
 
 def test_agreed_words_are_shown_while_the_user_speaks():
@@ -170,3 +175,53 @@ def test_semantic_vad_sets_the_window_from_the_pause_text():
     [p] = trailing.paused(1000)
     [long] = only(trailing.transcribed(p.pass_id, "Open the window and"), SetSilence)
     assert short.ms < 500 < long.ms
+
+
+# ---------------------------------------------------------------- the pause pass starts early, the reply waits
+
+EARLY = TurnConfig(interval_ms=500, speculate=True, prepare_after_ms=200)
+
+
+def test_a_running_pass_that_heard_the_silence_begin_stands_for_the_pause_pass():
+    t = TurnTaker(EARLY, start_ms=0)
+    [p] = t.heard(1500)  # started 32 ms into the silence that began at 1468
+    assert t.paused(1532, silence_start_ms=1468) == []  # no second pass queued behind it
+    assert t.transcribed(p.pass_id, "Open the window.") == []  # 64 ms of silence: the reply waits
+    [prep] = t.heard(1668)
+    assert prep == Prepare(2, "Open the window.")
+    assert t.stopped(1968) == [Stopped(1968), Completed("Open the window.", "Open the window.", True, 2)]
+
+
+def test_a_running_pass_that_ends_before_the_silence_is_followed_by_a_pause_pass():
+    t = TurnTaker(EARLY, start_ms=0)
+    [p] = t.heard(1480)  # 12 ms into the silence: it may have cut the last word
+    assert t.paused(1532, silence_start_ms=1468) == []
+    assert t.transcribed(p.pass_id, "Open the win") == [Transcribe(2, 1532, "pause")]
+
+
+def test_the_pause_pass_starts_at_the_pause_and_the_reply_at_prepare_after_ms():
+    t = TurnTaker(EARLY, start_ms=0)
+    [p] = t.paused(1064, silence_start_ms=1000)
+    assert p == Transcribe(1, 1064, "pause")
+    assert t.transcribed(1, "Open the window.") == []
+    assert t.heard(1192) == []
+    assert t.heard(1200) == [Prepare(2, "Open the window.")]
+    assert t.heard(1232) == []  # once
+    _, done = t.stopped(1500)
+    assert done.speculation == 2 and done.transcript == "Open the window."
+
+
+def test_a_pause_text_in_before_the_window_closes_is_the_transcript_even_unprepared():
+    t = TurnTaker(TurnConfig(interval_ms=0, prepare_after_ms=400), start_ms=0)
+    [p] = t.paused(1064, silence_start_ms=1000)
+    assert t.transcribed(p.pass_id, "Open the window.") == []
+    assert t.stopped(1300) == [Stopped(1300), Completed("Open the window.", "Open the window.", True, None)]
+
+
+def test_speech_resuming_before_the_reply_is_due_prepares_nothing():
+    t = TurnTaker(EARLY, start_ms=0)
+    [p] = t.paused(1064, silence_start_ms=1000)
+    t.transcribed(p.pass_id, "Open the")
+    assert t.resumed() == []
+    assert t.heard(1600) == [Transcribe(2, 1600, "partial")]  # partial passes go on; nothing prepared
+    assert t.discarded == 0
