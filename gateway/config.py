@@ -173,7 +173,10 @@ class LimitsConfig(_Frozen):
     # inbound bytes per second per connection: past a burst of one max-size frame, the socket's next
     # read waits (TCP pushes back on the sender), so one client's big frames cannot hog the loop
     inbound_bytes_per_s: int = 2 * 1024 * 1024
-    parse_off_loop_bytes: int = 256 * 1024  # text frames this big are parsed on a worker thread
+    parse_off_loop_bytes: int = 256 * 1024  # text frames this big are parsed off the event loop …
+    # … in this many processes (gateway.realtime.bigframes; started on the first big frame); 0: on a
+    # thread, where the parse still holds the GIL, and so the loop, for tens of ms per 15 MB frame
+    parse_processes: int = Field(default=1, ge=0)
     max_http_body_bytes: int = 16 * 1024 * 1024  # one HTTP request body
     outbound_queue: int = 1024  # events a client may lag behind before it counts as slow …
     send_stall_s: float = 5.0  # … and a send blocked this long (it stopped reading): closed 1013

@@ -26,6 +26,7 @@ from .config import Config
 from .files import FileStore
 from .filters import NamedFilter
 from .metrics import Metrics
+from .realtime.bigframes import FrameParser
 from .realtime.registry import SessionRegistry
 from .realtime.session import SessionDefaults
 
@@ -59,6 +60,7 @@ class Services:
     filters: tuple[NamedFilter, ...] = ()  # chunk filters (gateway.filters), in order
     files: FileStore | None = None  # uploaded files (/v1/files); None when disabled
     processors: ProcessorRegistry = field(default_factory=ProcessorRegistry)  # content type → text (files)
+    frame_parser: FrameParser | None = None  # big text frames parsed in processes; None: on a thread
     started: float = field(default_factory=time.time)
     key_rate: KeyRate | None = None  # with a Redis session store and api_keys
     tokenizing: int = 0  # responses admitted whose prompt is being tokenized (gateway.tokenize): not yet submitted

@@ -20,6 +20,7 @@ from .config import Config
 from .files import FileStore
 from .filters import load_filters
 from .loading import default_loader, load_audio, load_speculator, load_vision, make_engine
+from .realtime.bigframes import FrameParser, ParseLimits
 from .realtime.registry import SessionRegistry
 from .services import Services
 
@@ -73,6 +74,8 @@ async def start_services(
     svc.processors.register(ImageProcessor(limits, describer))
     svc.processors.register(WavProcessor(svc.audio_limits, asr))
     svc.processors.load_entry_points()
+    if config.limits.parse_processes > 0:  # no process starts before the first big frame
+        svc.frame_parser = FrameParser(ParseLimits.of(config.limits), config.limits.parse_processes)
     return svc
 
 
@@ -87,6 +90,8 @@ def file_store(config: Config) -> FileStore | None:
 def stop_services(svc: Services) -> None:
     """Stop the engine (running jobs are cancelled), the image generator and a remote engine's client."""
     svc.engine.close()
+    if svc.frame_parser is not None:
+        svc.frame_parser.close()
     if svc.image_gen is not None:
         svc.image_gen.close()
     if isinstance(svc.backend, RemoteModel):

@@ -133,7 +133,9 @@ class Connection:
             try:
                 if text is not None:
                     if len(text) >= self.limits.parse_off_loop_bytes:  # JSON + depth scan of MBs: not on the loop
-                        self.live.on_parsed(await asyncio.to_thread(self.live.parse, text))
+                        parser = self.live.svc.frame_parser  # in a process: a thread would still hold the GIL
+                        ev = await (parser.parse(text) if parser else asyncio.to_thread(self.live.parse, text))
+                        self.live.on_parsed(ev)
                     else:
                         self.live.on_text(text)
                 elif msg.get("bytes") is not None:

@@ -29,6 +29,7 @@ from ..tokenize import chat_tokens
 from ..uploads import REFUSALS, data_url_text, file_text
 from . import protocol as p
 from .actions import Action, CancelResponse, Output, StartImage, StartResponse
+from .bigframes import ParseLimits, parse_checked
 from .media import MediaInput
 from .registry import Attachment
 from .replay import ReplayBuffer
@@ -286,12 +287,7 @@ class LiveSession:
 
     def parse(self, raw: str) -> Any:
         """A client event, or the ``ProtocolError`` it raised (pure: safe on a worker thread)."""
-        try:
-            ev = p.parse(raw, self.limits.max_json_depth)
-            p.check_sizes(ev, self.limits.max_item_text_chars, self.limits.max_instructions_chars)
-            return ev
-        except p.ProtocolError as exc:
-            return exc
+        return parse_checked(raw, ParseLimits.of(self.limits))  # the same as a parse process's
 
     def on_text(self, raw: str) -> None:
         self.on_parsed(self.parse(raw))

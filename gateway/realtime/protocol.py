@@ -259,6 +259,9 @@ class ProtocolError(Exception):
         self.event_id = event_id
         self.param = param
 
+    def __reduce__(self) -> tuple[Any, ...]:  # it comes back pickled from a parse process (realtime.bigframes)
+        return (ProtocolError, (self.code, self.message, self.event_id, self.param))
+
 
 # byte → what it means to the scan: 1 quote, 2 opening bracket, 3 closing bracket, 4 backslash, 0 nothing
 _KIND = bytes(

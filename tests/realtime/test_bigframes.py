@@ -1,17 +1,22 @@
 """Per-frame work stays cheap: the vectorized depth scan agrees with a character walk on every valid
-JSON text, big frames parse off the event loop in arrival order, and the inbound bytes/s bound."""
+JSON text, big frames parse off the event loop (in a process) in arrival order and to the same result
+as on it, the inbound bytes/s bound, and the WebSocket reader that copies big frames once."""
 
 from __future__ import annotations
 
 import asyncio
 import json
+import pickle
 
 import websockets
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from websockets.protocol import OPEN, Protocol, Side
 
 from gateway.realtime import protocol as p
+from gateway.realtime.bigframes import FrameParser, ParseLimits, parse_checked
 from gateway.realtime.ratelimit import TokenBucket
+from gateway.wsreader import BIG, ChunkedReader
 
 
 def walk_depth(raw: str) -> int:
@@ -83,3 +88,123 @@ def test_the_bytes_bucket_lets_one_big_frame_through_then_makes_the_socket_wait(
     assert b.owe(0.0, 2000) == 2.0  # then 2000 bytes over: two seconds before the next read
     assert b.owe(3.0, 0) == 0.0  # three seconds later the debt is paid
     assert abs(b.tokens - 1000) < 1e-9
+
+
+# ---------------------------------------------------------------- parsed in a process (gateway.realtime.bigframes)
+
+LIMITS = ParseLimits(max_depth=32, max_item_chars=1000, max_instructions_chars=1000)
+FRAMES = [
+    json.dumps({"type": "session.update", "event_id": "s", "session": {"instructions": "hi", "temperature": 0.5}}),
+    json.dumps({"type": "session.update", "event_id": "long", "session": {"instructions": "x" * 1001}}),
+    json.dumps({"type": "session.update", "event_id": "t", "session": {"temperature": 9}}),
+    json.dumps(
+        {
+            "type": "conversation.item.create",
+            "event_id": "i",
+            "item": {
+                "type": "message",
+                "role": "user",
+                "content": [{"type": "input_text", "text": "é😀"}, {"type": "input_image", "image_url": "data:,x"}],
+            },
+        }
+    ),
+    json.dumps(
+        {
+            "type": "conversation.item.create",
+            "item": {"type": "message", "role": "user", "content": [{"type": "input_text", "text": "y" * 1001}]},
+        }
+    ),
+    json.dumps({"type": "input_audio_buffer.append", "event_id": "a", "audio": "QUJD" * 100_000}),
+    json.dumps({"type": "response.create", "response": {"metadata": {"k": [1, {"v": None}]}}}),
+    json.dumps({"type": "x.unknown", "event_id": "u"}),
+    '{"type": "response.create", "event_id": "bad"',
+    "[" * 40 + "]" * 40,
+    '{"type": "response.cancel", "event_id": "\\"[[[\\\\"}',
+]
+
+
+def _same(ev):
+    """What ``on_parsed`` acts on: the event's type and fields, or the error's code, message, event id, param."""
+    if isinstance(ev, p.ProtocolError):
+        return ("error", ev.code, ev.message, ev.event_id, ev.param)
+    return (type(ev).__name__, ev.model_dump())
+
+
+async def test_a_parse_process_gives_what_the_loop_would():
+    parser = FrameParser(LIMITS)
+    try:
+        for raw in FRAMES:
+            assert _same(await asyncio.wait_for(parser.parse(raw), 60)) == _same(parse_checked(raw, LIMITS)), raw[:80]
+        assert parser.processes == 1
+    finally:
+        parser.close()
+    assert parser.processes == 0
+
+
+def test_a_protocol_error_survives_pickling():
+    fields = ("invalid_value", "temperature: too hot", "e1", "session.temperature")
+    err = pickle.loads(pickle.dumps(p.ProtocolError(*fields)))
+    assert (err.code, err.message, err.event_id, err.param) == fields
+
+
+async def test_a_dead_parse_process_is_replaced():
+    parser = FrameParser(LIMITS)
+    try:
+        assert isinstance(await asyncio.wait_for(parser.parse(FRAMES[0]), 60), p.SessionUpdate)
+        (first,) = parser._all
+        first.proc.kill()
+        first.proc.wait(10)
+        assert isinstance(await asyncio.wait_for(parser.parse(FRAMES[0]), 60), p.SessionUpdate)  # not server_error
+        (second,) = parser._all
+        assert second is not first and second.proc.poll() is None
+    finally:
+        parser.close()
+
+
+async def test_the_server_parses_big_frames_in_a_process_and_stops_it(server_factory):
+    from testkit.fake_backend import FakeBackend
+
+    big = json.dumps({"type": "response.create", "event_id": "big", "response": {"instructions": "x" * 300_000}})
+    with server_factory(FakeBackend(), **{"audio.enabled": False}) as addr:
+        parser = addr.app.state.services.frame_parser
+        assert parser.processes == 0  # none before the first big frame
+        async with websockets.connect(f"ws://{addr}/v1/realtime", max_size=None) as ws:
+            assert json.loads(await asyncio.wait_for(ws.recv(), 10))["type"] == "session.created"
+            await ws.send(big)
+            err = json.loads(await asyncio.wait_for(ws.recv(), 60))
+        said = (err["type"], err["error"]["code"], err["error"]["param"])
+        assert said == ("error", "input_too_large", "response.instructions")
+        assert parser.processes == 1
+        (worker,) = parser._all
+    assert worker.proc.poll() is not None  # the server's shutdown ended it
+
+
+# ---------------------------------------------------------------- the WebSocket frame reader (gateway.wsreader)
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    st.lists(st.sampled_from([0, 1, 125, 126, 70_000, BIG - 1, BIG, BIG + 3, 3 * BIG]), min_size=1, max_size=5),
+    st.lists(st.integers(1, 2 * BIG), min_size=1, max_size=8),
+)
+def test_the_chunked_reader_reads_the_same_frames_as_websockets_own(sizes, cuts):
+    """Frames of every length class around ``BIG``, masked, cut into socket reads at arbitrary points
+    (a frame's end and the next one's start in one read included)."""
+    client = Protocol(Side.CLIENT, state=OPEN, max_size=None)
+    payloads = [bytes([65 + i % 26]) * n + str(i).encode() for i, n in enumerate(sizes)]
+    for data in payloads:
+        client.send_binary(data)
+    wire = b"".join(client.data_to_send())
+    got = {}
+    for chunked in (False, True):
+        server = Protocol(Side.SERVER, state=OPEN, max_size=None)
+        if chunked:
+            server.reader.__class__ = ChunkedReader
+        frames, at, i = [], 0, 0
+        while at < len(wire):
+            step = cuts[i % len(cuts)]
+            server.receive_data(wire[at : at + step])
+            frames += [bytes(f.data) for f in server.events_received()]
+            at, i = at + step, i + 1
+        got[chunked] = frames
+    assert got[True] == got[False] == payloads
