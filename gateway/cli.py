@@ -25,7 +25,7 @@ def uvicorn_config_kwargs(config: object) -> dict[str, object]:
     from .guard import guarded_protocols
 
     limits = config.limits  # type: ignore[attr-defined]
-    http, ws = guarded_protocols(config.server)  # type: ignore[attr-defined]
+    http, ws = guarded_protocols(config.server, limits.parse_off_loop_bytes)  # type: ignore[attr-defined]
     return {
         "http": http,  # header deadline, 431, connection caps (gateway/guard.py)
         "ws": ws,  # dead sockets aborted after server.close_timeout_s

@@ -30,7 +30,7 @@ from uvicorn.protocols.websockets.websockets_sansio_impl import WebSocketsSansIO
 from websockets.http11 import MAX_LINE_LENGTH, MAX_NUM_HEADERS
 
 from .config import ServerConfig
-from .wsreader import ChunkedReader
+from .wsreader import UNDECODED_TEXT, ChunkedReader
 
 
 def _reply(status: str, body: bytes) -> bytes:
@@ -40,8 +40,11 @@ def _reply(status: str, body: bytes) -> bytes:
     ).encode() + body
 
 
-def guarded_protocols(server: ServerConfig) -> tuple[type[H11Protocol], type[WebSocketsSansIOProtocol]]:
-    """(http, ws) protocol classes for ``uvicorn.Config(http=…, ws=…)``, bound to this server's limits."""
+def guarded_protocols(
+    server: ServerConfig, undecoded_text_bytes: int = 1 << 62
+) -> tuple[type[H11Protocol], type[WebSocketsSansIOProtocol]]:
+    """(http, ws) protocol classes for ``uvicorn.Config(http=…, ws=…)``, bound to this server's limits;
+    text messages of ``undecoded_text_bytes`` or more reach the app undecoded (``gateway.wsreader``)."""
     pending: Counter[str] = Counter()  # client address → sockets that have not sent a request head yet
 
     def abort_later(loop: asyncio.AbstractEventLoop, transport: asyncio.BaseTransport) -> None:
@@ -54,6 +57,18 @@ def guarded_protocols(server: ServerConfig) -> tuple[type[H11Protocol], type[Web
             super().__init__(*args, **kwargs)
             self.close_timeout = server.close_timeout_s  # uvicorn's is a fixed 10 s
             self.conn.reader.__class__ = ChunkedReader  # big frames: two copies fewer on the loop
+
+        def send_receive_event_to_app(self) -> None:
+            size = sum(map(len, self.frames))
+            if self.curr_msg_data_type != "text" or size < undecoded_text_bytes or self.close_sent:
+                super().send_receive_event_to_app()
+                return
+            data = self.frames[0] if len(self.frames) == 1 else b"".join(self.frames)
+            self.frames = []
+            self.queue.put_nowait({"type": "websocket.receive", UNDECODED_TEXT: bytes(data)})  # type: ignore[misc]
+            if not self.read_paused:  # as super(): no more reads until the app takes this message
+                self.read_paused = True
+                self.transport.pause_reading()
 
         async def run_asgi(self) -> None:
             await super().run_asgi()

@@ -1,4 +1,4 @@
-"""websockets' frame reader, minus two copies of every big frame.
+"""websockets' frame reader, minus two copies of every big frame; big text frames left undecoded.
 
 ``websockets.streams.StreamReader`` appends each socket read to one ``bytearray`` (re-allocated and
 copied as it grows) and then slices the frame out of it (one more copy of the whole frame, in a
@@ -6,6 +6,12 @@ single C call on the event loop). For a 15 MB frame that is tens of ms of the lo
 (``bench/bigframes.py``). Here a read of at least ``BIG`` bytes collects the socket's chunks as
 they come, and joins them once, into exactly the frame's bytes. Everything else is websockets'
 own code: this class only replaces the reader's two buffer methods.
+
+A text message of at least ``limits.parse_off_loop_bytes`` reaches the app undecoded, as
+``message[UNDECODED_TEXT]`` (its bytes) instead of ``message["text"]``: decoding it is another pass
+over the whole frame on the loop, and it is parsed in another process anyway
+(``gateway.realtime.bigframes``), which checks its UTF-8 there (the socket is then closed with 1007,
+as the WebSocket layer would have).
 """
 
 from __future__ import annotations
@@ -15,6 +21,7 @@ from collections.abc import Generator
 from websockets.streams import StreamReader
 
 BIG = 1024 * 1024  # a read this long is collected in chunks; smaller ones use the bytearray as before
+UNDECODED_TEXT = "stream_omni.text_utf8"  # ASGI receive-message key of a big text frame's bytes
 
 
 class ChunkedReader(StreamReader):

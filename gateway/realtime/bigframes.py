@@ -53,8 +53,6 @@ def parse_checked(raw: str | bytes, limits: ParseLimits) -> Any:
         return ev
     except p.ProtocolError as exc:
         return exc
-    except UnicodeDecodeError:  # cannot happen for a frame the WebSocket layer decoded; said anyway
-        return p.ProtocolError("invalid_json", "frame is not valid UTF-8")
 
 
 def _serve(frames: Connection, results: Connection, limits: ParseLimits) -> None:  # a worker's main
@@ -111,11 +109,12 @@ class FrameParser:
         self._lock = threading.Lock()
         self._closed = False
 
-    async def parse(self, text: str) -> Any:
+    async def parse(self, text: str | bytes) -> Any:
+        """``text``: the frame, or its UTF-8 left undecoded by the WebSocket layer (``gateway.wsreader``)."""
         return await asyncio.to_thread(self._call, text)
 
-    def _call(self, text: str) -> Any:  # on a worker thread: the pipe I/O blocks (with the GIL released)
-        raw = text.encode("utf-8", "surrogatepass")
+    def _call(self, text: str | bytes) -> Any:  # on a worker thread: the pipe I/O blocks (with the GIL released)
+        raw = text if isinstance(text, bytes) else text.encode("utf-8", "surrogatepass")
         worker = self._idle.get()  # waits while every worker is busy
         try:
             for attempt in (1, 2):  # a worker found dead (killed, out of memory) is replaced, once

@@ -18,6 +18,7 @@ from typing import Any
 
 from starlette.websockets import WebSocket, WebSocketDisconnect, WebSocketState
 
+from ..wsreader import UNDECODED_TEXT
 from . import protocol as p
 from .live import LiveSession
 from .ratelimit import TokenBucket
@@ -25,6 +26,7 @@ from .ratelimit import TokenBucket
 log = logging.getLogger("stream_omni.connection")
 
 CLOSE_NORMAL = 1000
+CLOSE_NOT_UTF8 = 1007
 CLOSE_POLICY = 1008
 CLOSE_TOO_BIG = 1009
 CLOSE_RESTART = 1012
@@ -125,7 +127,7 @@ class Connection:
                 self.live.received += 1  # refused, and told so: not to be resent
                 continue
             self._limited = 0
-            text = msg.get("text")
+            text = msg.get("text", msg.get(UNDECODED_TEXT))  # str, or a big frame's UTF-8 (gateway.wsreader)
             size = len(text) if text is not None else len(msg.get("bytes") or b"")
             wait = self.bytes_in.owe(time.monotonic(), size)
             if wait > 0:  # over its bytes/s: this socket reads again later, the others go on
@@ -135,6 +137,9 @@ class Connection:
                     if len(text) >= self.limits.parse_off_loop_bytes:  # JSON + depth scan of MBs: not on the loop
                         parser = self.live.svc.frame_parser  # in a process: a thread would still hold the GIL
                         ev = await (parser.parse(text) if parser else asyncio.to_thread(self.live.parse, text))
+                        if isinstance(ev, p.ProtocolError) and ev.code == p.NOT_UTF8:  # as the WebSocket layer would
+                            self.kick(CLOSE_NOT_UTF8, "text frame is not valid UTF-8")
+                            return
                         self.live.on_parsed(ev)
                     else:
                         self.live.on_text(text)

@@ -285,7 +285,7 @@ class LiveSession:
 
     # ------------------------------------------------------------------ inbound
 
-    def parse(self, raw: str) -> Any:
+    def parse(self, raw: str | bytes) -> Any:
         """A client event, or the ``ProtocolError`` it raised (pure: safe on a worker thread)."""
         return parse_checked(raw, ParseLimits.of(self.limits))  # the same as a parse process's
 

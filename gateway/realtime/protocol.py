@@ -19,6 +19,7 @@ from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError,
 from ..options import SchedulerOptions
 
 MAX_JSON_DEPTH = 32  # a nesting limit far below any parser's recursion limit
+NOT_UTF8 = "invalid_utf8"  # a big text frame handed over undecoded (gateway.wsreader) was not UTF-8: closed 1007
 
 
 class _Lenient(BaseModel):
@@ -311,7 +312,10 @@ def _event_id_of(raw: str | bytes) -> str | None:
 
 def parse(raw: str | bytes, max_depth: int = MAX_JSON_DEPTH) -> Any:
     """One JSON text frame → a client event model, or ``ProtocolError``."""
-    text = raw.decode("utf-8", "strict") if isinstance(raw, bytes) else raw
+    try:
+        text = raw.decode("utf-8", "strict") if isinstance(raw, bytes) else raw
+    except UnicodeDecodeError:
+        raise ProtocolError(NOT_UTF8, "text frame is not valid UTF-8") from None
     if _depth(text) > max_depth:
         raise ProtocolError("invalid_json", f"JSON nesting deeper than {max_depth} levels")
     try:

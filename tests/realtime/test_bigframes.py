@@ -8,6 +8,7 @@ import asyncio
 import json
 import pickle
 
+import pytest
 import websockets
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -164,17 +165,23 @@ async def test_a_dead_parse_process_is_replaced():
 async def test_the_server_parses_big_frames_in_a_process_and_stops_it(server_factory):
     from testkit.fake_backend import FakeBackend
 
-    big = json.dumps({"type": "response.create", "event_id": "big", "response": {"instructions": "x" * 300_000}})
+    # 600,000 bytes of UTF-8, 300,000 characters: handed over undecoded, counted once decoded
+    big = json.dumps({"type": "response.create", "response": {"instructions": "é" * 300_000}}, ensure_ascii=False)
     with server_factory(FakeBackend(), **{"audio.enabled": False}) as addr:
         parser = addr.app.state.services.frame_parser
         assert parser.processes == 0  # none before the first big frame
+        handed: list[type] = []
+        parse = parser.parse
+        parser.parse = lambda raw: handed.append(type(raw)) or parse(raw)  # type: ignore[method-assign]
         async with websockets.connect(f"ws://{addr}/v1/realtime", max_size=None) as ws:
             assert json.loads(await asyncio.wait_for(ws.recv(), 10))["type"] == "session.created"
             await ws.send(big)
             err = json.loads(await asyncio.wait_for(ws.recv(), 60))
         said = (err["type"], err["error"]["code"], err["error"]["param"])
         assert said == ("error", "input_too_large", "response.instructions")
+        assert err["error"]["message"].startswith("instructions are 300000 characters")
         assert parser.processes == 1
+        assert handed == [bytes]  # never decoded on the loop: the parse process did it
         (worker,) = parser._all
     assert worker.proc.poll() is not None  # the server's shutdown ended it
 
@@ -208,3 +215,19 @@ def test_the_chunked_reader_reads_the_same_frames_as_websockets_own(sizes, cuts)
             at, i = at + step, i + 1
         got[chunked] = frames
     assert got[True] == got[False] == payloads
+
+
+async def test_a_big_text_frame_that_is_not_utf8_closes_the_socket_with_1007(server_factory):
+    """It reaches the app undecoded; the parse process finds it is not UTF-8: closed as the WebSocket
+    layer closes a small one."""
+    from testkit.fake_backend import FakeBackend
+
+    bad = b'{"type": "x.unknown", "pad": "' + b"A" * 300_000 + b'\xff"}'
+    with server_factory(FakeBackend(), **{"audio.enabled": False}) as addr:
+        for frame in (bad, bad[-100:]):  # big (undecoded, checked off the loop), small (uvicorn's own check)
+            async with websockets.connect(f"ws://{addr}/v1/realtime", max_size=None) as ws:
+                assert json.loads(await asyncio.wait_for(ws.recv(), 10))["type"] == "session.created"
+                await ws.send(frame, text=True)
+                with pytest.raises(websockets.ConnectionClosed) as closed:
+                    await asyncio.wait_for(ws.recv(), 60)
+            assert closed.value.rcvd is not None and closed.value.rcvd.code == 1007
