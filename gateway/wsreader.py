@@ -3,9 +3,10 @@
 ``websockets.streams.StreamReader`` appends each socket read to one ``bytearray`` (re-allocated and
 copied as it grows) and then slices the frame out of it (one more copy of the whole frame, in a
 single C call on the event loop). For a 15 MB frame that is tens of ms of the loop's time
-(``bench/bigframes.py``). Here a read of at least ``BIG`` bytes collects the socket's chunks as
-they come, and joins them once, into exactly the frame's bytes. Everything else is websockets'
-own code: this class only replaces the reader's two buffer methods.
+(``bench/bigframes.py``). Here a read of at least ``BIG`` bytes copies each of the socket's chunks,
+as it comes, into a buffer of exactly the frame's size: nothing is left to copy at the end but the
+unmasking. Everything else is websockets' own code: this class only replaces the reader's two
+buffer methods.
 
 A text message of at least ``limits.parse_off_loop_bytes`` reaches the app undecoded, as
 ``message[UNDECODED_TEXT]`` (its bytes) instead of ``message["text"]``: decoding it is another pass
@@ -27,33 +28,35 @@ UNDECODED_TEXT = "stream_omni.text_utf8"  # ASGI receive-message key of a big te
 class ChunkedReader(StreamReader):
     """Drop-in for ``StreamReader`` (its instance's class is swapped: websockets made it already)."""
 
-    parts: list[bytes] | None = None  # while a big read is collecting: the chunks so far …
-    wanted = 0  # … and how many bytes it still needs
+    target: memoryview | None = None  # while a big read is collecting: where the frame's bytes go …
+    filled = 0  # … and how many are there
 
     def feed_data(self, data: bytes | bytearray) -> None:
-        if self.parts is None:
+        target = self.target
+        if target is None:
             super().feed_data(data)
             return
         if self.eof:
             raise EOFError("stream ended")
-        take = min(self.wanted, len(data))
-        self.parts.append(bytes(data[:take]) if take < len(data) else data)  # type: ignore[arg-type]
-        self.wanted -= take
+        take = min(len(target) - self.filled, len(data))
+        target[self.filled : self.filled + take] = memoryview(data)[:take]  # a chunk's copy, in its own callback
+        self.filled += take
         if take < len(data):  # the next frame starts in this chunk: it waits in the buffer, as before
-            self.buffer += data[take:]
+            self.buffer += memoryview(data)[take:]
 
     def read_exact(self, n: int) -> Generator[None, None, bytearray]:
         if n < BIG or len(self.buffer) >= n:
             return (yield from super().read_exact(n))
-        self.parts, self.wanted = [bytes(self.buffer)], n - len(self.buffer)
+        frame = bytearray(n)  # its pages are touched as the chunks land, not all at the end
+        self.target, self.filled = memoryview(frame), len(self.buffer)
+        self.target[: self.filled] = self.buffer
         del self.buffer[:]
         try:
-            while self.wanted > 0:
+            while self.filled < n:
                 if self.eof:
-                    have = n - self.wanted
-                    raise EOFError(f"stream ends after {have} bytes, expected {n} bytes")
+                    raise EOFError(f"stream ends after {self.filled} bytes, expected {n} bytes")
                 yield
-            parts = self.parts
         finally:
-            self.parts = None
-        return b"".join(parts)  # type: ignore[return-value]  # bytes: every caller only reads it
+            self.target.release()  # (the frame can be resized again)
+            self.target = None
+        return frame
