@@ -38,11 +38,15 @@ SERVERS = {
 }
 
 
-def start(port: int, sets: list[str]) -> subprocess.Popen[bytes]:
+def start(port: int, sets: list[str], code: str | None = None) -> subprocess.Popen[bytes]:
+    """``code``: another checkout to run the server from (``--before``)."""
     cmd = [sys.executable, "-m", "bench.load_server", "--backend", "fake", "--port", str(port), "--step-ms", "5"]
     for kv in sets:
         cmd += ["--set", kv]
-    proc = subprocess.Popen(cmd, env={**os.environ, "HF_HUB_OFFLINE": "1"})
+    env = {**os.environ, "HF_HUB_OFFLINE": "1"}
+    if code:
+        env["PYTHONPATH"] = code
+    proc = subprocess.Popen(cmd, env=env, cwd=code)
     deadline = time.monotonic() + 120
     while time.monotonic() < deadline:
         try:
@@ -117,18 +121,27 @@ def scenario(addr: str, seconds: float, attackers: int, frame_mb: float) -> dict
     return out
 
 
+def git_head(checkout: str) -> str:
+    out = subprocess.run(["git", "-C", checkout, "rev-parse", "--short", "HEAD"], capture_output=True, text=True)
+    return out.stdout.strip() or "?"
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__)
     ap.add_argument("--seconds", type=float, default=15.0)
     ap.add_argument("--attackers", type=int, default=3)
     ap.add_argument("--frame-mb", type=float, default=15.0)
     ap.add_argument("--repeat", type=int, default=1)
+    ap.add_argument("--before", metavar="CHECKOUT", help="also a server from this checkout (main)")
     args = ap.parse_args()
+    servers = {name: (sets, None) for name, sets in SERVERS.items()}
+    if args.before:
+        servers[f"before: {args.before} at {git_head(args.before)}"] = ([], args.before)
     rows = []
-    for run, (name, sets) in ((r, s) for r in range(args.repeat) for s in SERVERS.items()):
+    for run, (name, (sets, code)) in ((r, s) for r in range(args.repeat) for s in servers.items()):
         load = os.getloadavg()[0]  # other work on the box: the gaps alone move with it
         port = free_port()
-        proc = start(port, sets)
+        proc = start(port, sets, code)
         try:
             addr = f"127.0.0.1:{port}"
             asyncio.run(warm(addr, args.frame_mb))
@@ -153,6 +166,7 @@ def main() -> None:
     cols = list(rows[0])
     md = (
         f"# Big frames ({args.attackers} clients × {args.frame_mb:g} MB text frames, {args.seconds:g} s each)\n\n"
+        "Big frames are parsed in a process at nice +10 (default), on a thread, or on the loop with no bytes/s bound.\n"
         "Victim: back-to-back responses on the fake model (5 ms steps); gap = time between two of its deltas.\n"
         "ratio = attacked max gap / alone max gap (target ≤ 1.5); load 1m = the box's load average then.\n\n"
         + markdown_table(rows, cols)

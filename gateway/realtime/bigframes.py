@@ -30,6 +30,10 @@ from typing import Any
 
 from . import protocol as p
 
+# A worker's CPU priority below the gateway's: on a busy box a big frame's parse waits, not the event
+# loop that streams everyone's deltas (the parse is a big sender's cost: let it be the one to wait)
+NICE = 10
+
 
 @dataclass(frozen=True)
 class ParseLimits:
@@ -160,5 +164,6 @@ class FrameParser:
 
 if __name__ == "__main__":  # a worker: python -m gateway.realtime.bigframes FRAMES_FD RESULTS_FD DEPTH ITEM INSTR
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # a Ctrl-C meant for the gateway: it closes our pipe instead
+    os.nice(NICE)
     fd_in, fd_out, *caps = map(int, sys.argv[1:])
     _serve(Connection(fd_in, writable=False), Connection(fd_out, readable=False), ParseLimits(*caps))
