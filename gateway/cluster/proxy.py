@@ -22,6 +22,7 @@ from starlette.websockets import WebSocket, WebSocketDisconnect, WebSocketState
 from ..realtime import protocol as p
 from ..realtime.connection import (
     CLOSE_NORMAL,
+    CLOSE_NOT_UTF8,
     CLOSE_POLICY,
     CLOSE_SUPERSEDED,
     CLOSE_TOO_BIG,
@@ -31,6 +32,7 @@ from ..realtime.connection import (
 from ..realtime.live import LiveSession
 from ..realtime.ratelimit import TokenBucket
 from ..services import Services
+from ..wsreader import UNDECODED_TEXT
 from .node import ClusterNode
 from .store import Entries, StoreUnavailable
 from .takeover import safe_take_over
@@ -153,10 +155,25 @@ class Proxy:
                 kind, data = "limited", b""
             else:
                 limited = 0
-                text = msg.get("text")
-                kind, data = ("text", text.encode()) if text is not None else ("bytes", msg.get("bytes") or b"")
+                text = msg.get("text", msg.get(UNDECODED_TEXT))  # a big text frame comes as UTF-8 (gateway.wsreader)
+                if isinstance(text, bytes) and not _utf8(text):  # what the WebSocket layer checks on small ones
+                    self.closing = (CLOSE_NOT_UTF8, "text frame is not valid UTF-8")
+                    return
+                kind, data = (
+                    ("text", text if isinstance(text, bytes) else text.encode())
+                    if text is not None
+                    else ("bytes", msg.get("bytes") or b"")
+                )
                 if kind == "bytes" and len(data) > limits.max_binary_frame_bytes:
                     self.closing = (CLOSE_TOO_BIG, "binary frame too large")
                     return
             async with self._forwarding:
                 await self.store.command(self.owner, self.token, kind, data)
+
+
+def _utf8(data: bytes) -> bool:
+    try:
+        data.decode()
+    except UnicodeDecodeError:
+        return False
+    return True
