@@ -118,10 +118,14 @@ class FrameParser:
         self._all: set[_Worker] = set()
         self._lock = threading.Lock()
         self._closed = False
+        self._slots: asyncio.Semaphore | None = None  # made on first use, in the server's loop
 
     async def parse(self, text: str | bytes) -> Any:
         """``text``: the frame, or its UTF-8 left undecoded by the WebSocket layer (``gateway.wsreader``)."""
-        return await asyncio.to_thread(self._call, text)
+        if self._slots is None:
+            self._slots = asyncio.Semaphore(self._workers)
+        async with self._slots:  # frames beyond the workers wait here, not on the shared to_thread pool's threads
+            return await asyncio.to_thread(self._call, text)
 
     def _call(self, text: str | bytes) -> Any:  # on a worker thread: the pipe I/O blocks (with the GIL released)
         raw = text if isinstance(text, bytes) else text.encode("utf-8", "surrogatepass")
