@@ -28,9 +28,9 @@ by a letter or digit (the first word went on in the next delta or chunk). tok/s:
 ``response.done`` over the WebSocket, and → our upstream connection leaving ESTABLISHED (read from
 /proc/net/tcp).
 
-    python -m bench.remote [--rounds 3] [--tokens 128] [--engine-threads 1]
+    python -m bench.remote [--rounds 3] [--tokens 128] [--engine-threads 1] [--engine llama-server]
 
-Writes bench/results/remote.{json,md}.
+Writes bench/results/remote.{json,md} (remote_llama_server.{json,md} with ``--engine llama-server``).
 """
 
 from __future__ import annotations
@@ -39,14 +39,18 @@ import argparse
 import asyncio
 import itertools
 import json
+import os
 import tempfile
 import time
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import httpx
 
 from bench.common import machine, markdown_table, median, server_process, write
+
+if TYPE_CHECKING:
+    from testkit.remote_engines import EngineProcess
 
 PROMPTS = [
     "Write a long story about a lighthouse keeper who finds a message in a bottle.",
@@ -87,6 +91,20 @@ _nonce = itertools.count(1)
 def loadavg() -> str:
     """The box's 1/5/15-minute load averages: this shared box's load moves these numbers."""
     return " ".join(Path("/proc/loadavg").read_text().split()[:3])
+
+
+def gateway_cpu_s() -> float:
+    """CPU seconds (user + system) our gateway process (this process's ``gateway.cli`` child) has used:
+    what it spends per streamed token, apart from waiting for a core on a loaded box."""
+    me = str(os.getpid())
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            fields = stat.read_text().rsplit(")", 1)[1].split()
+            if fields[1] == me and b"gateway.cli" in (stat.parent / "cmdline").read_bytes():
+                return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+        except (OSError, IndexError, ValueError):
+            continue
+    return float("nan")
 
 
 def messages(prompt: str) -> list[dict[str, str]]:
@@ -164,9 +182,13 @@ async def ws_run(addr: str, prompt: list[dict[str, str]], n: int) -> dict[str, A
         await ws.close()
 
 
-async def ws_cancel(addr: str, engine_port: int, prompt: list[dict[str, str]]) -> dict[str, float]:
-    """Cancel at the first delta: ms to response.done, and to our engine connection leaving ESTABLISHED."""
-    from testkit.remote_engines import tcp_states
+async def ws_cancel(addr: str, engine: EngineProcess, prompt: list[dict[str, str]], cpp: bool) -> dict[str, float]:
+    """Cancel at the first delta: ms to response.done, and to our engine connection leaving ESTABLISHED;
+    with llama-server (``cpp``) also until its ``/slots`` shows no slot processing (polled after the
+    done, so an upper bound)."""
+    from testkit.remote_engines import slots, tcp_states
+
+    engine_port = engine.port
 
     ws = await session(addr, prompt)
     body = {"max_output_tokens": 600, "scheduler": {"strategy": "fast"}}
@@ -192,17 +214,28 @@ async def ws_cancel(addr: str, engine_port: int, prompt: list[dict[str, str]]) -
         if ev["type"] == "response.done":
             done_ms = (time.perf_counter() - t0) * 1000
             assert ev["response"]["status"] == "cancelled", ev
-            await ws.close()
-            return {"done_ms": done_ms, "upstream_closed_ms": closed_ms}
+            break
+    out = {"done_ms": done_ms, "upstream_closed_ms": closed_ms}
+    while cpp and time.perf_counter() < deadline:
+        if not any(s["is_processing"] for s in slots(engine)):
+            out["slot_idle_ms"] = (time.perf_counter() - t0) * 1000
+            out["slot_decoded"] = max(s["next_token"][0]["n_decoded"] for s in slots(engine) if "next_token" in s)
+            break
+    await ws.close()
+    return out
 
 
 async def run(args: argparse.Namespace) -> dict[str, Any]:
-    from testkit.remote_engines import llama_server
+    from testkit.remote_engines import cpp_llama_server, llama_server
 
     load_before = loadavg()
     tmp = Path(tempfile.mkdtemp(prefix="bench_remote_"))
-    engine = llama_server(tmp)
-    engine.argv[engine.argv.index("--n_threads") + 1] = str(args.engine_threads)
+    cpp = args.engine == "llama-server"
+    if cpp:
+        engine = cpp_llama_server(tmp, parallel=2, threads=args.engine_threads)
+    else:
+        engine = llama_server(tmp)
+        engine.argv[engine.argv.index("--n_threads") + 1] = str(args.engine_threads)
     engine.start()
     probes: list[list[str]] = []
     rows: dict[str, list[dict[str, Any]]] = {"direct": [], "gateway SSE": [], "gateway WebSocket": []}
@@ -233,6 +266,7 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
                     warm = body(msgs, False) | {"max_tokens": 1}
                     sse_run(client, f"{engine.base_url}/chat/completions", warm)  # the prompt into the cache
                     for who in order[k:] + order[:k]:
+                        cpu0 = gateway_cpu_s()
                         if who == "direct":
                             res = sse_run(client, f"{engine.base_url}/chat/completions", body(msgs, False))
                         elif who == "gateway SSE":
@@ -242,10 +276,11 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
                             res = sse_run(client, f"http://{addr}/v1/chat/completions", whole)
                         else:
                             res = await ws_run(addr, msgs, n)
+                        res["gateway_cpu_ms"] = (gateway_cpu_s() - cpu0) * 1000
                         rows[who].append(res)
                         await asyncio.sleep(0.05)
             for i in range(args.cancels):
-                cancels.append(await ws_cancel(addr, engine.port, messages(PROMPTS[i % len(PROMPTS)])))
+                cancels.append(await ws_cancel(addr, engine, messages(PROMPTS[i % len(PROMPTS)]), cpp))
                 await asyncio.sleep(0.2)
     finally:
         engine.stop()
@@ -276,6 +311,7 @@ def report(raw: dict[str, Any], args: argparse.Namespace) -> None:
                 "× direct tok/s": tok / d_tok,
                 "tokens": median([x["tokens"] for x in xs]),
                 "first text mid-word": f"{sum(bool(x['first_mid_word']) for x in xs)}/{len(xs)}",
+                "gateway CPU ms/token": sum(x["gateway_cpu_ms"] for x in xs) / max(sum(x["tokens"] for x in xs), 1),
             }
         )
     probes = [p for p in raw["probes"] if len(p) == 2]
@@ -290,11 +326,27 @@ def report(raw: dict[str, Any], args: argparse.Namespace) -> None:
         "upstream_closed_ms_median": median([x["upstream_closed_ms"] for x in c]),
         "upstream_closed_ms_max": max((x["upstream_closed_ms"] for x in c), default=float("nan")),
     }
+    idle = [x for x in c if "slot_idle_ms" in x]  # llama-server only
+    slot_line = ""
+    if idle:
+        cancel["slot_idle_ms_median"] = median([x["slot_idle_ms"] for x in idle])
+        cancel["slot_idle_ms_max"] = max(x["slot_idle_ms"] for x in idle)
+        cancel["slot_decoded_max"] = max(x["slot_decoded"] for x in idle)
+        slot_line = (
+            f"; llama-server's `/slots` showed every slot idle {cancel['slot_idle_ms_median']:.1f} ms median "
+            f"(max {cancel['slot_idle_ms_max']:.1f}, polled after the done) after the cancel, {len(idle)} of "
+            f"{len(c)} within 5 s, the cancelled slot having decoded at most {cancel['slot_decoded_max']} of 600 tokens"
+        )
+    engine = (
+        "llama.cpp's C++ `llama-server` (`--parallel 2`)"
+        if args.engine == "llama-server"
+        else "llama-cpp-python's OpenAI server (`python -m llama_cpp.server`)"
+    )
     cols = ["path", "requests", "TTFT ms", "TTFT − direct ms", "paired TTFT gap ms", "TTFT − direct 2nd delta ms"]
-    cols += ["tok/s", "× direct tok/s", "paired tok/s ratio", "first text mid-word"]
+    cols += ["tok/s", "× direct tok/s", "paired tok/s ratio", "first text mid-word", "gateway CPU ms/token"]
     md = (
         "# Remote engine: direct vs through the gateway\n\n"
-        f"Engine: llama-cpp-python's OpenAI server (`python -m llama_cpp.server`), embedded SmolLM2-135M "
+        f"Engine: {engine}, embedded SmolLM2-135M "
         f"Q4_1, {args.engine_threads} thread(s); gateway: `stream-omni serve` with `model.backend: openai`; "
         f"greedy, {args.tokens} tokens, {args.rounds} rounds × {len(PROMPTS)} prompts, medians; "
         f"load average {raw['load_before']} before the run, {raw['load_after']} after. "
@@ -304,7 +356,7 @@ def report(raw: dict[str, Any], args: argparse.Namespace) -> None:
         + "\nCancel over the WebSocket (at the first delta): "
         f"`response.done` after {cancel['done_ms_median']:.1f} ms median (max {cancel['done_ms_max']:.1f}); "
         f"our connection to the engine closed after {cancel['upstream_closed_ms_median']:.1f} ms median "
-        f"(max {cancel['upstream_closed_ms_max']:.1f}), n = {cancel['n']}.\n\n"
+        f"(max {cancel['upstream_closed_ms_max']:.1f}), n = {cancel['n']}{slot_line}.\n\n"
         f"First-delta probe ({probe['n']} short questions, the engine directly, greedy): the first delta is "
         f"only the start of a word (a letter or digit follows) in {probe['mid_word']}, e.g. "
         + ", ".join(f"`{a}`+`{b}`" for a, b in probe["examples"])
@@ -313,7 +365,7 @@ def report(raw: dict[str, Any], args: argparse.Namespace) -> None:
         f"Machine: {json.dumps(machine())}\n"
     )
     out = {"machine": machine(), "args": vars(args), "table": table, "cancel": cancel, "probe": probe, "raw": raw}
-    write("remote", out, md)
+    write("remote_llama_server" if args.engine == "llama-server" else "remote", out, md)
 
 
 def main() -> None:
@@ -322,6 +374,13 @@ def main() -> None:
     ap.add_argument("--tokens", type=int, default=128)
     ap.add_argument("--cancels", type=int, default=5)
     ap.add_argument("--engine-threads", type=int, default=1)
+    ap.add_argument(
+        "--engine",
+        choices=["llama-cpp-python", "llama-server"],
+        default="llama-cpp-python",
+        help="llama-cpp-python's server (pip extra), or llama.cpp's C++ llama-server if one is found (LLAMA_SERVER, "
+        "PATH, ~/.cache/llama-bin): results in remote_llama_server.{json,md}",
+    )
     args = ap.parse_args()
     report(asyncio.run(run(args)), args)
 
