@@ -233,3 +233,19 @@ def test_extra_body_reaches_the_engine_but_never_overrides_the_stream_shape():
         assert b["cache_prompt"] is True and b["stream"] is True
     finally:
         m.close()
+
+
+def test_eager_first_is_on_by_default_with_a_remote_engine_only(model):
+    from gateway.config import load_config
+    from gateway.services import Services
+
+    cfg = load_config(None)
+    remote = Services(cfg, model, None, None)  # type: ignore[arg-type]  # scheduler_config needs no engine
+    assert remote.scheduler_config({}).eager_first is True
+    assert remote.scheduler_config({"eager_first": False}).eager_first is False  # per session / request
+    off = load_config(None, **{"scheduler.eager_first": False})  # server-wide
+    assert Services(off, model, None, None).scheduler_config({}).eager_first is False  # type: ignore[arg-type]
+    local = Services(cfg, object(), None, None)  # type: ignore[arg-type]  # a local backend: unchanged
+    assert local.scheduler_config({}).eager_first is False
+    on = load_config(None, **{"scheduler.eager_first": True})  # a local model may opt in
+    assert Services(on, object(), None, None).scheduler_config({}).eager_first is True  # type: ignore[arg-type]
