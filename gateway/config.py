@@ -79,6 +79,9 @@ class SchedulerDefaults(_Frozen):
     max_chunk_tokens: int | None = None  # override the preset's maximum chunk
     lookahead_tokens: int | None = None  # most draft tokens per verify step (0: no drafting)
     task_hint: Literal["chat", "code", "summarize", "creative"] | None = None  # adapts chunking (models.scheduler)
+    # the first chunk goes out without waiting for where its last word ends (maybe mid-word; docs/REMOTE.md);
+    # None: on with backend: openai (the engine's first delta, as a direct client sees it), off for local models
+    eager_first: bool | None = None
 
 
 class SpeculativeConfig(_Frozen):

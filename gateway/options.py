@@ -18,3 +18,4 @@ class SchedulerOptions(BaseModel):
     max_chunk_tokens: int | None = Field(default=None, ge=1, le=2048)  # a chunk is forced out here
     lookahead_tokens: int | None = Field(default=None, ge=0, le=32)  # most draft tokens per verify (0: none)
     task_hint: Literal["chat", "code", "summarize", "creative"] | None = None  # models.scheduler.TASK_HINTS
+    eager_first: bool | None = None  # first chunk without waiting for its word's end (docs/REMOTE.md)

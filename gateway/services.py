@@ -100,6 +100,10 @@ class Services:
         strategy = d.pop("strategy", "balanced")
         if self.image_gen is not None:
             d.setdefault("intercept", ("<image>", "</image>"))
+        if isinstance(self.backend, RemoteModel):
+            # a remote engine's first delta goes out as it comes (docs/REMOTE.md): waiting for its word's end
+            # costs a whole token interval of TTFT over the engine's own stream
+            d.setdefault("eager_first", True)
         if self.drafter_factory is None:
             d["lookahead_tokens"] = 0  # nothing drafts
         else:

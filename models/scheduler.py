@@ -9,7 +9,12 @@ decision where to cut the next chunk:
 * afterwards a chunk is cut at the best semantic boundary once it holds ``min_chunk_tokens``
   (code-fence end > paragraph/line/sentence end > clause > word), and is forced at
   ``max_chunk_tokens`` (at the best boundary seen, else at the last word break);
-* a chunk also goes out at a word break when it has waited ``latency_budget_s``.
+* a chunk also goes out at a word break when it has waited ``latency_budget_s``;
+* ``eager_first``: the first chunk goes out as soon as it holds ``first_chunk_tokens``, without
+  waiting for the token that shows where its last word ends (a remote engine's first delta, as a
+  plain OpenAI stream shows it: usually a word, sometimes its start, e.g. "B" of "Boil"). It saves
+  one token interval of TTFT; stop-sequence prefixes and request openers are still held back,
+  and every later chunk still ends at a word break or better.
 
 ``task_hint`` adapts the strategy's preset to the task: ``chat`` sentence cuts after a one-token
 first chunk; ``code`` cuts at line ends only, in larger chunks; ``summarize`` sentence cuts;
@@ -58,6 +63,7 @@ class SchedulerConfig:
     tool_intercept: tuple[str, str] | None = None  # (open, close) tags of the model's tool calls, cut out likewise
     beam_width: int = 1  # > 1: each block of ``beam_block`` tokens is chosen by a small beam search
     beam_block: int = 8  # tokens decided per beam search (before they can be shown)
+    eager_first: bool = False  # the first chunk may end where the known text ends (maybe mid-word): TTFT first
 
     @classmethod
     def for_strategy(cls, strategy: str = "balanced", **overrides: object) -> SchedulerConfig:
@@ -300,6 +306,14 @@ class ChunkScheduler:
         self._pending_since = None
         return chunk
 
+    def _eager_ok(self, limit: int) -> bool:
+        """May the first chunk end at ``limit`` without a known word end? Only at the end of all known
+        text (nothing held back for a stop sequence or a request: those rules stay exact), outside
+        code, where only line ends are cuts, and not after a backtick (a code fence must not be split
+        between chunks: fences are counted per chunk)."""
+        text = self._text
+        return limit == len(text) and not text.endswith("`") and not self.config.lines_only and not self._in_code(limit)
+
     def _cut(self, now: float) -> list[Chunk]:
         cfg = self.config
         out: list[Chunk] = []
@@ -332,6 +346,9 @@ class ChunkScheduler:
                 continue
             if pending_tokens >= lo and best_q >= need:
                 out.append(self._emit(best_pos, best_q))
+                continue
+            if first and cfg.eager_first and pending_tokens >= lo and self._eager_ok(limit):
+                out.append(self._emit(limit, WORD))  # no word end known yet: all the text there is
                 continue
             if pending_tokens >= lo and waited and last_word > 0:
                 out.append(self._emit(last_word, WORD))

@@ -136,6 +136,34 @@ def test_chat_completions_stream_and_not_with_sampling_passed_through(engine):
         assert ref["choices"][0]["message"]["content"] != greedy["choices"][0]["message"]["content"]
 
 
+def first_deltas(url: str, body: dict[str, Any], n: int = 2) -> list[str]:
+    """The first ``n`` text deltas of a streamed Chat Completion."""
+    out: list[str] = []
+    with httpx.stream("POST", url, json={**body, "stream": True}, timeout=120) as r:
+        r.raise_for_status()
+        for line in r.iter_lines():
+            if line.startswith("data:") and line.strip() != "data: [DONE]":
+                out += [c["delta"]["content"] for c in json.loads(line[5:])["choices"] if c["delta"].get("content")]
+            if len(out) >= n:
+                break
+    return out[:n]
+
+
+def test_the_first_chunk_is_the_engines_first_delta_unless_whole_words_are_asked(engine):
+    # greedy, this prompt's answer starts "B" + "oil…" on the embedded model: a first delta that is
+    # only the start of a word, the case where eager_first and whole words differ
+    body = {"model": "smollm2-engine", "messages": user("How do I boil an egg?"), "max_tokens": 6, "temperature": 0.0}
+    d1, d2 = first_deltas(f"{engine.base_url}/chat/completions", body)
+    assert d2[:1].isalnum(), (d1, d2)  # the engine's first delta does not end its word
+    with gateway(engine.base_url) as addr:
+        url = f"http://{addr}/v1/chat/completions"
+        fast = {"strategy": "fast"}
+        eager = first_deltas(url, {**body, "scheduler": fast}, 1)[0]  # backend: openai default
+        whole = first_deltas(url, {**body, "scheduler": {**fast, "eager_first": False}}, 1)[0]
+    assert eager == d1  # at once, as the engine sent it: no wait for the second delta
+    assert whole.startswith(d1 + d2) and len(whole) > len(d1)  # waits until the word is known to end
+
+
 async def test_concurrent_sessions_each_get_their_own_answer(engine):
     questions = ["Name three colors.", "What is the capital of France?", "Say hello."]
     with gateway(engine.base_url) as addr:

@@ -77,6 +77,18 @@ def test_deltas_come_out_as_whole_word_chunks_with_all_the_text(model):
     assert evs[-1].done is not None and evs[-1].done.reason == "stop"
 
 
+def test_eager_first_shows_the_first_delta_at_once_and_whole_words_after(model):
+    j = job(model, eager_first=True)
+    evs = [j.feed(delta(p)) for p in ["B", "oil", " the", " wa", "ter", " first", "."]]
+    assert [c.text for c in evs[0].chunks] == ["B"]  # as the engine sent it: no wait for "oil"
+    evs.append(j.end())
+    texts = [c.text for e in evs for c in e.chunks]
+    assert "".join(texts) == "Boil the water first." and not any(t.endswith("wa") for t in texts)  # "wa|ter"
+    plain = job(model)
+    assert plain.feed(delta("B")).chunks == [] and [c.text for c in plain.feed(delta("oil")).chunks] == []
+    assert [c.text for c in plain.feed(delta(" the")).chunks] == ["Boil"]
+
+
 def test_a_stop_sequence_is_held_back_and_never_shown(model):
     j = job(model, stop=("STOP",))
     evs = [j.feed(delta(p)) for p in ["one", " two", " ST", "OP", " three"]]
@@ -221,3 +233,19 @@ def test_extra_body_reaches_the_engine_but_never_overrides_the_stream_shape():
         assert b["cache_prompt"] is True and b["stream"] is True
     finally:
         m.close()
+
+
+def test_eager_first_is_on_by_default_with_a_remote_engine_only(model):
+    from gateway.config import load_config
+    from gateway.services import Services
+
+    cfg = load_config(None)
+    remote = Services(cfg, model, None, None)  # type: ignore[arg-type]  # scheduler_config needs no engine
+    assert remote.scheduler_config({}).eager_first is True
+    assert remote.scheduler_config({"eager_first": False}).eager_first is False  # per session / request
+    off = load_config(None, **{"scheduler.eager_first": False})  # server-wide
+    assert Services(off, model, None, None).scheduler_config({}).eager_first is False  # type: ignore[arg-type]
+    local = Services(cfg, object(), None, None)  # type: ignore[arg-type]  # a local backend: unchanged
+    assert local.scheduler_config({}).eager_first is False
+    on = load_config(None, **{"scheduler.eager_first": True})  # a local model may opt in
+    assert Services(on, object(), None, None).scheduler_config({}).eager_first is True  # type: ignore[arg-type]

@@ -174,3 +174,80 @@ def test_explicit_settings_win_over_the_task_hint_and_unknown_hints_are_refused(
     assert cfg.max_chunk_tokens == 7 and cfg.lines_only
     with pytest.raises(ValueError, match="task_hint"):
         SchedulerConfig.for_strategy("fast", task_hint="poetry")
+
+
+# ---------------------------------------------------------------------- eager first chunk (remote engines)
+
+
+def feed_each(s: ChunkScheduler, ids: list[int], step: float = 0.0) -> list[list[str]]:
+    """The texts each fed token released, token by token."""
+    return [[c.text for c in s.feed([t], now=n * step)] for n, t in enumerate(ids)]
+
+
+def test_eager_first_releases_the_first_token_before_its_word_end_is_known():
+    ids = words(b"Hello", b" world", b".", b" How", b" are", b" you", b"?")
+    eager = feed_each(ChunkScheduler(SchedulerConfig.for_strategy("fast", eager_first=True), decode), ids)
+    plain = feed_each(ChunkScheduler(SchedulerConfig.for_strategy("fast"), decode), ids)
+    assert eager[0] == ["Hello"]  # at once: TTFT saves one token interval
+    assert plain[0] == [] and plain[1] == ["Hello"]  # without it: wait for " world" to show the word ended
+
+
+def test_eager_first_may_split_the_first_word_only_and_keeps_all_text():
+    ids = list(b"internationalization is a long word indeed ")
+    s = ChunkScheduler(SchedulerConfig.for_strategy("fast", eager_first=True), decode)
+    chunks = [c for t in ids for c in s.feed([t], now=0.0)] + s.finish()
+    assert chunks[0].text == "i"  # the honest cost: the first chunk can be the start of a word
+    full = "".join(c.text for c in chunks)
+    assert full == bytes(ids).decode()
+    pos = len(chunks[0].text)
+    for c in chunks[1:-1]:  # every later cut still falls at a word break
+        pos += len(c.text)
+        assert full[pos].isspace() or full[pos - 1] in ".,;:!?\n", (c.text, full[pos:])
+
+
+def test_eager_first_still_waits_for_first_chunk_tokens_and_prefers_a_known_word_end():
+    balanced = SchedulerConfig.for_strategy("balanced", eager_first=True)  # first chunk after 2 tokens
+    eager = feed_each(ChunkScheduler(balanced, decode), list(b"Hi there"))
+    plain = feed_each(ChunkScheduler(SchedulerConfig.for_strategy("balanced"), decode), list(b"Hi there"))
+    assert eager[:3] == [[], ["Hi"], []]  # two tokens, then at once
+    assert plain[:3] == [[], [], ["Hi"]]  # without: until " " shows where "Hi" ends
+    ids = words(b"Hello", b" world", b" How", b" are")
+    got = feed_each(ChunkScheduler(balanced, decode), ids)
+    assert got[:2] == [[], ["Hello"]]  # a word end is known: cut there, not mid-"world"
+
+
+def test_eager_first_never_shows_a_stop_prefix_or_a_request_opener():
+    cfg = SchedulerConfig.for_strategy("fast", eager_first=True, stop=("STOP",), intercept=("<image>", "</image>"))
+    s = ChunkScheduler(cfg, decode)
+    got = feed_each(s, list(b"ST"))
+    assert got == [[], []]  # "S", "ST" may start STOP: held, as without eager_first
+    got = feed_each(s, list(b"OP"))
+    assert s.stopped and got == [[], []]
+    s = ChunkScheduler(cfg, decode)
+    assert feed_each(s, list(b"<ima")) == [[], [], [], []]
+    rest = feed_each(s, list(b"ge>a fox</image> Hi there "))
+    assert "".join(t for ts in rest for t in ts) + "".join(c.text for c in s.finish()) == " Hi there "
+    assert s.requests == ["a fox"]
+
+
+def test_eager_first_never_splits_a_code_fence_and_code_keeps_line_cuts():
+    text = b"```py\nx = 1\ny = 2\n```\nDone now. "
+    s = ChunkScheduler(SchedulerConfig.for_strategy("fast", eager_first=True), decode)
+    got = feed_each(s, list(text))
+    assert got[0] == got[1] == got[2] == []  # "`", "``", "```": a fence in the making is not cut
+    chunks = [t for ts in got for t in ts] + [c.text for c in s.finish()]
+    assert "".join(chunks) == text.decode()
+    assert all(c.endswith("\n") for c in chunks if "=" in c)  # inside the block: whole lines, as without
+    code = ChunkScheduler(SchedulerConfig.for_strategy("fast", task_hint="code", eager_first=True), decode)
+    assert feed_each(code, list(b"def f")) == [[]] * 5  # lines only: no eager first chunk
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.sampled_from(sorted(VOCAB)), max_size=80), st.sampled_from(["fast", "balanced", "quality"]))
+def test_eager_first_keeps_every_character_and_token_count(ids, strategy):
+    s, chunks = run(ids, SchedulerConfig.for_strategy(strategy, eager_first=True))
+    full = decode(ids)
+    while full.endswith("\ufffd"):
+        full = full[:-1]
+    assert "".join(c.text for c in chunks) == full
+    assert sum(c.tokens for c in chunks) == len(ids)
