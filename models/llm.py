@@ -100,13 +100,15 @@ class TransformersBackend:
                 eos.add(tid)
         self.eos_ids = frozenset(eos)
         self.has_chat_template = bool(getattr(self.tokenizer, "chat_template", None))
-        from . import fast_llama
+        from . import fast_llama, hf_batch
 
         self.fast = (
             fast_llama.FastLlama(self.model, self.max_context)
             if (cfg.fast_path and fast_llama.supports(self.model))
             else None
         )
+        # the generic path batches only caches of plain DynamicLayers (see models.hf_batch)
+        self.batchable = self.fast is None and hf_batch.batchable(self.model)
 
     # ---------------------------------------------------------------- Backend
 
@@ -143,18 +145,53 @@ class TransformersBackend:
         return out.logits[0, -n_logits:].float().cpu().numpy()
 
     def forward_batch(self, items: list[BatchItem]) -> list[np.ndarray]:
-        """The fast Llama path batches (``FastLlama.forward_many``); the generic path loops."""
-        if self.fast is None or len(items) == 1:
+        """The fast Llama path batches (``FastLlama.forward_many``); the generic path batches the
+        items with equal token counts (``models.hf_batch``: left-padded caches, one forward each)."""
+        if len(items) == 1:
             return forward_each(self, items)
         if len({id(s) for s, _, _ in items}) != len(items):
             raise ValueError("forward_batch: a state appears twice in one batch")
         for _, tokens, n_logits in items:
             if not tokens or not 1 <= n_logits <= len(tokens):
                 raise ValueError("forward_batch needs tokens and 1 <= n_logits <= len(tokens)")
+        if self.fast is None:
+            return self._generic_batch(items) if self.batchable else forward_each(self, items)
         logits = self.fast.forward_many([(s.cache, toks, n) for s, toks, n in items])
         for state, tokens, _ in items:
             state.tokens.extend(tokens)
         return [rows.float().cpu().numpy() for rows in logits]
+
+    def _generic_batch(self, items: list[BatchItem]) -> list[np.ndarray]:
+        """Items grouped by token count; a group of ≥ 2 is one forward (``hf_batch.forward_group``),
+        a lone item its plain ``forward``. All-or-nothing: the groups build new caches that replace
+        the states' only once every group succeeded; lone items already applied are cropped back."""
+        for state, tokens, _ in items:
+            if len(state.tokens) + len(tokens) > self.max_context:
+                raise ValueError(f"context full: {len(state.tokens) + len(tokens)} > {self.max_context}")
+        by_len: dict[int, list[int]] = {}
+        for j, (_, tokens, _) in enumerate(items):
+            by_len.setdefault(len(tokens), []).append(j)
+        out: list[np.ndarray | None] = [None] * len(items)
+        pending: list[tuple[int, Any]] = []  # (item index, its new cache) committed at the end
+        from . import hf_batch
+
+        singles = [idx[0] for idx in by_len.values() if len(idx) == 1]
+        groups = [idx for idx in by_len.values() if len(idx) > 1]
+        for idx in groups:
+            rows, caches = hf_batch.forward_group(
+                self.model, [(items[j][0].cache, items[j][1], items[j][2]) for j in idx]
+            )
+            for j, r, c in zip(idx, rows, caches, strict=True):
+                out[j] = r
+                pending.append((j, c))
+        alone = forward_each(self, [items[j] for j in singles])  # raises with its own items rolled back
+        for j, r in zip(singles, alone, strict=True):
+            out[j] = r
+        for j, cache in pending:
+            state, tokens, _ = items[j]
+            state.cache = cache
+            state.tokens.extend(tokens)
+        return [r for r in out if r is not None]
 
     def crop(self, state: KVState, length: int) -> None:
         if self.fast is None:

@@ -1,6 +1,7 @@
 """Tiny random-initialised models, built offline and saved the way real ones are shipped.
 
 - ``build_tiny_llama``: a Llama sharing SmolLM2's tokenizer → ``LLMConfig(model=<dir>)``.
+- ``build_tiny_causal``: a Qwen2 or GPT-2 sharing it (the generic, non-Llama transformers path).
 
 Each builder writes a folder that the production loaders open unchanged:
 - ``build_tiny_open_clip``: ``open_clip_config.json`` + ``open_clip_model.safetensors`` (the
@@ -18,6 +19,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import Any
 
 TINY_CLIP_CFG = {
     "embed_dim": 32,
@@ -214,6 +216,44 @@ def build_tiny_llama(
         with torch.no_grad():
             for p in model.parameters():
                 p.add_(torch.randn(p.shape, generator=gen) * noise * p.std())
+    model.save_pretrained(out)
+    for f in tokenizer_dir.iterdir():
+        shutil.copy(f, out / f.name)
+    return out
+
+
+def build_tiny_causal(out: Path, tokenizer_dir: Path, arch: str, seed: int = 0) -> Path:
+    """A random-init non-Llama causal LM (``arch``: ``qwen2`` — RoPE, GQA, q/k/v biases — or
+    ``gpt2`` — learned absolute positions) sharing SmolLM2's tokenizer: the generic transformers
+    path (models.hf_batch), which the Llama fast path never takes."""
+    import shutil
+
+    import torch
+    from transformers import GPT2Config, GPT2LMHeadModel, Qwen2Config, Qwen2ForCausalLM
+
+    torch.manual_seed(seed)
+    model: Any
+    if arch == "qwen2":
+        qcfg = Qwen2Config(
+            vocab_size=49152,
+            hidden_size=32,
+            intermediate_size=64,
+            num_hidden_layers=2,
+            num_attention_heads=4,
+            num_key_value_heads=2,
+            max_position_embeddings=2048,
+            bos_token_id=1,
+            eos_token_id=2,
+            tie_word_embeddings=True,
+        )
+        model = Qwen2ForCausalLM(qcfg)
+    elif arch == "gpt2":
+        gcfg = GPT2Config(
+            vocab_size=49152, n_embd=32, n_layer=2, n_head=4, n_positions=2048, bos_token_id=1, eos_token_id=2
+        )
+        model = GPT2LMHeadModel(gcfg)
+    else:
+        raise ValueError(f"unknown arch {arch!r}")
     model.save_pretrained(out)
     for f in tokenizer_dir.iterdir():
         shutil.copy(f, out / f.name)
