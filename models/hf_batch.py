@@ -47,11 +47,15 @@ def _past(cache: Any) -> int:
     return int(cache.get_seq_length())
 
 
-@torch.inference_mode()
 def forward_group(model: Any, group: Group) -> tuple[list[np.ndarray], list[Any]]:
     """One forward for ``group`` (≥ 1 items, the same token count each). Returns per item the
     logits ``[n_logits, V]`` float32 and its new ``DynamicCache`` (past + new tokens); the items'
     own caches are left untouched."""
+    with torch.inference_mode():
+        return _forward_group(model, group)
+
+
+def _forward_group(model: Any, group: Group) -> tuple[list[np.ndarray], list[Any]]:
     from transformers import DynamicCache
 
     device = model.device
@@ -79,7 +83,6 @@ def forward_group(model: Any, group: Group) -> tuple[list[np.ndarray], list[Any]
         if ks:
             data.append((torch.cat(ks), torch.cat(vs)))  # [B, KVH, P_max, D]
     batch_cache = DynamicCache(ddp_cache_data=data or None, config=model.config)
-    b = len(group)
     ids = torch.tensor([toks for _, toks, _ in group], dtype=torch.long, device=device)  # [B, T]
     past_len = torch.tensor(pasts, dtype=torch.long, device=device)  # [B]
     keys = torch.arange(p_max + t, device=device)  # [P_max + T]
@@ -105,5 +108,4 @@ def forward_group(model: Any, group: Group) -> tuple[list[np.ndarray], list[Any]
             for layer in batch_cache.layers
         ]
         caches.append(DynamicCache(ddp_cache_data=per_layer, config=model.config))  # each [1, KVH, p + T, D]
-    assert len(rows) == b
     return rows, caches

@@ -184,3 +184,56 @@ def test_the_engine_batches_the_generic_path_and_greedy_text_is_the_alone_text(m
         eng.close()
     assert [j.generated for j in jobs] == alone
     assert max(groups) == len(prompts)  # all six decode steps in one forward
+
+
+QUESTIONS = [
+    "Why is the sky blue?",
+    "What makes a good friend?",
+    "How do airplanes stay in the air?",
+    "Why do we dream at night?",
+    "How do bees make honey?",
+    "What is photosynthesis?",
+    "Why do cats purr?",
+    "How can I sleep better?",
+]
+
+
+@pytest.mark.real_model
+def test_embedded_bf16_batched_greedy_divergence_is_within_the_documented_rate(monkeypatch):
+    """The measured limit of this path (docs/BATCHING.md): on the embedded SmolLM2-135M in bf16 the
+    masked, left-padded attention rounds differently from the unpadded alone call, so rows are not
+    bitwise their alone logits (an unpadded batch is: that is where the difference comes from).
+    Teacher-forced on each question's alone greedy reply, the batched argmax differs in at most
+    10 % of the steps (measured over 32 steps of 8 questions: 9/256 = 3.5 %, max |Δlogit| 1.09)."""
+    b = load_backend(LLMConfig(fast_path=False))
+    assert b.fast is None and b.batchable
+    prompts = [b.chat_tokens([{"role": "user", "content": q}]) for q in QUESTIONS]
+    steps = 24
+    alone_rows: list[list[np.ndarray]] = []
+    replies: list[list[int]] = []
+    for p in prompts:
+        s = b.new_state()
+        rows = [b.forward(s, p, 1)[0]]
+        reply: list[int] = []
+        for _ in range(steps):
+            reply.append(int(rows[-1].argmax()))
+            rows.append(b.forward(s, [reply[-1]], 1)[0])
+        alone_rows.append(rows)
+        replies.append(reply)
+    states = [b.new_state() for _ in prompts]
+    for s, p in zip(states, prompts, strict=True):
+        b.forward(s, p, 1)
+    groups: list[int] = []
+    original = hf_batch.forward_group
+    monkeypatch.setattr(hf_batch, "forward_group", lambda m, g: groups.append(len(g)) or original(m, g))
+    flips, diff = 0, 0.0
+    for k in range(steps):
+        got = b.forward_batch([(s, [r[k]], 1) for s, r in zip(states, replies, strict=True)])
+        for i, row in enumerate(got):
+            want = alone_rows[i][k + 1]
+            diff = max(diff, float(np.abs(row[0] - want).max()))
+            flips += int(row[0].argmax() != want.argmax())
+    assert groups == [len(prompts)] * steps  # every step one forward for all eight
+    rate = flips / (steps * len(prompts))
+    assert rate <= 0.10, f"greedy divergence {flips}/{steps * len(prompts)}, max |Δlogit| {diff}"
+    assert diff < 4.0, f"max |Δlogit| {diff}: more than rounding"
