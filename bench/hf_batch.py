@@ -35,7 +35,9 @@ def main() -> None:
     from models.backend import forward_each
     from models.llm import LLMConfig, load_backend
 
-    b = load_backend(LLMConfig(model=args.model, dtype=args.dtype, threads=args.threads, fast_path=False))
+    b = load_backend(
+        LLMConfig(model=args.model, dtype=args.dtype, threads=args.threads, fast_path=False, batch_generic=True)
+    )
     assert b.fast is None and b.batchable, "the generic path must be the one measured"
     ns = [int(x) for x in args.sessions.split(",")]
     states = [b.new_state() for _ in range(max(ns))]

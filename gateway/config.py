@@ -43,6 +43,9 @@ class ModelConfig(_Frozen):
     n_seq: int | None = None
     max_context: int = 4096  # tokens one conversation may hold
     n_batch: int = 512  # llama.cpp batch size
+    # transformers, non-Llama models: batch every response into one forward per step (~5x at 8
+    # sessions) at the cost of exact greedy identity in bf16 (docs/BATCHING.md); off: one forward each
+    batch_generic: bool = False
     flash_attn: bool = True  # llama.cpp flash attention: faster here, and keeps drafting's greedy output exact
     served_name: str | None = None  # id shown in /v1/models and accepted as ?model=
     # more ids this model answers to (like vLLM's several --served-model-name), e.g. ["gpt-realtime",

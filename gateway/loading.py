@@ -159,5 +159,6 @@ def default_loader(config: Config) -> Backend | RemoteModel:
             threads=m.threads or 1,
             max_context=m.max_context,
             served_name=m.served_name,
+            batch_generic=m.batch_generic,
         )
     )

@@ -36,7 +36,9 @@ _loaded: dict[tuple[str, str], TransformersBackend] = {}
 def backend(model_dirs: dict[str, Path], arch: str, dtype: str) -> TransformersBackend:
     key = (arch, dtype)
     if key not in _loaded:
-        _loaded[key] = load_backend(LLMConfig(model=str(model_dirs[arch]), dtype=dtype, fast_path=False))
+        _loaded[key] = load_backend(
+            LLMConfig(model=str(model_dirs[arch]), dtype=dtype, fast_path=False, batch_generic=True)
+        )
     b = _loaded[key]
     assert b.fast is None and b.batchable
     return b
@@ -205,7 +207,7 @@ def test_embedded_bf16_batched_greedy_divergence_is_within_the_documented_rate(m
     bitwise their alone logits (an unpadded batch is: that is where the difference comes from).
     Teacher-forced on each question's alone greedy reply, the batched argmax differs in at most
     10 % of the steps (measured over 32 steps of 8 questions: 9/256 = 3.5 %, max |Δlogit| 1.09)."""
-    b = load_backend(LLMConfig(fast_path=False))
+    b = load_backend(LLMConfig(fast_path=False, batch_generic=True))
     assert b.fast is None and b.batchable
     prompts = [b.chat_tokens([{"role": "user", "content": q}]) for q in QUESTIONS]
     steps = 24
@@ -237,3 +239,9 @@ def test_embedded_bf16_batched_greedy_divergence_is_within_the_documented_rate(m
     rate = flips / (steps * len(prompts))
     assert rate <= 0.10, f"greedy divergence {flips}/{steps * len(prompts)}, max |Δlogit| {diff}"
     assert diff < 4.0, f"max |Δlogit| {diff}: more than rounding"
+
+
+def test_the_generic_path_batches_only_when_asked(model_dirs) -> None:
+    """Off by default (model.batch_generic): bf16 greedy text stays exactly the alone text."""
+    b = load_backend(LLMConfig(model=str(model_dirs["qwen2"]), dtype="bfloat16", fast_path=False))
+    assert b.fast is None and not b.batchable
