@@ -12,6 +12,7 @@ import urllib.request
 from collections.abc import Iterator
 
 import pytest
+import redis
 import websockets
 
 from testkit.remote_engines import EngineProcess
@@ -149,6 +150,11 @@ def test_redis_restart(redis_server: RedisServer, tmp_path):
 
         redis_server.start()  # same port, empty
         wait_for(lambda: ready(a.port) == 200 and ready(b.port) == 200, "/ready after Redis is back")
+        r = redis.Redis.from_url(redis_server.url)
+        # the owner's heartbeat finds its lease gone and writes the session again (a resume on the
+        # other replica before that finds no record: resume_failed, which the client counts)
+        wait_for(lambda: bool(r.exists(f"so:s:{run.token}")), "the owner to write its session again")
+        r.close()
         # the owner rewrites what Redis lost (its heartbeat finds the lease gone); then the other replica resumes it
         asyncio.run(turn(run, [f"127.0.0.1:{b.port}"], "go on", [], rng, recv_timeout_s=15))
         assert run.count("response.done") == 3
