@@ -98,8 +98,10 @@ def main() -> None:
     tmp = Path(tempfile.mkdtemp(prefix="bench-replicas-"))
     redis = RedisServer(tmp).start()
     rows: list[dict[str, Any]] = []
+    pair: list[Any] = []
     try:
-        pair = [replica(tmp, redis.url, answer_tokens=200, step_s=0.002).start() for _ in range(2)]
+        for _ in range(2):
+            pair.append(replica(tmp, redis.url, answer_tokens=200, step_s=0.002).start())
         a, b = (f"127.0.0.1:{p.port}" for p in pair)
         token, last = asyncio.run(one_turn(a))
         same: list[float] = []
@@ -142,6 +144,8 @@ def main() -> None:
                 }
             )
     finally:
+        for p in pair:
+            p.stop()
         redis.stop()
     info = machine()
     md = (
