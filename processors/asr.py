@@ -294,6 +294,8 @@ class _ShortPass:
         if result.no_speech_prob > 0.6 and avg_logprob <= -1.0:  # faster-whisper's no-speech rule, its defaults
             return ""
         text = str(self._tokenizer.decode(tokens))
+        if not normalize_words(text):  # a lone "." on silence, where the 30 s pass's no-speech rule says ""
+            return ""
         # the short input's failure mode is a loop on the clip's last words: the full pass decides then
         if len(tokens) >= max_new or self._compression_ratio(text.strip()) > 2.4 or repeats(normalize_words(text)):
             return None
