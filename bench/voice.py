@@ -103,13 +103,15 @@ async def one(addr: str, turn_detection: dict[str, Any], text: str, parts: tuple
             while True:
                 ev = json.loads(await ws.recv())
                 kind = ev["type"]
-                marks.setdefault(kind, time.perf_counter())
+                if kind != "response.output_text.delta" or "eos" in marks:  # not a reply to half a split turn
+                    marks.setdefault(kind, time.perf_counter())
                 stops += kind == "input_audio_buffer.speech_stopped"
                 if kind == "conversation.item.input_audio_transcription.delta":
                     early_deltas += "input_audio_buffer.speech_stopped" not in marks
                 if kind == "conversation.item.input_audio_transcription.completed":
                     transcript = ev["transcript"]
-                if kind == "response.done":
+                # a reply to the first half of a split turn, cancelled by barge-in: the next turn's comes
+                if kind == "response.done" and ev["response"]["status"] != "cancelled":
                     return
 
         task = asyncio.create_task(reader())
