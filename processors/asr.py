@@ -75,7 +75,7 @@ class AsrConfig:
     compute_type: str = "int8"  # faster-whisper weights precision on CPU
     cpu_threads: int = 2  # faster-whisper threads (openai-whisper uses torch's global setting)
     beam_size: int = 1  # 1: greedy, the same decoding in both engines
-    encoder_headroom_s: float | None = DEFAULT_HEADROOM_S  # short input: audio + this (s); None: always 30 s
+    encoder_headroom_s: float | None = None  # short input: audio + this (s), e.g. DEFAULT_HEADROOM_S; None: 30 s
 
     def __post_init__(self) -> None:
         if self.engine not in ENGINES:

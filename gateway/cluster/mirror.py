@@ -48,6 +48,8 @@ class Mirror:
 
     def lost(self) -> None:
         """Redis lost the session (it restarted): rewrite it all at the next flush."""
+        if self.handed_off:
+            return  # this replica is leaving: the session is the cluster's now
         self.fresh = True
         self.wake()
 

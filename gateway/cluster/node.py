@@ -108,6 +108,13 @@ class ClusterNode:
         """Shutdown (after running responses finished): every session owned here goes to the cluster
         whole — its events and snapshot written, its lease released — instead of ending with this
         process; its clients get close 1012 and resume on another replica."""
+        # the heartbeat first: a renewal in flight would set a released lease again (it re-takes a
+        # lease it finds gone), and the next replica would wait that lease out
+        for t in self._tasks:
+            if t.get_name() == "cluster-heartbeat":
+                t.cancel()
+                with contextlib.suppress(BaseException):
+                    await t
         await asyncio.gather(*(m.hand_off() for m in list(self.mirrors.values()) if not m.live.closed))
 
     async def _heartbeat(self) -> None:

@@ -7,6 +7,7 @@ import numpy as np
 import pytest
 
 from processors.asr import (
+    DEFAULT_HEADROOM_S,
     FULL_FRAMES,
     AsrConfig,
     AsrError,
@@ -80,7 +81,7 @@ def full():
 
 @pytest.fixture(scope="module")
 def short():
-    asr = load_asr(AsrConfig())  # the default: the short input
+    asr = load_asr(AsrConfig(encoder_headroom_s=DEFAULT_HEADROOM_S))  # the short input (opt-in)
     assert isinstance(asr, FasterWhisper) and asr.config.encoder_headroom_s is not None
     return asr
 
