@@ -7,11 +7,13 @@ process sharing sessions through it (``testkit.serve_fake`` on the fake model, o
 
 from __future__ import annotations
 
+import contextlib
 import shutil
 import socket
 import subprocess
 import sys
 import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -85,3 +87,18 @@ def replica(
     else:
         argv = [sys.executable, "-m", "gateway.cli", "serve", "--config", str(cfg), "--port", str(port)]
     return EngineProcess(argv, port, tmp / f"replica_{port}.log")
+
+
+@contextlib.contextmanager
+def replicas_running(
+    tmp: Path, redis_url: str, n: int = 2, settings: dict[str, dict[str, Any]] | None = None, **fake_args: float
+) -> Iterator[list[EngineProcess]]:
+    """``n`` fake-model replicas started (each ready), all stopped on the way out, even if one failed to start."""
+    procs: list[EngineProcess] = []
+    try:
+        for _ in range(n):
+            procs.append(replica(tmp, redis_url, settings=settings, **fake_args).start())
+        yield procs
+    finally:
+        for p in procs:
+            p.stop()

@@ -48,9 +48,14 @@ async def resume_in_cluster(s: Services, node: ClusterNode, ws: WebSocket, token
         s.metrics.resumes.inc()
         await Proxy(s, node, ws, token, key, holder).run(last_seq, got[0], int(snap.get("received", 0)), view)
     except StoreUnavailable:
-        s.metrics.errors.labels(code="store_unavailable").inc()
-        await ws.send_json(p.error_event("store_unavailable", "the session store is unavailable; retry shortly"))
-        await ws.close(CLOSE_TRY_AGAIN, "session store unavailable")
+        await refuse_store_unavailable(s, ws)
+
+
+async def refuse_store_unavailable(s: Services, ws: WebSocket) -> None:
+    """No Redis: a clear error event, then close 1013 (the client retries)."""
+    s.metrics.errors.labels(code="store_unavailable").inc()
+    await ws.send_json(p.error_event("store_unavailable", "the session store is unavailable; retry shortly"))
+    await ws.close(CLOSE_TRY_AGAIN, "session store unavailable")
 
 
 async def _failed(s: Services, ws: WebSocket, why: str) -> None:

@@ -10,7 +10,7 @@ from starlette.routing import BaseRoute, WebSocketRoute
 from starlette.websockets import WebSocket
 
 from ..cluster.node import ClusterNode
-from ..cluster.resume import resume_in_cluster
+from ..cluster.resume import refuse_store_unavailable, resume_in_cluster
 from ..cluster.store import StoreUnavailable
 from ..security import AuthRefused, check_origin, ws_auth
 from ..services import Services
@@ -62,9 +62,7 @@ async def _realtime(s: Services, node: ClusterNode | None, ws: WebSocket) -> Non
         await ws.close(CLOSE_TRY_AGAIN, str(exc))
         return
     except StoreUnavailable:
-        s.metrics.errors.labels(code="store_unavailable").inc()
-        await ws.send_json(p.error_event("store_unavailable", "the session store is unavailable; retry shortly"))
-        await ws.close(CLOSE_TRY_AGAIN, "session store unavailable")
+        await refuse_store_unavailable(s, ws)
         return
     live = LiveSession(s, key, token=token)
     s.registry.add(live)

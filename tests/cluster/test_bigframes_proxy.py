@@ -10,7 +10,7 @@ from collections.abc import Iterator
 import pytest
 import websockets
 
-from testkit.replicas import RedisServer, replica
+from testkit.replicas import RedisServer, replicas_running
 from tests.resume_client import WS_OPTS, recv
 
 CONF = {"server": {"grace_period_s": 120}, "sessions": {"lease_s": 1.0}}
@@ -19,14 +19,8 @@ CONF = {"server": {"grace_period_s": 120}, "sessions": {"lease_s": 1.0}}
 @pytest.fixture(scope="module")
 def pair(redis_server: RedisServer, tmp_path_factory: pytest.TempPathFactory) -> Iterator[list[str]]:
     tmp = tmp_path_factory.mktemp("bigframes")
-    procs = [replica(tmp, redis_server.url, settings=CONF) for _ in range(2)]
-    try:
-        for p in procs:
-            p.start()
+    with replicas_running(tmp, redis_server.url, settings=CONF) as procs:
         yield [f"127.0.0.1:{p.port}" for p in procs]
-    finally:
-        for p in procs:
-            p.stop()
 
 
 async def proxied(pair: list[str]) -> websockets.ClientConnection:

@@ -25,6 +25,7 @@ CONF = {"server": {"grace_period_s": 120}, "sessions": {"lease_s": LEASE_S}}
 
 
 def start_pair(tmp, url: str, lease_s: float = LEASE_S, **fake: float) -> list[EngineProcess]:
+    """Two replicas the test stops itself (it kills or terminates one of them on purpose)."""
     conf = {**CONF, "sessions": {"lease_s": lease_s}}
     procs = [replica(tmp, url, settings=conf, **fake) for _ in range(2)]
     try:

@@ -95,17 +95,11 @@ def cluster(redis_server: RedisServer, tmp_path: Path) -> Iterator[tuple[str, li
             p.stop()
 
 
-def resumes_on(port: int) -> float:
+def metric(port: int, name: str) -> float:
+    """One unlabelled sample of a replica's /metrics (0 when absent)."""
     with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10) as r:
         text = r.read().decode()
-    m = re.search(r"^stream_omni:resumes_total (\S+)$", text, re.M)
-    return float(m.group(1)) if m else 0.0
-
-
-def running_on(port: int) -> float:
-    with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10) as r:
-        text = r.read().decode()
-    m = re.search(r"^stream_omni:num_requests_running (\S+)$", text, re.M)
+    m = re.search(rf"^{re.escape(name)} (\S+)$", text, re.M)
     return float(m.group(1)) if m else 0.0
 
 
@@ -120,7 +114,9 @@ def test_the_documented_recipe_resumes_across_replicas_and_survives_a_kill(clust
     asyncio.run(turn(run, [lb], "Write a short paragraph about the sea.", cuts, rng, recv_timeout_s=60))
     assert run.text(0) == ref.text(0) and run.text(0)
     assert run.resumes >= 4 and run.duplicates == 0 and run.gaps == 0 and run.resume_failed == 0
-    assert all(resumes_on(p.port) > 0 for p in procs)  # round robin: both replicas served resumes
+    assert all(
+        metric(p.port, "stream_omni:resumes_total") > 0 for p in procs
+    )  # round robin: both replicas served resumes
 
     async def killed_mid_response() -> dict:
         ws = await websockets.connect(
@@ -133,7 +129,7 @@ def test_the_documented_recipe_resumes_across_replicas_and_survives_a_kill(clust
             run.accept(await recv(ws, 60))
         while not run.text(1):
             run.accept(await recv(ws, 60))
-        owners = [p for p in procs if running_on(p.port) > 0]
+        owners = [p for p in procs if metric(p.port, "stream_omni:num_requests_running") > 0]
         assert len(owners) == 1, "the second reply should still be running on exactly one replica"
         owners[0].kill()
         try:

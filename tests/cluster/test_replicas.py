@@ -16,8 +16,7 @@ from collections.abc import Iterator
 import pytest
 import websockets
 
-from testkit.remote_engines import EngineProcess
-from testkit.replicas import RedisServer, replica
+from testkit.replicas import RedisServer, replicas_running
 from tests.cluster.client import Run, turn, user
 from tests.resume_client import WS_OPTS, recv
 
@@ -28,14 +27,8 @@ SAY = ["tell me", "and then?"]
 @pytest.fixture(scope="module")
 def pair(redis_server: RedisServer, tmp_path_factory: pytest.TempPathFactory) -> Iterator[list[str]]:
     tmp = tmp_path_factory.mktemp("replicas")
-    procs = [replica(tmp, redis_server.url, settings=CONF, answer_tokens=120, step_s=0.004) for _ in range(2)]
-    try:
-        for p in procs:
-            p.start()
+    with replicas_running(tmp, redis_server.url, settings=CONF, answer_tokens=120, step_s=0.004) as procs:
         yield [f"127.0.0.1:{p.port}" for p in procs]
-    finally:
-        for p in procs:
-            p.stop()
 
 
 def reference(addr: str) -> list[str]:
@@ -101,14 +94,8 @@ def keyed_pair(redis_server: RedisServer, tmp_path_factory: pytest.TempPathFacto
         "sessions": CONF["sessions"],
         "limits": {**CONF["limits"], "max_sessions_per_key": 2, "messages_per_s_per_key": 30},
     }
-    procs: list[EngineProcess] = [replica(tmp, redis_server.url, settings=conf) for _ in range(2)]
-    try:
-        for p in procs:
-            p.start()
+    with replicas_running(tmp, redis_server.url, settings=conf) as procs:
         yield [f"127.0.0.1:{p.port}" for p in procs]
-    finally:
-        for p in procs:
-            p.stop()
 
 
 def test_sessions_per_key_are_counted_across_replicas(keyed_pair):
