@@ -5,10 +5,10 @@ embedded GGUF; the gateway is ``stream-omni serve`` with ``model.backend: openai
 it, each in its own process. Three ways to ask the same engine the same thing, in one run:
 
 * **direct**: the engine's ``/v1/chat/completions`` stream (what a client without us gets);
-* **gateway SSE**: our ``/v1/chat/completions`` stream (``fast`` chunking);
-* **gateway WebSocket**: our ``/v1/realtime`` (``response.create``, ``fast`` chunking);
-* **gateway SSE, whole words**: the SSE row with ``eager_first: false``, the scheduler's first
-  chunk waiting for where its word ends (what every chunk did before ``eager_first``).
+* **gateway SSE**: our ``/v1/chat/completions`` stream (the default chunking);
+* **gateway WebSocket**: our ``/v1/realtime`` (``response.create``, the default chunking);
+* **gateway SSE, whole words**: the SSE row with ``eager_first: false`` (and ``fast`` chunking: a
+  one-word first chunk), the scheduler's first chunk waiting for where its word ends.
 
 Greedy, 128 tokens. The three rows send the *same* messages back to back (order rotated per
 prompt), right after one unmeasured request that puts those messages in the engine's prompt cache:
@@ -180,7 +180,7 @@ async def ws_run(addr: str, prompt: list[dict[str, str]], n: int) -> dict[str, A
     ws = await session(addr, prompt)
     try:
         t0 = time.perf_counter()
-        body = {"max_output_tokens": n, "temperature": 0, "scheduler": {"strategy": "fast"}}
+        body = {"max_output_tokens": n, "temperature": 0}  # the gateway's default chunking
         await ws.send(json.dumps({"type": "response.create", "response": body}))
         times: list[float] = []
         texts: list[str] = []
@@ -265,7 +265,7 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
             def body(prompt: list[dict[str, str]], ours: bool, **sched: Any) -> dict[str, Any]:
                 b: dict[str, Any] = {"model": "smollm2-engine", "messages": prompt, "max_tokens": n, "stream": True}
                 b |= {"temperature": 0.0, "stream_options": {"include_usage": True}}
-                return b | ({"scheduler": {"strategy": "fast", **sched}} if ours else {})
+                return b | ({"scheduler": sched} if ours and sched else {})  # ours: the gateway's default chunking
 
             for q in PROBES:  # the engine directly, greedy: its first two deltas
                 pb = body([{"role": "user", "content": q}], False) | {"max_tokens": 3}
@@ -288,7 +288,8 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
                         elif who == "gateway SSE":
                             res = sse_run(client, f"http://{addr}/v1/chat/completions", body(msgs, True))
                         elif who == "gateway SSE, whole words":
-                            whole = body(msgs, True, eager_first=False)
+                            # a one-word first chunk that waits for its word end
+                            whole = body(msgs, True, strategy="fast", eager_first=False)
                             res = sse_run(client, f"http://{addr}/v1/chat/completions", whole)
                         else:
                             res = await ws_run(addr, msgs, n)

@@ -104,6 +104,10 @@ class Services:
             # a remote engine's first delta goes out as it comes (docs/REMOTE.md): waiting for its word's end
             # costs a whole token interval of TTFT over the engine's own stream
             d.setdefault("eager_first", True)
+            if d["eager_first"]:
+                # ... and that delta alone is the first chunk: a preset's 2-word first chunk would wait for the
+                # second delta all the same (RemoteJob counts a word as one token)
+                d.setdefault("first_chunk_tokens", 1)
         if self.drafter_factory is None:
             d["lookahead_tokens"] = 0  # nothing drafts
         else:

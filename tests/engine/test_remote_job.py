@@ -242,6 +242,8 @@ def test_eager_first_is_on_by_default_with_a_remote_engine_only(model):
     cfg = load_config(None)
     remote = Services(cfg, model, None, None)  # type: ignore[arg-type]  # scheduler_config needs no engine
     assert remote.scheduler_config({}).eager_first is True
+    assert remote.scheduler_config({}).first_chunk_tokens == 1  # the default preset's 2 would wait for a 2nd delta
+    assert remote.scheduler_config({"eager_first": False}).first_chunk_tokens == 2  # whole words: the preset's
     assert remote.scheduler_config({"eager_first": False}).eager_first is False  # per session / request
     off = load_config(None, **{"scheduler.eager_first": False})  # server-wide
     assert Services(off, model, None, None).scheduler_config({}).eager_first is False  # type: ignore[arg-type]
