@@ -110,8 +110,9 @@ async def one(addr: str, turn_detection: dict[str, Any], text: str, parts: tuple
                     early_deltas += "input_audio_buffer.speech_stopped" not in marks
                 if kind == "conversation.item.input_audio_transcription.completed":
                     transcript = ev["transcript"]
-                # a reply to the first half of a split turn, cancelled by barge-in: the next turn's comes
-                if kind == "response.done" and ev["response"]["status"] != "cancelled":
+                # a reply to the first half of a split turn (cancelled by barge-in, or done before the
+                # speech went on): the reply to the whole utterance comes after the end of speech
+                if kind == "response.done" and ev["response"]["status"] != "cancelled" and "eos" in marks:
                     return
 
         task = asyncio.create_task(reader())
