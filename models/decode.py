@@ -205,12 +205,18 @@ class DecodeJob:
         rows = self.backend.forward(self.state, fw.tokens, fw.n_logits)
         return self._complete(rows, self.clock() - t0)
 
-    def plan(self, load: int = 0, prefill_budget: int | None = None, draft: bool = True) -> Forward | None:
+    def plan(
+        self, load: int = 0, prefill_budget: int | None = None, draft: bool = True, prefill_piece: int | None = None
+    ) -> Forward | None:
         """What this step needs forwarded; None: nothing now (finished, or no prefill budget left).
 
         ``load``: tokens of other jobs sharing the forward (the adaptive lookahead weighs drafts
         against it); ``draft=False``: no drafting this step (the engine's batch already fills the
         machine). ``prefill_budget``: the most prompt tokens this step may feed (None: all at once).
+        ``prefill_piece``: the prompt goes in whole pieces of this many tokens (the last one shorter),
+        cut where they would be cut alone, each when the budget holds all of it: where the budget
+        cuts a prompt must not depend on who else is prefilling, because a backend's attention may
+        round a prompt cut 16 + 32 differently from 48 at once (the transformers fast path in bf16).
         """
         assert self._inflight is None, "plan() twice without complete()"
         if self.finished or self.beam > 1:
@@ -221,7 +227,13 @@ class DecodeJob:
             self.prompt_tokens = len(to_feed)
             self._prompt_left = to_feed
         if self._prompt_left is not None:
-            n = len(self._prompt_left) if prefill_budget is None else min(prefill_budget, len(self._prompt_left))
+            left = len(self._prompt_left)
+            if prefill_piece is not None:
+                n = min(prefill_piece, left)
+                if prefill_budget is not None and n > prefill_budget:
+                    return None  # the whole piece next step
+            else:
+                n = left if prefill_budget is None else min(prefill_budget, left)
             if n <= 0:
                 return None
             self._inflight = ("prefill", n)
@@ -244,6 +256,11 @@ class DecodeJob:
                     drafts = drafts[: self.constraint.valid_prefix(drafts)]
         self._inflight = ("advance", tok, drafts, len(self.state.tokens))
         return Forward([tok, *drafts], len(drafts) + 1)
+
+    @property
+    def prefilling(self) -> bool:
+        """Prompt tokens are still to go in (``plan`` may be waiting for prefill budget)."""
+        return self._prompt_left is not None
 
     def complete(self, rows: np.ndarray, seconds: float = 0.0) -> JobEvents:
         """This job's rows ``[n_logits, V]`` of the forward ``plan()`` asked for → its events.

@@ -54,7 +54,9 @@ class Job(Protocol):
     state: KVState  # the conversation's cache the planned tokens go into
     finished: bool
 
-    def plan(self, load: int = 0, prefill_budget: int | None = None, draft: bool = True) -> Forward | None:
+    def plan(
+        self, load: int = 0, prefill_budget: int | None = None, draft: bool = True, prefill_piece: int | None = None
+    ) -> Forward | None:
         """This step's tokens to forward (None: nothing now); ``load``: tokens others put in the batch."""
         ...
 
@@ -209,11 +211,13 @@ class Engine:
         groups: dict[int, list[tuple[Handle, Forward]]] = {}
         for h in batched:
             try:
-                fw = h.job.plan(load=load, prefill_budget=budget, draft=draft)
+                fw = h.job.plan(load=load, prefill_budget=budget, draft=draft, prefill_piece=self.prefill_chunk)
             except Exception as exc:
                 self._fail(h, exc)
                 continue
             if fw is None:
+                if getattr(h.job, "prefilling", False):
+                    budget = 0  # its piece did not fit: FIFO, no later prompt goes before it
                 continue
             if fw.prefill:
                 budget -= len(fw.tokens)

@@ -8,12 +8,15 @@ length), RoPE from precomputed tables, and ``scaled_dot_product_attention`` with
 **Batch invariance (bf16 greedy identity).** A verify block of k tokens must give each row
 bit-for-bit the logits a one-token step would give, or speculative greedy output parts from
 plain greedy at near-ties. On CPU two things break that: oneDNN computes an ``M = 1`` matmul
-with a GEMV kernel whose rounding differs from the ``M ≥ 2`` GEMM (measured: the GEMM's row
-results do not depend on ``M`` for 2 ≤ M ≤ 17), and the attention kernel's reductions depend
-on the key length. So a one-token step runs as a 2-row batch (the row duplicated), logits
-always come from at least 2 rows, and short blocks attend over a key length rounded up to a
-bucket of ``_KEY_BUCKET`` positions (masked, zero-initialised cache beyond) — rows of one
-block in different buckets attend in separate calls. Long prefills keep one plain call.
+with a GEMV kernel whose rounding differs from the ``M ≥ 2`` GEMM, past 32 rows the GEMM changes
+kernels again (measured on the embedded model's five projection shapes: every row's result is
+the same for 2 ≤ M ≤ 32, and differs for some rows from M = 33), and the attention kernel's
+reductions depend on the key length. So a one-token step runs as a 2-row batch (the row
+duplicated), logits always come from at least 2 rows, every projection runs over blocks of
+2–32 rows (``_rows``: a 48-token prompt piece beside seven decode rows must not move their
+results), and short blocks attend over a key length rounded up to a bucket of ``_KEY_BUCKET``
+positions (masked, zero-initialised cache beyond) — rows of one block in different buckets
+attend in separate calls. Long prefills keep one plain attention call per conversation.
 
 **Warm spare caches.** A new conversation's first forward needs ``2 × layers`` cache blocks
 (SmolLM2-135M: 60 × 196 KB at 256 positions), and fresh blocks are fresh pages: measured here,
@@ -42,6 +45,18 @@ import torch.nn.functional as F
 _GROW = 256  # cache capacity grows in steps of this many positions
 _KEY_BUCKET = 32  # short blocks attend over key lengths rounded up to this (see module doc)
 _SHORT = 32  # blocks up to this many tokens take the batch-invariant path (decode steps, verify blocks)
+_GEMM_ROWS = 32  # a projection over more rows runs as blocks of at most this many (see module doc)
+
+
+def _rows(x: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
+    """``F.linear`` over ``x [R, in]`` in balanced blocks of 2–32 rows (R ≥ 2): each row's result is
+    then the one it gets in any other such block, whatever else shares the forward. → ``[R, out]``"""
+    r = x.shape[0]
+    if r <= _GEMM_ROWS:
+        return F.linear(x, w)
+    n = -(-r // _GEMM_ROWS)
+    sizes = [r // n + (1 if i < r % n else 0) for i in range(n)]  # each ≥ 16 and ≤ 32
+    return torch.cat([F.linear(part, w) for part in torch.split(x, sizes)])
 
 
 def supports(model: Any) -> bool:
@@ -191,7 +206,7 @@ class FastLlama:
     @torch.inference_mode()
     def forward_many(self, items: list[tuple[FastCache, list[int], int]]) -> list[torch.Tensor]:
         """Several conversations in one pass: every projection and MLP runs once over all their
-        rows ``[R, hidden]`` (the GEMM's row results do not depend on the row count for R ≥ 2, see
+        rows ``[R, hidden]`` (in blocks of 2–32 rows, whose row results do not depend on the row count, see
         the module doc), attention per conversation over its own cache exactly as alone. A lone
         one-token item still runs as 2 rows. Returns per item ``[n_logits, V]`` (model dtype)."""
         plans = []
@@ -213,7 +228,7 @@ class FastLlama:
         H, KVH, D = self.n_heads, self.n_kv, self.head_dim
         for i, (ln1, wqkv, wo, ln2, wgu, wdown) in enumerate(self.layers):
             h = self._norm(x, ln1)
-            qkv = F.linear(h, wqkv)  # [R, (H + 2 KVH) D]
+            qkv = _rows(h, wqkv)  # [R, (H + 2 KVH) D]
             # RoPE on q and k together: [H + KVH, R, D]
             qk = self._rope(qkv[:, : self.q_size + self.kv_size].view(r, H + KVH, D).transpose(0, 1), cos, sin)
             parts = []
@@ -231,10 +246,10 @@ class FastLlama:
             att_all = torch.cat(parts) if len(parts) > 1 else parts[0]
             if lone:
                 att_all = att_all.expand(2, -1)
-            x = x + F.linear(att_all, wo)
+            x = x + _rows(att_all, wo)
             h = self._norm(x, ln2)
-            gu = F.linear(h, wgu)  # [R, 2 * inter]
-            x = x + F.linear(F.silu(gu[:, : self.inter]) * gu[:, self.inter :], wdown)
+            gu = _rows(h, wgu)  # [R, 2 * inter]
+            x = x + _rows(F.silu(gu[:, : self.inter]) * gu[:, self.inter :], wdown)
         picks, o = [], 0
         for (cache, _, n_logits), (start, t, _, _) in zip(items, plans, strict=True):
             cache.length = start + t
@@ -243,7 +258,7 @@ class FastLlama:
         last = torch.cat(picks) if len(picks) > 1 else picks[0]
         if last.shape[0] == 1:
             last = last.expand(2, -1)  # logits always from ≥ 2 rows
-        logits = F.linear(self._norm(last, self.final_norm), self.lm_head)  # [Σ n_logits, V]
+        logits = _rows(self._norm(last, self.final_norm), self.lm_head)  # [Σ n_logits, V]
         out, o = [], 0
         for _, _, n_logits in items:
             out.append(logits[o : o + n_logits])
