@@ -7,15 +7,10 @@ questions asked at once differed from the same question asked alone (``bench bat
 
 from __future__ import annotations
 
-import threading
-
 import pytest
 
-from models.decode import DecodeJob
-from models.engine import Engine
 from models.llm import LLMConfig, load_backend
-from models.sampling import SamplingParams
-from models.scheduler import SchedulerConfig
+from testkit.engine_runs import greedy_job, run_on_engine
 
 QUESTIONS = [
     "Why is the sky blue? Explain it to a curious child in a few sentences.",
@@ -34,27 +29,9 @@ def embedded_bf16():
     return b
 
 
-def run(backend, prompts: list[list[int]], tokens: int) -> list[list[int]]:
-    done = threading.Semaphore(0)
-    eng = Engine(max_running=8, prefill_chunk=128)  # the default: the prompts share its budget
-    jobs = [
-        DecodeJob(
-            backend, backend.new_state(), p, SamplingParams(max_tokens=tokens), SchedulerConfig(lookahead_tokens=0)
-        )
-        for p in prompts
-    ]
-    try:
-        for j in jobs:
-            eng.submit(j, lambda ev: done.release() if ev.done is not None else None)
-        for _ in jobs:
-            assert done.acquire(timeout=120)
-    finally:
-        eng.close()
-    return [j.generated for j in jobs]
-
-
 def test_six_questions_at_once_get_the_replies_they_get_alone(embedded_bf16):
     prompts = [embedded_bf16.encode(q) for q in QUESTIONS]
     assert sum(map(len, prompts)) > 64  # the prompts share steps (prefill pieces beside decode rows)
-    alone = [run(embedded_bf16, [p], 40)[0] for p in prompts]
-    assert run(embedded_bf16, prompts, 40) == alone
+    # prefill_chunk 128 (the default): the prompts share its budget
+    alone = [run_on_engine([greedy_job(embedded_bf16, p, 40)], 128, timeout_s=120)[0] for p in prompts]
+    assert run_on_engine([greedy_job(embedded_bf16, p, 40) for p in prompts], 128, timeout_s=120) == alone

@@ -6,6 +6,7 @@ import numpy as np
 import pytest
 
 from models.llm import LLMConfig, load_backend
+from testkit.engine_runs import greedy_job, run_on_engine
 
 
 @pytest.fixture(scope="module")
@@ -148,41 +149,21 @@ def test_bf16_batched_decode_gives_each_conversation_its_alone_logits(tiny_bf16,
 
 
 def test_the_engine_batches_the_fast_path_and_each_greedy_text_is_the_alone_text(tiny_bf16):
-    import threading
-
-    from models.decode import DecodeJob
-    from models.engine import Engine
-    from models.sampling import SamplingParams
-    from models.scheduler import SchedulerConfig
-
     prompts = [[5 + i, 300 + 7 * i, 41, 9000 + i, 77] * (1 + i % 3) for i in range(6)]
-
-    def job(p: list[int]) -> DecodeJob:
-        return DecodeJob(
-            tiny_bf16, tiny_bf16.new_state(), p, SamplingParams(max_tokens=20), SchedulerConfig(lookahead_tokens=0)
-        )
-
     alone = []
     for p in prompts:
-        j = job(p)
+        j = greedy_job(tiny_bf16, p, 20)
         while not j.finished:
             j.step()
         alone.append(j.generated)
     calls: list[int] = []
     original = tiny_bf16.fast.forward_many
     tiny_bf16.fast.forward_many = lambda items: calls.append(len(items)) or original(items)
-    done = threading.Semaphore(0)
-    eng = Engine(max_running=8, prefill_chunk=16)
     try:
-        jobs = [job(p) for p in prompts]
-        for j in jobs:
-            eng.submit(j, lambda ev: done.release() if ev.done is not None else None)
-        for _ in jobs:
-            assert done.acquire(timeout=60)
+        batched = run_on_engine([greedy_job(tiny_bf16, p, 20) for p in prompts], prefill_chunk=16)
     finally:
-        eng.close()
         del tiny_bf16.fast.forward_many
-    assert [j.generated for j in jobs] == alone
+    assert batched == alone
     assert max(calls) == len(prompts)  # all six conversations in one pass
 
 
@@ -190,13 +171,6 @@ def test_prompts_that_share_a_step_prefill_in_the_pieces_they_get_alone(tiny_bf1
     """Prompts arriving together: the step's prefill budget must not cut a prompt where it would not
     be cut alone (48 tokens cut 16 + 32 attend through other kernels than 48 at once: in bf16 the
     logits, then the greedy text, can drift; measured on the embedded model, 6 of 8 replies)."""
-    import threading
-
-    from models.decode import DecodeJob
-    from models.engine import Engine
-    from models.sampling import SamplingParams
-    from models.scheduler import SchedulerConfig
-
     rng = np.random.default_rng(7)
     prompts = [[int(x) for x in rng.integers(3, 40000, n)] for n in (48, 48, 90, 48, 150)]
     pieces: dict[int, list[int]] = {}
@@ -209,22 +183,10 @@ def test_prompts_that_share_a_step_prefill_in_the_pieces_they_get_alone(tiny_bf1
         return original(items)
 
     def run(batch: list[list[int]]) -> tuple[list[list[int]], list[list[int]]]:
-        done = threading.Semaphore(0)
-        eng = Engine(max_running=8, prefill_chunk=64)  # 384 prompt tokens: most meet a partly spent budget
-        jobs = [
-            DecodeJob(
-                tiny_bf16, tiny_bf16.new_state(), p, SamplingParams(max_tokens=24), SchedulerConfig(lookahead_tokens=0)
-            )
-            for p in batch
-        ]
-        try:
-            for j in jobs:
-                eng.submit(j, lambda ev: done.release() if ev.done is not None else None)
-            for _ in jobs:
-                assert done.acquire(timeout=60)
-        finally:
-            eng.close()
-        return [j.generated for j in jobs], [pieces[id(j.state.cache)] for j in jobs]
+        pieces.clear()  # keyed by id(): a freed cache's id may come back in the next run
+        jobs = [greedy_job(tiny_bf16, p, 24) for p in batch]
+        texts = run_on_engine(jobs, prefill_chunk=64)  # 384 prompt tokens: most meet a partly spent budget
+        return texts, [pieces[id(j.state.cache)] for j in jobs]
 
     tiny_bf16.fast.forward_many = spy
     try:

@@ -6,7 +6,6 @@ bf16 max |Δlogit| ≤ 1/64 and a teacher-forced greedy-token divergence rate �
 
 from __future__ import annotations
 
-import threading
 from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
@@ -16,6 +15,7 @@ import pytest
 
 from models import hf_batch
 from models.llm import LLMConfig, TransformersBackend, load_backend
+from testkit.engine_runs import greedy_job, run_on_engine
 from testkit.tiny_models import build_tiny_causal
 
 ARCHS = ["qwen2", "gpt2", "llama"]  # llama: the tiny Llama with fast_path off
@@ -154,37 +154,18 @@ def test_sliding_window_models_do_not_batch():
 
 
 def test_the_engine_batches_the_generic_path_and_greedy_text_is_the_alone_text(model_dirs, monkeypatch):
-    from models.decode import DecodeJob
-    from models.engine import Engine
-    from models.sampling import SamplingParams
-    from models.scheduler import SchedulerConfig
-
     b = backend(model_dirs, "qwen2", "float32")
     prompts = [[5 + i, 300 + 7 * i, 41, 9000 + i, 77] * (1 + i % 3) for i in range(6)]
-
-    def job(p: list[int]) -> DecodeJob:
-        return DecodeJob(b, b.new_state(), p, SamplingParams(max_tokens=20), SchedulerConfig(lookahead_tokens=0))
-
     alone = []
     for p in prompts:
-        j = job(p)
+        j = greedy_job(b, p, 20)
         while not j.finished:
             j.step()
         alone.append(j.generated)
     groups: list[int] = []
     original = hf_batch.forward_group
     monkeypatch.setattr(hf_batch, "forward_group", lambda m, g: groups.append(len(g)) or original(m, g))
-    done = threading.Semaphore(0)
-    eng = Engine(max_running=8, prefill_chunk=64)
-    try:
-        jobs = [job(p) for p in prompts]
-        for j in jobs:
-            eng.submit(j, lambda ev: done.release() if ev.done is not None else None)
-        for _ in jobs:
-            assert done.acquire(timeout=60)
-    finally:
-        eng.close()
-    assert [j.generated for j in jobs] == alone
+    assert run_on_engine([greedy_job(b, p, 20) for p in prompts], prefill_chunk=64) == alone
     assert max(groups) == len(prompts)  # all six decode steps in one forward
 
 
