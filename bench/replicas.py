@@ -37,18 +37,24 @@ async def recv(ws: Any, timeout_s: float = 15) -> dict[str, Any]:
     return json.loads(await asyncio.wait_for(ws.recv(), timeout_s))
 
 
-async def one_turn(addr: str) -> tuple[str, int]:
-    """A session with one finished reply: its token and last seq."""
+async def ask(addr: str, until: str) -> tuple[str, int]:
+    """A new session asks for a reply and leaves once it has seen an event of type ``until``:
+    its resume token and the last seq it read."""
     ws = await websockets.connect(f"ws://{addr}/v1/realtime", **OPTS)
     ev = await recv(ws)
     token, last = ev["resume"]["token"], ev["seq"]
     await ws.send(USER)
     await ws.send(json.dumps({"type": "response.create"}))
-    while ev["type"] != "response.done":
+    while ev["type"] != until:
         ev = await recv(ws)
         last = ev.get("seq", last)
     await ws.close()
     return token, last
+
+
+async def one_turn(addr: str) -> tuple[str, int]:
+    """A session with one finished reply: its token and last seq."""
+    return await ask(addr, "response.done")
 
 
 async def resume_ms(addr: str, token: str, last_seq: int) -> float:
@@ -65,15 +71,7 @@ async def resume_ms(addr: str, token: str, last_seq: int) -> float:
 
 async def killed(owner: Any, other: str) -> float:
     """Kill the owner mid-response with the client on the other replica: seconds to response.done."""
-    ws = await websockets.connect(f"ws://127.0.0.1:{owner.port}/v1/realtime", **OPTS)
-    ev = await recv(ws)
-    token, last = ev["resume"]["token"], ev["seq"]
-    await ws.send(USER)
-    await ws.send(json.dumps({"type": "response.create"}))
-    while ev["type"] != "response.output_text.delta":
-        ev = await recv(ws)
-        last = ev.get("seq", last)
-    await ws.close()
+    token, last = await ask(f"127.0.0.1:{owner.port}", "response.output_text.delta")
     ws = await websockets.connect(f"ws://{other}/v1/realtime?resume_token={token}&last_seq={last}", **OPTS)
     assert (await recv(ws))["type"] == "session.resumed"
     owner.kill()
