@@ -77,6 +77,8 @@ def start_server(port: int, fake: bool, voice: bool) -> subprocess.Popen[bytes]:
 def probe(pid: int, port: int) -> dict[str, float]:
     with open(f"/proc/{pid}/status") as f:
         rss = next(int(line.split()[1]) / 1024 for line in f if line.startswith("VmRSS:"))
+    # Counted before this probe's own /metrics connection is opened, so it never counts itself.
+    fds = len(os.listdir(f"/proc/{pid}/fd"))
     text = urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10).read().decode()
     gauges = {}
     for line in text.splitlines():
@@ -85,7 +87,7 @@ def probe(pid: int, port: int) -> dict[str, float]:
                 gauges[name] = float(line.split()[1])
     return {
         "rss_mb": rss,
-        "fds": len(os.listdir(f"/proc/{pid}/fd")),
+        "fds": fds,
         "tasks": gauges.get("stream_omni:event_loop_tasks", float("nan")),
         "sessions": gauges.get("stream_omni:active_sessions", float("nan")),
     }
@@ -215,11 +217,11 @@ async def soak(
         print(rows[-1], flush=True)
     if rows and rows[-1]["turns"] == 0:  # the load ended just before this window: nothing in it
         rows.pop()
-    deadline = time.monotonic() + 60  # detached sessions expire after GRACE_S; sockets close
+    # Detached sessions expire after GRACE_S, and the server closes a socket only after the client's
+    # FIN reaches it (the previous probe's own connection included); a real leak stays past 60 s.
+    deadline = time.monotonic() + 60
     after = await asyncio.to_thread(probe, pid, port)
-    while time.monotonic() < deadline and (
-        after["sessions"] > baseline["sessions"] or after["tasks"] > baseline["tasks"]
-    ):
+    while time.monotonic() < deadline and any(after[k] > baseline[k] for k in ("sessions", "tasks", "fds")):
         await asyncio.sleep(0.5)
         after = await asyncio.to_thread(probe, pid, port)
     return {"baseline": baseline, "after": after, "windows": rows}
