@@ -76,8 +76,8 @@ class Timed:
     def mask(self, row: Any, greedy: bool = False) -> Any:
         return self._t(self.inner.mask, row, greedy)
 
-    def mask_rows(self, rows: Any, drafts: list[int]) -> None:
-        self._t(self.inner.mask_rows, rows, drafts)
+    def mask_rows(self, rows: Any, drafts: list[int], greedy: bool = False) -> None:
+        self._t(self.inner.mask_rows, rows, drafts, greedy)
 
     def valid_prefix(self, tokens: list[int]) -> int:
         return int(self._t(self.inner.valid_prefix, tokens))

@@ -279,15 +279,18 @@ class Constraint:
             raise RuntimeError(f"grammar allows no token: {self._m.get_error() or 'dead end'}")
         return out
 
-    def mask_rows(self, rows: np.ndarray, drafts: list[int]) -> None:
+    def mask_rows(self, rows: np.ndarray, drafts: list[int], greedy: bool = False) -> None:
         """Mask ``rows [len(drafts)+1, V]`` in place: row ``i`` with the state after ``drafts[:i]``.
 
-        ``drafts`` must be allowed (``valid_prefix``); the state is left where it was.
+        ``drafts`` must be allowed (``valid_prefix``); the state is left where it was. ``greedy``
+        as in ``mask``, and it must be what the one-token steps use: llguidance's
+        ``validate_tokens`` can allow a token its bitmask leaves out (seen: ``"`` then ``:``
+        where the mask offers only ``":``), so the two ways may choose differently.
         """
         done = 0
         try:
             for i in range(len(drafts) + 1):
-                rows[i] = self.mask(rows[i])
+                rows[i] = self.mask(rows[i], greedy=greedy)
                 if i < len(drafts):
                     if not self._m.consume_token(drafts[i]):
                         raise RuntimeError(f"draft {drafts[i]} not allowed: call valid_prefix first")

@@ -52,7 +52,7 @@ class TokenConstraint(Protocol):
 
     def mask(self, row: np.ndarray, greedy: bool = False) -> np.ndarray: ...
 
-    def mask_rows(self, rows: np.ndarray, drafts: list[int]) -> None: ...
+    def mask_rows(self, rows: np.ndarray, drafts: list[int], greedy: bool = False) -> None: ...
 
     def valid_prefix(self, tokens: list[int]) -> int: ...
 
@@ -311,7 +311,7 @@ class DecodeJob:
             assert self.verifier is not None
             if self.constraint is not None:  # row i under the grammar state after drafts[:i]
                 rows = rows.copy()  # (a view into the engine's batch)
-                self.constraint.mask_rows(rows, drafts)
+                self.constraint.mask_rows(rows, drafts, greedy=self.params.greedy)
             new, n_ok = self.verifier.accept(rows, drafts, self.params, self.rng)
             # new = drafts[:n_ok] + [next token chosen from row n_ok]; rejected drafts leave the cache
             self.backend.crop(self.state, base + 1 + n_ok)

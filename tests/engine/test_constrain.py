@@ -196,6 +196,25 @@ def test_drafting_gives_exactly_the_constrained_greedy_output(schema: dict[str, 
     assert done.reason == "stop"
 
 
+def test_drafted_greedy_takes_the_one_token_steps_choice_where_validate_and_bitmask_differ() -> None:
+    # found by the property above: after `"name` the unmasked argmax `"` passes validate_tokens
+    # but the bitmask offers only `":`; verifying drafts with the bitmask answered `":` there
+    item = {"anyOf": [{"type": "string", "maxLength": 5}, {"type": "string", "pattern": "^[a-z]{2,5}$"}]}
+    city = {"type": "object", "properties": {k: {"type": "string"} for k in ("items", "ok", "a")}, "required": ["a"]}
+    props = {
+        "x_1": {"type": "array", "items": item, "maxItems": 3},
+        "city": city,
+        "name": {"type": "array", "items": {"type": "string"}, "maxItems": 0},
+    }
+    grammar = constrain.json_grammar({"type": "object", "properties": props, "required": ["x_1", "city"]})
+    plain, (_, job) = run(ByteBackend(3059), grammar)
+    backend = ByteBackend(3059)
+    prompt_len = len(backend.chat_tokens([{"role": "user", "content": "x"}]))
+    _, (_, djob) = run(backend, grammar, OracleDrafter(job.generated, prompt_len, False))
+    assert djob.generated == job.generated
+    assert djob.accepted == djob.drafted  # every oracle draft verified
+
+
 def test_drafts_the_grammar_forbids_are_never_verified() -> None:
     schema = {"type": "object", "properties": {"n": {"type": "integer"}}, "required": ["n"]}
     grammar = constrain.json_grammar(schema)
