@@ -75,6 +75,17 @@ class Backend(Protocol):
         ...
 
 
+@runtime_checkable
+class Parking(Protocol):
+    """A backend whose conversations share a fixed set of cache slots (llama.cpp sequences)."""
+
+    def park(self, state: KVState) -> None:
+        """``state``'s client is away: a new conversation may take its slot before a free one that
+        would decode apart from the others. The cache stays until then; a state whose slot was
+        taken re-prefills on its next step. Engine thread only."""
+        ...
+
+
 def crop_cache(state: KVState, length: int, empty: Callable[[], Any]) -> None:
     """Drop positions from ``length`` on from a cache with transformers' ``crop(-n)`` (a
     ``DynamicCache``); cropping to 0 takes a fresh ``empty()`` cache instead."""

@@ -198,6 +198,7 @@ class Connection:
                 live.attached = None
                 live.on_event = None
                 live.svc.registry.detached(live)
+                live.park()
             if self._closing and self.ws.client_state == WebSocketState.CONNECTED:
                 if self._closing[0] in (CLOSE_POLICY, CLOSE_TOO_BIG):  # say why before closing
                     with contextlib.suppress(Exception):

@@ -9,6 +9,7 @@ at a time; the newer one wins.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import secrets
 import threading
@@ -17,6 +18,7 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from models import constrain, toolcalls
+from models.backend import Parking
 from models.constrain import GrammarError
 from models.decode import ContextOverflow, JobEvents
 from models.engine import EngineBusy, Handle
@@ -464,6 +466,14 @@ class LiveSession:
     @property
     def busy(self) -> bool:
         return bool(self.handles) or self.session.response is not None
+
+    def park(self) -> None:
+        """Its socket is gone: a new conversation may take its KV slot first (``Parking``); a
+        resume that finds the slot taken re-prefills, one that does not goes on where it was."""
+        backend = self.svc.backend
+        if isinstance(backend, Parking) and not self.closed:
+            with contextlib.suppress(EngineBusy):  # shutting down: nothing to keep anyway
+                self.svc.engine.call(backend.park, self.state)
 
     def close(self, reason: str = "session_closed") -> None:
         """Free everything: cancel generation, stop tasks."""

@@ -66,6 +66,7 @@ class Live:
         self.closed = False
         self.received = 0
         self.token, self.key = "tok", "key"
+        self.parked = 0
 
     @property
     def busy(self) -> bool:
@@ -83,6 +84,9 @@ class Live:
     def close(self, reason: str = "session_closed") -> None:
         self.closed = True
         self.changed.set()
+
+    def park(self) -> None:  # LiveSession.park hands its KV slot back; here it is only counted
+        self.parked += 1
 
 
 async def until(cond: Any, limit_s: float = 2.0) -> None:
@@ -134,7 +138,7 @@ async def test_a_socket_that_dies_in_its_hello_still_detaches_so_the_session_can
         await asyncio.wait_for(Connection(dead, live).run(resumed=True), 2)  # type: ignore[arg-type]
     except WebSocketDisconnect:
         pass
-    assert live.attached is None
+    assert live.attached is None and live.parked == 1
     await until(lambda: live.closed)  # the grace timer ran
     assert len(reg) == 0
 
