@@ -52,6 +52,7 @@ import numpy as np
 
 from . import chat_template
 from .backend import BatchItem, KVState, common_prefix
+from .llama_slots import SeqHandle, Slot, open_slots, pick_slot, plan_moves
 from .llm import EMBEDDED_ID, ModelLoadError, embedded_gguf
 
 log = logging.getLogger(__name__)
@@ -108,105 +109,7 @@ def _quiet_llama_log(lc: Any) -> None:
     lc.llama_log_set(_cb, ctypes.c_void_p(0))
 
 
-class _SeqHandle:
-    """``KVState.cache`` of this backend: which slot the state is bound to (weakly owned)."""
-
-    __slots__ = ("slot", "__weakref__")
-
-    def __init__(self) -> None:
-        self.slot: int | None = None
-
-
-class _Slot:
-    __slots__ = ("seq", "tokens", "owner", "used", "parked", "seq_addr", "_seq_id")
-
-    def __init__(self, seq: int) -> None:
-        self.seq = seq
-        self.tokens: list[int] = []  # exactly the ids whose K/V this sequence holds
-        self.owner: weakref.ref[_SeqHandle] | None = None
-        self.used = 0
-        self.parked = False  # its owner's client is away (``park``) and it has not stepped since
-        # batch.seq_id[i] of this slot's tokens points at this one int32 holding ``seq``
-        self._seq_id = (ctypes.c_int32 * 1)(seq)
-        self.seq_addr = ctypes.addressof(self._seq_id)
-
-    def owned_by(self, handle: _SeqHandle) -> bool:
-        return self.owner is not None and self.owner() is handle
-
-    def free(self) -> bool:
-        return self.owner is None or self.owner() is None
-
-    def takeable(self) -> bool:
-        """Free, or held by a parked conversation."""
-        return self.free() or self.parked
-
-
 _MIN_BORROW = 8  # copy another slot's cached prefix when it is at least this many tokens longer
-
-
-def pick_slot(slots: list[_Slot], running: set[int], target: list[int]) -> int:
-    """The sequence a new or evicted conversation takes, ``running`` being the sequences of the
-    same ``llama_decode`` call; → its ``seq``.
-
-    llama.cpp computes a batch over per-sequence KV streams as one ubatch per run of consecutive
-    sequence ids (``split_equal`` with ``sequential``), and each ubatch reads every weight again:
-    eight one-token rows on ids 0, 1, 10–15 took 41.5 ms a step where 0–7 took 36 ms. Among the
-    free and parked slots: first one next to the running ones (two neighbours: it joins two
-    runs), then a free one over a parked one, then the longest cached prefix (what a follow-up
-    request reuses without a copy), then the longest run of such slots around it (room for the
-    ones that come next), then the least recently used. With none, the idle slot next to the
-    running ones goes, else the least recently used."""
-
-    def touching(seq: int) -> int:
-        return (seq - 1 in running) + (seq + 1 in running)
-
-    open_ = [s.takeable() and s.seq not in running for s in slots]
-    if any(open_):
-        run = [0] * len(slots)  # length of the run of takeable slots each one is in
-        i = 0
-        while i < len(slots):
-            j = i
-            while j < len(slots) and open_[j]:
-                j += 1
-            run[i:j] = [j - i] * (j - i)
-            i = j + 1
-        best = max(
-            (s for s in slots if open_[s.seq]),
-            key=lambda s: (touching(s.seq), s.free(), common_prefix(s.tokens, target), run[s.seq], -s.used),
-        )
-    else:
-        best = max((s for s in slots if s.seq not in running), key=lambda s: (touching(s.seq), -s.used))
-    return best.seq
-
-
-def plan_moves(open_: list[bool], running: set[int]) -> list[tuple[int, int]]:
-    """Moves ``(from, to)`` that gather the ``running`` sequences into one run of consecutive
-    ids (``pick_slot`` says why): the one farthest from the longest run goes first, onto an
-    ``open_`` (takeable, not running) slot bordering that run; stops when none borders it. A
-    move costs one copy of a KV stream (≈ 15 ms at 4096 tokens here), a split step ≈ 8 ms of
-    every following step. Pure: the slots' flags in, the moves out."""
-    running, open_ = set(running), list(open_)
-    moves: list[tuple[int, int]] = []
-    while True:
-        starts = sorted(s for s in running if s - 1 not in running)
-        if len(starts) <= 1:
-            return moves
-        spans = []
-        for lo in starts:
-            hi = lo
-            while hi + 1 in running:
-                hi += 1
-            spans.append((lo, hi))
-        lo, hi = max(spans, key=lambda r: (r[1] - r[0], -r[0]))
-        src = max((s for s in running if not lo <= s <= hi), key=lambda s: lo - s if s < lo else s - hi)
-        dsts = [d for d in (lo - 1, hi + 1) if 0 <= d < len(open_) and open_[d]]
-        if not dsts:
-            return moves
-        dst = min(dsts, key=lambda d: abs(d - src))
-        moves.append((src, dst))
-        running.remove(src)
-        running.add(dst)
-        open_[src], open_[dst] = True, False
 
 
 class LlamaCppBackend:
@@ -268,7 +171,7 @@ class LlamaCppBackend:
         self._batch.logits = self._want.ctypes.data_as(ctypes.POINTER(ctypes.c_int8))
         self._batch.seq_id = ctypes.cast(self._seqp.ctypes.data, ctypes.POINTER(ctypes.POINTER(ctypes.c_int32)))
         self._text_buf = ctypes.create_string_buffer(1 << 14)  # decode's output, grown on demand
-        self._slots = [_Slot(i) for i in range(cfg.n_seq)]
+        self._slots = [Slot(i) for i in range(cfg.n_seq)]
         self._clock = itertools.count(1)
 
         self._template = self._meta("tokenizer.chat_template")
@@ -279,7 +182,7 @@ class LlamaCppBackend:
     # ---------------------------------------------------------------- Backend
 
     def new_state(self) -> KVState:
-        return KVState(tokens=[], cache=_SeqHandle())
+        return KVState(tokens=[], cache=SeqHandle())
 
     def forward(self, state: KVState, tokens: list[int], n_logits: int = 1) -> np.ndarray:
         return self.forward_batch([(state, tokens, n_logits)])[0]
@@ -308,8 +211,7 @@ class LlamaCppBackend:
             work = []
             running = {h.slot for h in (s.cache for s, _, _ in group) if self._owns(h)}
             fresh_ones = [self._bind(state, tokens, running)[1] for state, tokens, _ in group]
-            open_ = [s.takeable() and s.seq not in running for s in self._slots]
-            for src, dst in plan_moves(open_, running):
+            for src, dst in plan_moves(open_slots(self._slots, running), running):
                 self._move(self._slots[src], self._slots[dst])
             for (state, tokens, n_logits), fresh in zip(group, fresh_ones, strict=True):
                 slot = self._slots[state.cache.slot]
@@ -338,10 +240,9 @@ class LlamaCppBackend:
             return
         length = max(length, 0)
         handle = state.cache
-        if isinstance(handle, _SeqHandle) and handle.slot is not None:
+        if self._owns(handle):
             slot = self._slots[handle.slot]
-            if slot.owned_by(handle):
-                self._crop_slot(slot, min(length, len(slot.tokens)))
+            self._crop_slot(slot, min(length, len(slot.tokens)))
         del state.tokens[length:]
 
     def chat_tokens(self, messages: list[dict[str, str]], add_generation_prompt: bool = True) -> list[int]:
@@ -427,14 +328,14 @@ class LlamaCppBackend:
 
     # ---------------------------------------------------------------- internals
 
-    def _bind(self, state: KVState, tokens: list[int], running: set[int]) -> tuple[_Slot, bool]:
+    def _bind(self, state: KVState, tokens: list[int], running: set[int]) -> tuple[Slot, bool]:
         """The slot of ``state`` and whether it was just (re)bound, i.e. may hold other tokens.
         ``running``: the sequences of this call so far; a fresh slot joins them (``pick_slot``)."""
         handle = state.cache
-        if not isinstance(handle, _SeqHandle):
-            handle = state.cache = _SeqHandle()
+        if not isinstance(handle, SeqHandle):
+            handle = state.cache = SeqHandle()
         fresh = False
-        if handle.slot is not None and self._slots[handle.slot].owned_by(handle):
+        if self._owns(handle):
             slot = self._slots[handle.slot]
         else:
             fresh = True
@@ -449,7 +350,7 @@ class LlamaCppBackend:
         running.add(slot.seq)
         return slot, fresh
 
-    def _move(self, src: _Slot, dst: _Slot) -> None:
+    def _move(self, src: Slot, dst: Slot) -> None:
         """Hand ``src``'s conversation to ``dst``: llama.cpp copies the stream (the next decode
         applies it), bitwise; ``src`` stays free with the same cache as a prefix donor."""
         self._crop_slot(dst, 0)
@@ -462,9 +363,9 @@ class LlamaCppBackend:
             handle.slot = dst.seq
 
     def _owns(self, handle: object) -> bool:
-        return isinstance(handle, _SeqHandle) and handle.slot is not None and self._slots[handle.slot].owned_by(handle)
+        return isinstance(handle, SeqHandle) and handle.slot is not None and self._slots[handle.slot].owned_by(handle)
 
-    def _borrow_prefix(self, slot: _Slot, target: list[int]) -> None:
+    def _borrow_prefix(self, slot: Slot, target: list[int]) -> None:
         """Give a newly bound slot the longest cached prefix of ``target`` held by any slot.
 
         A conversation still resident elsewhere (a live or resumable session) may hold the
@@ -486,13 +387,13 @@ class LlamaCppBackend:
         slot.tokens[:] = donor.tokens
         self._crop_slot(slot, best)
 
-    def _crop_slot(self, slot: _Slot, length: int) -> None:
+    def _crop_slot(self, slot: Slot, length: int) -> None:
         if length < len(slot.tokens):
             if not self._lc.llama_memory_seq_rm(self._mem, slot.seq, length, -1):
                 raise RuntimeError(f"llama.cpp could not remove positions {length}.. of sequence {slot.seq}")
             del slot.tokens[length:]
 
-    def _decode(self, work: list[tuple[_Slot, list[int], int]]) -> list[np.ndarray]:
+    def _decode(self, work: list[tuple[Slot, list[int], int]]) -> list[np.ndarray]:
         """Decode each ``todo`` after its ``slot.tokens`` in shared batches; logits of the last
         ``n_logits`` positions of each.
 

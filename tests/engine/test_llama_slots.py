@@ -1,4 +1,4 @@
-"""Which llama.cpp sequence a conversation takes (``models.llama_cpp.pick_slot``): the ones that
+"""Which llama.cpp sequence a conversation takes (``models.llama_slots.pick_slot``): the ones that
 decode together stay one run of consecutive ids, since llama.cpp computes one ubatch per run.
 Pure tests on slot objects, then one on the embedded model through ``forward_batch``."""
 
@@ -9,19 +9,19 @@ from collections.abc import Sequence
 
 import pytest
 
-from models.llama_cpp import _SeqHandle, _Slot, pick_slot, plan_moves
+from models.llama_slots import SeqHandle, Slot, pick_slot, plan_moves, spans
 
 
 class Slots:
     """n slots; ``own`` marks some as held by a live conversation (kept alive here)."""
 
     def __init__(self, n: int):
-        self.slots = [_Slot(i) for i in range(n)]
-        self._alive: list[_SeqHandle] = []
+        self.slots = [Slot(i) for i in range(n)]
+        self._alive: list[SeqHandle] = []
 
     def own(self, *seqs: int) -> None:
         for seq in seqs:
-            h = _SeqHandle()
+            h = SeqHandle()
             h.slot = seq
             self._alive.append(h)
             self.slots[seq].owner = weakref.ref(h)
@@ -43,6 +43,11 @@ class Slots:
 
 def runs(seqs: set[int]) -> int:
     return sum(1 for s in seqs if s - 1 not in seqs)
+
+
+def test_spans_are_the_maximal_runs() -> None:
+    assert spans([True, True, False, True, False, False, True, True]) == [(0, 1), (3, 3), (6, 7)]
+    assert spans([False, False]) == [] and spans([]) == []
 
 
 def test_conversations_arriving_together_take_consecutive_slots() -> None:

@@ -1,6 +1,6 @@
 """A session whose socket drops parks its llama.cpp slot (``LiveSession.park``): the slot keeps
 its cache for a resume, and new conversations may take it before a free slot that would decode
-apart from the others (models.llama_cpp.pick_slot). Real uvicorn, real WebSocket, embedded GGUF."""
+apart from the others (models.llama_slots.pick_slot). Real uvicorn, real WebSocket, embedded GGUF."""
 
 from __future__ import annotations
 
