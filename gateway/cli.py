@@ -3,21 +3,9 @@
 from __future__ import annotations
 
 import argparse
-import ipaddress
 import logging
 import os
 import sys
-
-LOOPBACK_NAMES = {"localhost", "127.0.0.1", "::1"}
-
-
-def is_loopback(host: str) -> bool:
-    if host in LOOPBACK_NAMES:
-        return True
-    try:
-        return ipaddress.ip_address(host).is_loopback
-    except ValueError:
-        return False
 
 
 def uvicorn_config_kwargs(config: object) -> dict[str, object]:
@@ -52,18 +40,12 @@ def serve(args: argparse.Namespace) -> int:
     from .server import DrainingServer
 
     try:
+        # a non-loopback host with no api_keys is refused here too (gateway.config.ServerConfig)
         config = load_config(args.config, **{"server.host": args.host, "server.port": args.port})
     except ConfigError as exc:
         print(f"stream-omni: {exc}", file=sys.stderr)
         return 2
     s = config.server
-    if not s.api_keys and not is_loopback(s.host) and not s.allow_remote_without_keys:
-        print(
-            f"stream-omni: refusing to listen on {s.host} with no API keys; set server.api_keys "
-            "(or server.allow_remote_without_keys: true) to expose the gateway",
-            file=sys.stderr,
-        )
-        return 2
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     print(f"stream-omni: loading model {config.model.model!r} ({config.model.backend}) …", file=sys.stderr)
     # loaded on the engine's worker thread, the one that will decode (see models/engine.py)

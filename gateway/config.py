@@ -2,11 +2,29 @@
 
 from __future__ import annotations
 
+import ipaddress
 from pathlib import Path
 from typing import Any, Literal
 
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+
+from .options import LookaheadTokens, MaxChunkTokens, MinChunkTokens, Strategy, TaskHint
+
+# generous ceilings: they catch a typo (an extra digit, a value in the wrong unit), not a deployment
+_KIB, _MIB, _GIB = 1024, 1024 * 1024, 1024 * 1024 * 1024
+_DAY_S = 24 * 3600.0
+_LOOPBACK_NAMES = {"localhost", "127.0.0.1", "::1"}
+
+
+def is_loopback(host: str) -> bool:
+    """True for a name or address only this machine can reach."""
+    if host in _LOOPBACK_NAMES:
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
 
 
 class _Frozen(BaseModel):
@@ -15,18 +33,34 @@ class _Frozen(BaseModel):
 
 class ServerConfig(_Frozen):
     host: str = "127.0.0.1"  # bind address; with no api_keys only loopback is allowed
-    port: int = 8000  # TCP port
+    port: int = Field(default=8000, ge=0, le=65535)  # TCP port (0: any free one)
     api_keys: tuple[str, ...] = ()  # accepted bearer keys; empty = no auth, loopback only
     allow_remote_without_keys: bool = False  # explicit opt-in to bind non-loopback with no keys
     allowed_origins: tuple[str, ...] = ()  # exact Origin allowlist; empty = the server's own origin
     allowed_hosts: tuple[str, ...] = ()  # with no api_keys: Host names served besides IPs, localhost and host
-    grace_period_s: float = 30.0  # keep a session (and its response) alive after its socket drops; 0 = cancel
-    shutdown_timeout_s: float = 10.0  # on SIGTERM, let responses finish this long
-    header_timeout_s: float = 10.0  # a socket must send a complete request head this soon (else 408, closed)
-    max_header_bytes: int = 16 * 1024  # one request head (request line + headers); more → 431
-    max_connections: int = 2048  # open sockets; past it a new one gets 503 and is closed
-    max_pending_per_ip: int = 64  # sockets from one address that have not sent a request head yet
-    close_timeout_s: float = 5.0  # a closed socket whose client does not read is aborted after this
+    # keep a session (and its response) alive after its socket drops; 0 = cancel
+    grace_period_s: float = Field(default=30.0, ge=0, le=_DAY_S)
+    shutdown_timeout_s: float = Field(default=10.0, ge=0, le=3600)  # on SIGTERM, let responses finish this long
+    # a socket must send a complete request head this soon (else 408, closed)
+    header_timeout_s: float = Field(default=10.0, gt=0, le=3600)
+    # one request head (request line + headers); more → 431
+    max_header_bytes: int = Field(default=16 * _KIB, ge=_KIB, le=_MIB)
+    # open sockets; past it a new one gets 503 and is closed
+    max_connections: int = Field(default=2048, ge=1, le=1_000_000)
+    # sockets from one address that have not sent a request head yet
+    max_pending_per_ip: int = Field(default=64, ge=1, le=1_000_000)
+    # a closed socket whose client does not read is aborted after this
+    close_timeout_s: float = Field(default=5.0, gt=0, le=3600)
+
+    @model_validator(mode="after")
+    def _remote_needs_keys(self) -> ServerConfig:
+        # here rather than in the CLI, so create_app and StreamOmni refuse an open public bind too
+        if not self.api_keys and not is_loopback(self.host) and not self.allow_remote_without_keys:
+            raise ValueError(
+                f"refusing to listen on {self.host} with no API keys; set server.api_keys "
+                "(or server.allow_remote_without_keys: true) to expose the gateway"
+            )
+        return self
 
 
 class ModelConfig(_Frozen):
@@ -38,11 +72,11 @@ class ModelConfig(_Frozen):
     gguf_file: str | None = None  # GGUF file inside ``model`` when it is a folder or hub id
     dtype: Literal["bfloat16", "float32", "float16"] = "bfloat16"  # transformers weights dtype
     device: str = "cpu"  # cpu | cuda | cuda:N (transformers)
-    threads: int | None = None  # compute threads (None: llama_cpp 2, transformers 1)
+    threads: int | None = Field(default=None, ge=1, le=1024)  # compute threads (None: llama_cpp 2, transformers 1)
     # llama_cpp: conversations resident in the KV cache at once (more re-prefill); None: engine.max_running
-    n_seq: int | None = None
-    max_context: int = 4096  # tokens one conversation may hold
-    n_batch: int = 512  # llama.cpp batch size
+    n_seq: int | None = Field(default=None, ge=1, le=4096)
+    max_context: int = Field(default=4096, ge=16, le=4 * _MIB)  # tokens one conversation may hold
+    n_batch: int = Field(default=512, ge=1, le=65536)  # llama.cpp batch size
     # transformers, non-Llama models: batch every response into one forward per step (~5x at 8
     # sessions) at the cost of exact greedy identity in bf16 (docs/BATCHING.md); off: one forward each
     batch_generic: bool = False
@@ -55,11 +89,15 @@ class ModelConfig(_Frozen):
     # backend: openai (docs/REMOTE.md) — the engine runs elsewhere (vLLM, SGLang, TGI, llama-server, …)
     base_url: str | None = None  # the engine's OpenAI API root, e.g. http://127.0.0.1:8222/v1
     api_key_env: str | None = None  # name of an env var holding the engine's key, if it needs one
-    connect_timeout_s: float = Field(default=5.0, gt=0)  # TCP connect to the engine, and waiting for a pooled one
-    read_timeout_s: float = Field(default=30.0, gt=0)  # longest engine silence: before its first byte, between chunks
-    retries: int = Field(default=2, ge=0)  # resends of a request that never reached the engine (nothing generated)
-    pool_size: int = Field(default=16, ge=1)  # connections kept open to the engine (≥ engine.max_running)
-    startup_wait_s: float = Field(default=30.0, ge=0)  # keep trying the engine this long at start-up, then exit
+    # TCP connect to the engine, and waiting for a pooled one
+    connect_timeout_s: float = Field(default=5.0, gt=0, le=3600)
+    # longest engine silence: before its first byte, between chunks
+    read_timeout_s: float = Field(default=30.0, gt=0, le=3600)
+    # resends of a request that never reached the engine (nothing generated)
+    retries: int = Field(default=2, ge=0, le=100)
+    pool_size: int = Field(default=16, ge=1, le=4096)  # connections kept open to the engine (≥ engine.max_running)
+    # keep trying the engine this long at start-up, then exit
+    startup_wait_s: float = Field(default=30.0, ge=0, le=_DAY_S)
     extra_body: dict[str, Any] = {}  # merged into every request to the engine, e.g. {cache_prompt: true} (llama-server)
 
     @model_validator(mode="after")
@@ -70,21 +108,32 @@ class ModelConfig(_Frozen):
 
 
 class EngineConfig(_Frozen):
-    max_running: int = Field(default=16, ge=1)  # responses batched into every model step (continuous batching)
-    max_waiting: int = Field(default=8, ge=0)  # responses queued behind them; more → server_busy
-    prefill_chunk: int = Field(default=128, ge=1)  # prompt tokens prefilled per step (all new prompts together)
-    draft_max_batch: int = Field(default=4, ge=0)  # speculation pauses while more responses share a step
+    max_running: int = Field(default=16, ge=1, le=4096)  # responses batched into every model step (continuous batching)
+    max_waiting: int = Field(default=8, ge=0, le=1_000_000)  # responses queued behind them; more → server_busy
+    # prompt tokens prefilled per step (all new prompts together)
+    prefill_chunk: int = Field(default=128, ge=1, le=65536)
+    draft_max_batch: int = Field(default=4, ge=0, le=4096)  # speculation pauses while more responses share a step
 
 
 class SchedulerDefaults(_Frozen):
-    strategy: Literal["fast", "balanced", "quality"] = "balanced"  # chunking preset
-    min_chunk_tokens: int | None = None  # override the preset's minimum chunk
-    max_chunk_tokens: int | None = None  # override the preset's maximum chunk
-    lookahead_tokens: int | None = None  # most draft tokens per verify step (0: no drafting)
-    task_hint: Literal["chat", "code", "summarize", "creative"] | None = None  # adapts chunking (models.scheduler)
+    """The server's defaults for the knobs a client may set per request (gateway.options.SchedulerOptions),
+    with the same bounds: a default no client could ask for is a config error."""
+
+    strategy: Strategy = "balanced"  # chunking preset
+    min_chunk_tokens: MinChunkTokens | None = None  # override the preset's minimum chunk
+    max_chunk_tokens: MaxChunkTokens | None = None  # override the preset's maximum chunk
+    lookahead_tokens: LookaheadTokens | None = None  # most draft tokens per verify step (0: no drafting)
+    task_hint: TaskHint | None = None  # adapts chunking (models.scheduler)
     # the first chunk goes out without waiting for where its last word ends (maybe mid-word; docs/REMOTE.md);
     # None: on with backend: openai (the engine's first delta, as a direct client sees it), off for local models
     eager_first: bool | None = None
+
+    @model_validator(mode="after")
+    def _min_below_max(self) -> SchedulerDefaults:
+        lo, hi = self.min_chunk_tokens, self.max_chunk_tokens
+        if lo is not None and hi is not None and lo > hi:
+            raise ValueError(f"scheduler.min_chunk_tokens {lo} is above scheduler.max_chunk_tokens {hi}")
+        return self
 
 
 class SpeculativeConfig(_Frozen):
@@ -95,15 +144,15 @@ class SpeculativeConfig(_Frozen):
     draft_model: str | None = None  # for drafter=draft_model: "embedded" / HF id / folder / .gguf sharing the tokenizer
     draft_backend: Literal["auto", "transformers", "llama_cpp"] = "auto"  # auto: a .gguf drafts through llama.cpp
     lookup_first: bool = True  # with a draft model: prompt lookup drafts where its match pays more (free)
-    self_layers: int = 6  # for drafter=self: leading layers of the main model that draft
+    self_layers: int = Field(default=6, ge=1, le=1024)  # for drafter=self: leading layers of the main model that draft
     adaptive: bool = True  # choose k each step from acceptance and the measured verify cost
 
 
 class SessionConfig(_Frozen):
     instructions: str | None = None  # default system prompt (None: the model's own default)
-    temperature: float = 0.0  # default sampling temperature (0: greedy)
-    top_p: float = 1.0  # default nucleus mass
-    max_output_tokens: int = 512  # cap on tokens per response
+    temperature: float = Field(default=0.0, ge=0, le=2)  # default sampling temperature (0: greedy); the wire bounds
+    top_p: float = Field(default=1.0, gt=0, le=1)  # default nucleus mass; the wire bounds
+    max_output_tokens: int = Field(default=512, ge=1, le=4 * _MIB)  # cap on tokens per response
 
 
 class SessionsConfig(_Frozen):
@@ -111,15 +160,14 @@ class SessionsConfig(_Frozen):
 
     # "memory" (one process) or a Redis URL (redis://host:port/db): replicas sharing sessions
     store: str = "memory"
-    lease_s: float = 3.0  # an owner replica silent this long is dead: another takes its sessions over
+    # an owner replica silent this long is dead: another takes its sessions over
+    lease_s: float = Field(default=3.0, gt=0, le=3600)
     key_prefix: str = "so:"  # of every Redis key (several gateways can share one Redis)
 
     @model_validator(mode="after")
     def _known_store(self) -> SessionsConfig:
         if self.store != "memory" and not self.store.startswith(("redis://", "rediss://", "unix://")):
             raise ValueError(f"sessions.store must be memory or a redis:// URL, not {self.store!r}")
-        if self.lease_s <= 0:
-            raise ValueError("sessions.lease_s must be > 0")
         return self
 
 
@@ -133,7 +181,7 @@ class AudioConfig(_Frozen):
     # WAV test clip's "capital of France" came back "capital and friends", so it is opt-in
     encoder_headroom_s: float | None = Field(default=None, ge=0, le=30)
     turn_detection: Literal["server_vad", "none"] = "server_vad"  # default for new sessions
-    max_buffer_s: float = 600.0  # buffered input audio per turn
+    max_buffer_s: float = Field(default=600.0, gt=0, le=_DAY_S)  # buffered input audio per turn
 
 
 class VisionConfig(_Frozen):
@@ -143,64 +191,85 @@ class VisionConfig(_Frozen):
     clip_labels: tuple[str, ...] | None = None  # zero-shot vocabulary (None: the built-in list)
     vlm_model: str = "HuggingFaceTB/SmolVLM-256M-Instruct"  # AutoModelForImageTextToText id or folder
     vlm_prompt: str = "Describe this image in one or two sentences."  # asked of the VLM per image
-    max_image_bytes: int = 20_000_000  # encoded size of one image
-    max_image_pixels: int = 40_000_000  # declared width × height
-    max_side: int = 1024  # images are downscaled to this before the model sees them
-    decode_budget_bytes: int = 512 * 1024 * 1024  # estimated memory of all image decodes in flight (over: refused)
-    max_concurrent_decodes: int = Field(default=2, ge=1)  # image decodes at once; more wait (10 s, then server_busy)
+    max_image_bytes: int = Field(default=20_000_000, ge=1, le=_GIB)  # encoded size of one image
+    max_image_pixels: int = Field(default=40_000_000, ge=1, le=2**32)  # declared width × height
+    max_side: int = Field(default=1024, ge=1, le=65536)  # images are downscaled to this before the model sees them
+    # estimated memory of all image decodes in flight (over: refused)
+    decode_budget_bytes: int = Field(default=512 * _MIB, ge=1, le=1024 * _GIB)
+    # image decodes at once; more wait (10 s, then server_busy)
+    max_concurrent_decodes: int = Field(default=2, ge=1, le=1024)
     remote_image_hosts: tuple[str, ...] = ()  # http(s) image URLs allowed from these hosts only (SSRF: off)
-    remote_image_timeout_s: float = 10.0  # whole fetch of one remote image
+    remote_image_timeout_s: float = Field(default=10.0, gt=0, le=3600)  # whole fetch of one remote image
 
 
 class ImageGenSettings(_Frozen):
     model: str | None = None  # diffusers id or folder; None disables image output
-    steps: int = 4  # denoising steps
+    steps: int = Field(default=4, ge=1, le=1000)  # denoising steps
     dtype: Literal["float32", "bfloat16", "float16"] = "float32"  # pipeline dtype
     device: str = "cpu"  # cpu | cuda
-    preview_every: int = 1  # a partial_image every N steps (0: none)
-    guidance_scale: float | None = None  # None: the pipeline default (sd-turbo wants 0.0)
+    preview_every: int = Field(default=1, ge=0, le=1000)  # a partial_image every N steps (0: none)
+    guidance_scale: float | None = Field(default=None, ge=0, le=100)  # None: the pipeline default (sd-turbo wants 0.0)
 
 
 class FilesConfig(_Frozen):
     enabled: bool = True  # serve /v1/files and accept file ids in messages
     folder: str | None = None  # where uploads are kept (None: "stream-omni-files" in the system temp dir)
-    max_file_bytes: int = 16 * 1024 * 1024  # one uploaded file
-    quota_bytes_per_key: int = 256 * 1024 * 1024  # stored bytes per API key (all keyless clients share one)
-    expiry_s: float = 24 * 3600.0  # a file is deleted this long after its upload
+    max_file_bytes: int = Field(default=16 * _MIB, ge=1, le=1024 * _GIB)  # one uploaded file
+    # stored bytes per API key (all keyless clients share one)
+    quota_bytes_per_key: int = Field(default=256 * _MIB, ge=1, le=1024**5)
+    expiry_s: float = Field(default=_DAY_S, gt=0, le=3650 * _DAY_S)  # a file is deleted this long after its upload
+
+    @model_validator(mode="after")
+    def _a_file_fits_the_quota(self) -> FilesConfig:
+        if self.max_file_bytes > self.quota_bytes_per_key:
+            raise ValueError(
+                f"files.max_file_bytes {self.max_file_bytes} is above files.quota_bytes_per_key"
+                f" {self.quota_bytes_per_key}: no upload that large could ever be stored"
+            )
+        return self
 
 
 class LimitsConfig(_Frozen):
-    max_text_frame_bytes: int = 16 * 1024 * 1024  # one WS text frame (an image data URL fits)
-    max_binary_frame_bytes: int = 1024 * 1024  # one WS binary (pcm16) frame
-    max_json_depth: int = 32  # JSON nesting accepted
-    max_sessions: int = 64  # concurrent WebSocket sessions (attached or waiting for a resume)
-    max_sessions_per_key: int = 16  # of those, per API key (when api_keys are configured; all replicas with Redis)
+    max_text_frame_bytes: int = Field(default=16 * _MIB, ge=1, le=_GIB)  # one WS text frame (an image data URL fits)
+    max_binary_frame_bytes: int = Field(default=_MIB, ge=1, le=_GIB)  # one WS binary (pcm16) frame
+    max_json_depth: int = Field(default=32, ge=1, le=1000)  # JSON nesting accepted
+    # concurrent WebSocket sessions (attached or waiting for a resume)
+    max_sessions: int = Field(default=64, ge=1, le=1_000_000)
+    # of those, per API key (when api_keys are configured; all replicas with Redis)
+    max_sessions_per_key: int = Field(default=16, ge=1, le=1_000_000)
     # client frames per second per API key over all its sockets and replicas (with api_keys and a Redis store)
-    messages_per_s_per_key: float | None = 1000.0
-    messages_per_s: float = 200.0  # client frames per second per connection (token bucket rate)
-    messages_burst: int = 400  # token bucket size
-    flood_close_after: int = 200  # rate-limited frames in a row before the socket is closed (1008)
+    messages_per_s_per_key: float | None = Field(default=1000.0, gt=0, le=1e9)
+    # client frames per second per connection (token bucket rate)
+    messages_per_s: float = Field(default=200.0, gt=0, le=1e9)
+    messages_burst: int = Field(default=400, ge=1, le=1_000_000_000)  # token bucket size
+    # rate-limited frames in a row before the socket is closed (1008)
+    flood_close_after: int = Field(default=200, ge=1, le=1_000_000_000)
     # inbound bytes per second per connection: past a burst of one max-size frame, the socket's next
     # read waits (TCP pushes back on the sender), so one client's big frames cannot hog the loop
-    inbound_bytes_per_s: int = 2 * 1024 * 1024
-    parse_off_loop_bytes: int = 256 * 1024  # text frames this big are parsed off the event loop …
+    inbound_bytes_per_s: int = Field(default=2 * _MIB, ge=1, le=1024 * _GIB)
+    # text frames this big are parsed off the event loop …
+    parse_off_loop_bytes: int = Field(default=256 * _KIB, ge=1, le=_GIB)
     # … in this many processes (gateway.realtime.bigframes; started on the first big frame); 0: on a
     # thread, where the parse still holds the GIL, and so the loop, for tens of ms per 15 MB frame
-    parse_processes: int = Field(default=1, ge=0)
-    max_http_body_bytes: int = 16 * 1024 * 1024  # one HTTP request body
-    outbound_queue: int = 1024  # events a client may lag behind before it counts as slow …
-    send_stall_s: float = 5.0  # … and a send blocked this long (it stopped reading): closed 1013
-    replay_max_events: int = 4096  # events kept per session for resume
-    replay_max_bytes: int = 8 * 1024 * 1024  # bytes kept per session for resume
-    max_item_text_chars: int = 256 * 1024  # text of one conversation item, all parts (fits the replay buffer)
-    max_instructions_chars: int = 256 * 1024  # instructions in session.update / response.create (fits it too)
+    parse_processes: int = Field(default=1, ge=0, le=256)
+    max_http_body_bytes: int = Field(default=16 * _MIB, ge=1, le=_GIB)  # one HTTP request body
+    # events a client may lag behind before it counts as slow …
+    outbound_queue: int = Field(default=1024, ge=1, le=1_000_000)
+    # … and a send blocked this long (it stopped reading): closed 1013
+    send_stall_s: float = Field(default=5.0, gt=0, le=3600)
+    replay_max_events: int = Field(default=4096, ge=1, le=10_000_000)  # events kept per session for resume
+    replay_max_bytes: int = Field(default=8 * _MIB, ge=1, le=16 * _GIB)  # bytes kept per session for resume
+    # text of one conversation item, all parts (fits the replay buffer)
+    max_item_text_chars: int = Field(default=256 * _KIB, ge=1, le=_GIB)
+    # instructions in session.update / response.create (fits it too)
+    max_instructions_chars: int = Field(default=256 * _KIB, ge=1, le=_GIB)
 
     @model_validator(mode="after")
     def _echoes_fit_the_replay_buffer(self) -> LimitsConfig:
         # an item comes back in two events (conversation.item.added, .done), instructions in one
         # (session.updated); JSON may escape a character as 6 (\u0001); 64 KiB for the rest of the
         # events around them. A capped input therefore always fits: one that did not would close
-        # its own session with 1013 and leave it unresumable (issue 24 §3).
+        # its own session with 1013 and leave it unresumable.
         need = max(2 * 6 * self.max_item_text_chars, 6 * self.max_instructions_chars) + 64 * 1024
         if need > self.replay_max_bytes:
             raise ValueError(
@@ -224,6 +293,15 @@ class Config(_Frozen):
     limits: LimitsConfig = LimitsConfig()
     files: FilesConfig = FilesConfig()
     filters: tuple[str, ...] = ()  # "module:callable" chunk filters run on each chunk before it is sent
+
+    @model_validator(mode="after")
+    def _pool_holds_the_running_responses(self) -> Config:
+        # each running response holds one pooled connection; past the pool a response waits
+        # connect_timeout_s for one and then fails
+        m, running = self.model, self.engine.max_running
+        if m.backend == "openai" and m.pool_size < running:
+            raise ValueError(f"model.pool_size {m.pool_size} is below engine.max_running {running}: raise the pool")
+        return self
 
 
 class ConfigError(Exception):
@@ -262,5 +340,7 @@ def load_config(path: str | Path | None = None, **overrides: Any) -> Config:
         return Config.model_validate(data)
     except ValidationError as exc:
         first = exc.errors(include_url=False)[0]
-        loc = ".".join(str(x) for x in first["loc"])
-        raise ConfigError(f"invalid config at {loc}: {first['msg']}") from None
+        loc = ".".join(str(x) for x in first["loc"]) or "the top level"
+        # a validator's own message already names the keys; pydantic's "Value error, " adds nothing
+        msg = first["msg"].removeprefix("Value error, ")
+        raise ConfigError(f"invalid config at {loc}: {msg}") from None

@@ -2,9 +2,16 @@
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Annotated, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
+
+# the bounds of each scheduler knob, shared with the server's defaults (gateway.config.SchedulerDefaults)
+MinChunkTokens = Annotated[int, Field(ge=1, le=512)]
+MaxChunkTokens = Annotated[int, Field(ge=1, le=2048)]
+LookaheadTokens = Annotated[int, Field(ge=0, le=32)]
+Strategy = Literal["fast", "balanced", "quality"]
+TaskHint = Literal["chat", "code", "summarize", "creative"]
 
 
 class SchedulerOptions(BaseModel):
@@ -13,9 +20,9 @@ class SchedulerOptions(BaseModel):
 
     model_config = ConfigDict(extra="forbid", strict=True)
 
-    strategy: Literal["fast", "balanced", "quality"] | None = None  # chunking preset
-    min_chunk_tokens: int | None = Field(default=None, ge=1, le=512)  # no cut at a boundary before this
-    max_chunk_tokens: int | None = Field(default=None, ge=1, le=2048)  # a chunk is forced out here
-    lookahead_tokens: int | None = Field(default=None, ge=0, le=32)  # most draft tokens per verify (0: none)
-    task_hint: Literal["chat", "code", "summarize", "creative"] | None = None  # models.scheduler.TASK_HINTS
+    strategy: Strategy | None = None  # chunking preset
+    min_chunk_tokens: MinChunkTokens | None = None  # no cut at a boundary before this
+    max_chunk_tokens: MaxChunkTokens | None = None  # a chunk is forced out here
+    lookahead_tokens: LookaheadTokens | None = None  # most draft tokens per verify (0: none)
+    task_hint: TaskHint | None = None  # models.scheduler.TASK_HINTS
     eager_first: bool | None = None  # first chunk without waiting for its word's end (docs/REMOTE.md)
