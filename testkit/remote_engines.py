@@ -19,7 +19,7 @@ from typing import Any
 
 import httpx
 
-from testkit.server import free_port, run_server
+from testkit.server import count_server, free_port, run_server
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -36,6 +36,7 @@ class EngineProcess:
         env = {**os.environ, "PYTHONPATH": str(ROOT), "HF_HUB_OFFLINE": "1", **(self.env or {})}
         with self.log.open("ab") as out:
             self.proc = subprocess.Popen(self.argv, stdout=out, stderr=subprocess.STDOUT, env=env, cwd=ROOT)
+        count_server()
         deadline = time.monotonic() + timeout
         while True:  # ready when its model list answers
             if self.proc.poll() is not None:

@@ -20,7 +20,7 @@ from typing import Any
 import yaml
 
 from testkit.remote_engines import EngineProcess
-from testkit.server import free_port
+from testkit.server import count_server, free_port
 
 
 class RedisServer:
@@ -39,6 +39,7 @@ class RedisServer:
         argv += ["--appendonly", "no", "--dir", str(self.tmp)]
         with (self.tmp / f"redis_{self.port}.log").open("ab") as out:
             self.proc = subprocess.Popen(argv, stdout=out, stderr=subprocess.STDOUT)
+        count_server()
         deadline = time.monotonic() + timeout
         while not self.answers():
             if self.proc.poll() is not None or time.monotonic() > deadline:

@@ -9,6 +9,15 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import Any
 
+# servers this process has started (uvicorn threads, engine and Redis subprocesses): the test suite
+# checks that a test which starts one carries the `server` marker (tests/conftest.py)
+servers_started = 0
+
+
+def count_server() -> None:
+    global servers_started
+    servers_started += 1
+
 
 def free_port() -> int:
     with socket.socket() as s:
@@ -74,6 +83,7 @@ def run_server(config: Any, backend: Any, loader: Callable[[Any], Any] | None = 
 
     thread = threading.Thread(target=serve, daemon=True)
     thread.start()
+    count_server()
     deadline = time.monotonic() + 120  # model loading on a busy 2-core machine can take a minute
     while not server.started:
         if time.monotonic() > deadline or not thread.is_alive():

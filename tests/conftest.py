@@ -3,13 +3,14 @@
 from __future__ import annotations
 
 import os
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 from hypothesis import settings
 
+import testkit.server
 from testkit.server import run_server
 from testkit.speech import ESPEAK
 from testkit.tiny_models import build_tiny_llama, build_tiny_open_clip, build_tiny_sd, build_tiny_vlm
@@ -29,6 +30,40 @@ os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 settings.register_profile("ci", derandomize=True, database=None)
 settings.register_profile("dev", database=None)
 settings.load_profile("ci" if os.environ.get("CI") else "dev")
+
+# fixtures that start a real server (uvicorn, Redis, an engine process) or a browser: a test that
+# uses one, directly or through another fixture, is marked `server`, so `pytest -m "not server and
+# not real_model"` is the fast inner loop (README, "Tests")
+SERVER_FIXTURES = frozenset({"server_factory", "redis_server", "browser", "open_page", "tcp_proxy"})
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    for item in items:
+        if SERVER_FIXTURES.intersection(getattr(item, "fixturenames", ())):
+            item.add_marker(pytest.mark.server)
+
+
+_SERVERS_BEFORE = pytest.StashKey[int]()
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_runtest_setup(item: pytest.Item) -> None:
+    item.stash[_SERVERS_BEFORE] = testkit.server.servers_started
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_teardown(item: pytest.Item, nextitem: pytest.Item | None) -> Iterator[None]:
+    """A test that starts a server without a server fixture must say so, or the inner loop slows.
+    Checked after the fixtures' own teardown has run, so a failure here never leaks a server."""
+    result = yield
+    started = testkit.server.servers_started - item.stash.get(_SERVERS_BEFORE, testkit.server.servers_started)
+    if started and item.get_closest_marker("server") is None:
+        pytest.fail(
+            f"{item.nodeid} started {started} server(s) but is not marked `server`: use a server fixture "
+            f"({', '.join(sorted(SERVER_FIXTURES))}) or add @pytest.mark.server (or a module `pytestmark`)",
+            pytrace=False,
+        )
+    return result
 
 
 @pytest.fixture(scope="session")

@@ -13,7 +13,6 @@ import time
 
 import pytest
 
-from gateway.config import Config
 from tests.e2e.browser_fixtures import (
     SlowBackend,
     requires_browser,
@@ -250,7 +249,6 @@ def test_image_attach_is_sent_and_answered_visibly(open_page, tiny_backend, serv
         assert_clean(rec)
 
 
-@pytest.mark.skipif("vision" not in Config.model_fields, reason="this server has no image input yet")
 def test_image_attach_with_vision_on_gets_a_reply(
     open_page,
     tiny_backend,
@@ -293,7 +291,6 @@ WATCH_PREVIEWS = """() => {
 }"""
 
 
-@pytest.mark.skipif("image_gen" not in Config.model_fields, reason="this server has no image output yet")
 @pytest.mark.filterwarnings("ignore::RuntimeWarning")  # diffusers' scheduler casts float64 (harmless)
 # diffusers' Euler scheduler calls np.array(tensor): numpy 2 warns about the copy keyword
 @pytest.mark.filterwarnings("ignore::DeprecationWarning")

@@ -8,8 +8,12 @@ from __future__ import annotations
 import asyncio
 import signal
 
+import pytest
+
 from bench.common import free_port
 from bench.soak import soak, start_server
+
+pytestmark = pytest.mark.server  # a gateway process (bench.soak.start_server)
 
 
 def test_two_minutes_of_mixed_traffic_leave_nothing_behind():

@@ -72,6 +72,7 @@ async def test_cancel_within_a_step_and_nothing_after_done(backend, server_facto
         await c.close()
 
 
+@pytest.mark.server
 def test_resume_with_drops_gives_the_same_text(backend):
     from gateway.config import load_config
     from testkit.server import run_server

@@ -12,6 +12,8 @@ import pytest
 from models.llm import LLMConfig, load_backend
 from testkit.engine_runs import greedy_job, run_on_engine
 
+pytestmark = pytest.mark.real_model  # the embedded SmolLM2 in bf16
+
 QUESTIONS = [
     "Why is the sky blue? Explain it to a curious child in a few sentences.",
     "What makes a good friend?",

@@ -196,6 +196,7 @@ def test_a_failing_idle_hook_is_logged_and_tried_again_after_the_next_work(caplo
         engine.close()
 
 
+@pytest.mark.server
 def test_the_app_loads_and_probes_the_model_on_the_engine_thread(tiny_backend):
     """gateway.app runs the backend loader and the speculator's cost probe on the engine's thread
     (llama.cpp slows ≈ 2× once a second thread has run it; see models/engine.py)."""
@@ -225,6 +226,7 @@ def test_the_app_loads_and_probes_the_model_on_the_engine_thread(tiny_backend):
     assert seen["first_forward"] == worker  # the verify-cost probe at start-up
 
 
+@pytest.mark.server
 def test_the_app_keeps_its_start_up_heap_out_of_the_cyclic_gc_while_it_serves(tiny_backend):
     """A full collection over the loaded models' objects takes 100+ ms here; the app freezes them
     after start-up (so collections never walk them mid-response) and unfreezes them when it stops."""
@@ -240,6 +242,7 @@ def test_the_app_keeps_its_start_up_heap_out_of_the_cyclic_gc_while_it_serves(ti
     assert gc.get_freeze_count() == 0
 
 
+@pytest.mark.server
 def test_the_server_readies_the_next_conversations_cache_while_idle(tiny_backend):
     """Real uvicorn + WebSocket: at start-up and after each response the engine's idle hook leaves
     one zero-filled cache ready; a new conversation's first forward takes it (no fresh pages in

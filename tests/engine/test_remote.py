@@ -23,7 +23,7 @@ from testkit.server import free_port
 from tests.conftest import requires_espeak
 from tests.wsclient import RealtimeClient
 
-pytestmark = pytest.mark.real_model
+pytestmark = [pytest.mark.real_model, pytest.mark.server]  # engine and gateway processes
 
 LONG = "Write a very long story about a dragon who learns to bake bread, with many chapters."
 

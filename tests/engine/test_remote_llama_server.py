@@ -1,5 +1,5 @@
 """backend: openai in front of llama.cpp's C++ ``llama-server`` (real parallel slots): a cancelled
-response frees the engine's slot (issue 17: "with llama-server its /slots shows the slot idle").
+response frees the engine's slot: llama-server's /slots shows it idle again.
 
 Optional: llama-server is a benchmark peer, not a test dependency, and CI does not build it. These
 tests run where a binary is found (``$LLAMA_SERVER``, PATH, ``~/.cache/llama-bin/llama-server``)
@@ -19,6 +19,7 @@ from tests.engine.test_remote import LONG, connect, direct, user, wait_for
 
 pytestmark = [
     pytest.mark.real_model,
+    pytest.mark.server,
     pytest.mark.skipif(
         llama_server_bin() is None,
         reason="llama.cpp's llama-server binary not found ($LLAMA_SERVER, PATH or ~/.cache/llama-bin/llama-server); "

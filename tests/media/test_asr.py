@@ -17,6 +17,8 @@ from processors.whisper_convert import ConversionError, converted_checkpoint, re
 from testkit.speech import silence, speak
 from tests.conftest import requires_espeak
 
+pytestmark = pytest.mark.real_model  # Whisper tiny.en
+
 SENTENCE = "Please send me the weather report for tomorrow morning."
 OTHER = "Open the door and turn on the lights in the kitchen."
 MAX_WER = 0.25  # tiny.en on espeak-ng's robotic voice; measured 0.0 on these sentences

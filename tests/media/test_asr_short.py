@@ -20,6 +20,8 @@ from processors.asr import (
 from testkit.speech import silence, speak
 from tests.conftest import requires_espeak
 
+pytestmark = pytest.mark.real_model  # Whisper tiny.en
+
 # ---------------------------------------------------------------- pure: the frame count
 
 

@@ -20,7 +20,7 @@ llama_cpp = pytest.importorskip("llama_cpp", reason="llama-cpp-python not instal
 
 from models.llama_cpp import LlamaCppBackend, LlamaCppConfig  # noqa: E402
 
-pytestmark = pytest.mark.real_model
+pytestmark = [pytest.mark.real_model, pytest.mark.server]
 
 
 @pytest.fixture(scope="module")

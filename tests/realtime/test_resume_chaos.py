@@ -19,6 +19,8 @@ from testkit.fake_backend import FakeBackend
 from testkit.server import run_server
 from tests.resume_client import run_with_drops
 
+pytestmark = pytest.mark.server
+
 # many drops per turn, a few frames apart: resumes are what is under test, and turns cost model time
 DROPS = st.lists(st.tuples(st.integers(0, 6), st.sampled_from(["abort", "close"])), min_size=20, max_size=40)
 # A generous grace period: on a loaded CI box a reconnect once took longer than the old 5 s, the

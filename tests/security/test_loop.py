@@ -1,4 +1,4 @@
-"""Issue 24 §3: no input blocks the event loop — templating and tokenization run off it, and item
+"""No input blocks the event loop — templating and tokenization run off it, and item
 text and instructions are capped so that what echoes them always fits the replay buffer."""
 
 from __future__ import annotations
@@ -51,6 +51,7 @@ def _say(text: str) -> str:
     return json.dumps({"type": "conversation.item.create", "item": item})
 
 
+@pytest.mark.server
 async def test_realtime_tokenization_leaves_the_loop_free():
     from testkit.server import run_server
 
@@ -71,6 +72,7 @@ async def test_realtime_tokenization_leaves_the_loop_free():
         await ws.close()
 
 
+@pytest.mark.server
 async def test_a_response_cancelled_while_tokenizing_never_reaches_the_engine():
     from testkit.server import run_server
 
@@ -92,6 +94,7 @@ async def test_a_response_cancelled_while_tokenizing_never_reaches_the_engine():
         assert addr.call(lambda: addr.services.engine.depth) == (0, 0)
 
 
+@pytest.mark.server
 def test_http_tokenization_leaves_the_loop_free():
     from testkit.server import run_server
 

@@ -1,4 +1,6 @@
-"""Issue 24 §1 and §4: half-open, slow, over-size and dead sockets cost nothing, and /health answers throughout."""
+"""Half-open, slow, over-size and dead sockets cost nothing, and /health answers throughout.
+
+How fast it answers under each attack is measured by ``python -m bench.security``, not here."""
 
 from __future__ import annotations
 
@@ -18,7 +20,6 @@ FAST = {
     "server.close_timeout_s": 1.0,
     "server.max_pending_per_ip": 1000,
 }
-LATENCIES: dict[str, float] = {}  # attack → /health seconds, printed at the end (pytest -s)
 
 
 def _connect(addr: str) -> socket.socket:
@@ -51,7 +52,7 @@ def test_over_size_websocket_header_line_gets_431(fake, server_factory):
     with server_factory(fake, **FAST) as addr:
         answer = raw_exchange(addr, upgrade_request(addr, extra=f"X-Big: {'a' * 9000}\r\n"))
         assert answer.startswith(b"HTTP/1.1 431"), answer[:80]
-        LATENCIES["after a 9 KB WebSocket header line"] = health_latency(addr)
+        assert health_latency(addr) < 5.0  # /health still answers after the refused upgrade
 
 
 def test_over_size_request_head_gets_431(fake, server_factory):
@@ -68,7 +69,7 @@ def test_silent_and_slow_connections_are_closed_after_the_header_deadline(fake, 
         silent = [_connect(addr) for _ in range(200)]
         slow = [_connect(addr) for _ in range(20)]
         t0 = time.monotonic()
-        LATENCIES["200 silent + 20 slow sockets open"] = health_latency(addr)
+        assert health_latency(addr) < 5.0  # /health answers while 220 sockets hold a head open
         for s in slow:  # the attack: a byte at a time, never a whole head
             s.sendall(b"G")
         for s in slow:
@@ -77,7 +78,7 @@ def test_silent_and_slow_connections_are_closed_after_the_header_deadline(fake, 
             assert _read_until_closed(s, 5).startswith(b"HTTP/1.1 408")
             s.close()
         assert time.monotonic() - t0 < 10  # a stall guard, far above the 1 s deadline
-        LATENCIES["after the header deadline"] = health_latency(addr)
+        assert health_latency(addr) < 5.0  # and after they were closed
 
 
 def test_keep_alive_connections_owe_the_next_head_in_time_too(fake, server_factory):
@@ -147,12 +148,6 @@ def test_a_client_that_never_reads_is_aborted_after_the_close_timeout(fake, serv
         while _server_sockets(port) > 0:  # the server's end of our socket: gone once aborted
             assert time.monotonic() < deadline, "the server still holds the dead client's socket"
             time.sleep(0.05)
-        LATENCIES[f"client never reads (grace {grace:g} s)"] = health_latency(addr)
+        assert health_latency(addr) < 5.0  # /health answers once the dead client is gone
         sock.close()
         assert addr.call(lambda: addr.services.engine.depth) == (0, 0)
-
-
-def test_report_health_latencies():
-    """Not a check: prints what the tests above measured (run with -s), for the docs."""
-    for what, seconds in LATENCIES.items():
-        print(f"/health {seconds * 1000:.1f} ms — {what}")
