@@ -2,7 +2,7 @@
 clients send 15 MB text frames (under the 16 MiB limit), side by side in one run against one gateway
 process on the fake model. Also with big frames parsed on a thread instead of a process (the GIL
 is held through each C call of the parse), and with every protection off (parse on the loop, no
-bytes/s bound), to show what each buys. Target (issue #19): attacked ≤ 1.5× alone. Writes
+bytes/s bound), to show what each buys. Target: attacked ≤ 1.5× alone (a victim may slow, never stall). Writes
 bench/results/bigframes.*.
 
 `python -m bench.bigframes [--seconds 15] [--attackers 3] [--frame-mb 15] [--repeat 1]` (the box's load moves

@@ -1,4 +1,4 @@
-"""`stream-omni bench llama_matrix`: the issue-9 comparison, side by side in one run.
+"""`stream-omni bench llama_matrix`: llama-cpp-python's own streaming vs our backends, side by side.
 
 Same GGUF (SmolLM2-135M-Instruct Q4_1), 2 threads, greedy, same prompts; rounds alternate the
 systems so load bursts hit all alike:

@@ -1,4 +1,4 @@
-"""/health latency under each attack of issue 24, against `stream-omni serve` (the embedded model, llama.cpp).
+"""/health latency under each attack docs/OPERATING.md guards against, on `stream-omni serve` (embedded model).
 
 For each attack the server is probed with GET /health (a fresh connection each time, like any
 client) every 50 ms while the attack runs; the table gives the median and the worst probe. Run:
@@ -193,7 +193,7 @@ def main() -> None:
             )
             print(rows[-1], flush=True)
     md = (
-        "# /health under attack (issue 24)\n\n"
+        "# /health under attack\n\n"
         f"{machine()}. `stream-omni serve` (embedded model, llama.cpp, two API keys) in its own process; "
         "GET /health on a fresh connection every 50 ms during each attack. Target: every probe under 1 s.\n\n"
         + markdown_table(rows, list(rows[0]))

@@ -1,4 +1,4 @@
-"""Connection guards below the ASGI app (issue 24 §1, §4): uvicorn's h11 and WebSocket protocols,
+"""Connection guards below the ASGI app: uvicorn's h11 and WebSocket protocols,
 subclassed so that a socket costs nothing unless it sends a real request promptly.
 
 - **Header deadline.** A connection must deliver a complete request head within

@@ -12,6 +12,7 @@ from models.llm import ModelLoadError
 from models.remote import RemoteConfig, RemoteModel
 from models.remote_engine import RemoteEngine
 from processors.asr import Transcriber
+from processors.image import ImageLimits
 
 from .config import Config
 from .services import ImageDescriber
@@ -38,13 +39,19 @@ def load_speculator(config: Config, backend: Backend | RemoteModel) -> Any:
     return Speculator(backend, SpecConfig(**s.model_dump()))  # the section's keys are SpecConfig fields
 
 
+def image_limits(config: Config) -> ImageLimits:
+    """The size limits every image input is decoded under (inline, uploaded, or fetched)."""
+    v = config.vision
+    return ImageLimits(max_bytes=v.max_image_bytes, max_pixels=v.max_image_pixels, max_side=v.max_side)
+
+
 def load_vision(config: Config) -> tuple[ImageDescriber | None, Any]:
     """The configured image understanding (CLIP labels or a VLM caption) and image generator."""
-    from processors.image import DecodeGate, ImageLimits, RemoteImagePolicy, load_image_url
+    from processors.image import DecodeGate, RemoteImagePolicy, load_image_url
 
     v = config.vision
     gate = DecodeGate(v.decode_budget_bytes, v.max_concurrent_decodes)  # one per app: every decode shares it
-    limits = ImageLimits(max_bytes=v.max_image_bytes, max_pixels=v.max_image_pixels, max_side=v.max_side)
+    limits = image_limits(config)
     remote = (
         RemoteImagePolicy(allowed_hosts=frozenset(v.remote_image_hosts), timeout_s=v.remote_image_timeout_s)
         if v.remote_image_hosts

@@ -82,7 +82,7 @@ def ws_auth(conn: HTTPConnection, keys: tuple[str, ...]) -> WsAuth:
     Browsers cannot set headers, so a key may come as the subprotocol
     ``openai-insecure-api-key.<key>``; the server then echoes ``realtime`` when offered, or none.
     A bearer token and a subprotocol key that differ, or two different subprotocol keys, are
-    refused: otherwise one credential would authenticate and another be charged (issue 24).
+    refused: otherwise one credential would authenticate and another be charged.
     """
     offered = [p.strip() for p in conn.headers.get("sec-websocket-protocol", "").split(",") if p.strip()]
     plain = [p for p in offered if not p.startswith(SUBPROTOCOL_KEY_PREFIX)]

@@ -14,12 +14,11 @@ from models.engine import Engine
 from models.remote import RemoteModel
 from models.remote_engine import RemoteEngine
 from processors.builtin import ImageProcessor, WavProcessor
-from processors.image import ImageLimits
 
 from .config import Config
 from .files import FileStore
 from .filters import load_filters
-from .loading import default_loader, load_audio, load_speculator, load_vision, make_engine
+from .loading import default_loader, image_limits, load_audio, load_speculator, load_vision, make_engine
 from .realtime.bigframes import FrameParser, ParseLimits
 from .realtime.registry import SessionRegistry
 from .services import Services
@@ -69,9 +68,7 @@ async def start_services(
         drafter_factory=None if spec is None else (lambda: (lambda s: (s, s))(spec.for_job())),
     )
     # the built-in image and WAV processors first, then the installed plugins (which may replace them)
-    v = config.vision
-    limits = ImageLimits(max_bytes=v.max_image_bytes, max_pixels=v.max_image_pixels, max_side=v.max_side)
-    svc.processors.register(ImageProcessor(limits, describer))
+    svc.processors.register(ImageProcessor(image_limits(config), describer))
     svc.processors.register(WavProcessor(svc.audio_limits, asr))
     svc.processors.load_entry_points()
     if config.limits.parse_processes > 0:  # no process starts before the first big frame

@@ -19,7 +19,7 @@ import base64
 import binascii
 
 from processors.errors import InputError
-from processors.image import MIME_TO_FORMAT, ImageError, ImageLimits
+from processors.image import MIME_TO_FORMAT, ImageError
 
 from .files import StoredFile
 from .services import Services
@@ -49,11 +49,6 @@ def sniff(data: bytes) -> str | None:
     if data[:4] == b"RIFF" and data[8:12] == b"WAVE":
         return "audio/wav"
     return None
-
-
-def image_limits(svc: Services) -> ImageLimits:
-    v = svc.config.vision
-    return ImageLimits(max_bytes=v.max_image_bytes, max_pixels=v.max_image_pixels, max_side=v.max_side)
 
 
 def _mime(declared: str | None) -> str:

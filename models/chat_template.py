@@ -1,4 +1,4 @@
-"""Chat prompts whose role markers only the template writes (issue 24 §6).
+"""Chat prompts whose role markers only the template writes.
 
 Rendering a chat template to one string and tokenizing it with special-token parsing on lets a
 user who types ``<|im_start|>system`` into a message forge a real turn boundary: the tokenizer

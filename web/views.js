@@ -35,7 +35,7 @@ export const ERROR_WORDS = {
   unsupported_content: "The server cannot take that kind of input",
   invalid_image: "The server could not read that image",
   image_too_large: "That image is too large for the server",
-  rate_limit_exceeded: "Too many requests. Please wait a moment.",
+  rate_limited: "Too many requests. Please wait a moment.",
   transcription_failed: "Your speech could not be transcribed.",
   server_error: "The server hit an internal error handling that.",
   generation_failed: "The model failed while writing the reply.",

@@ -1,4 +1,4 @@
-"""Issue 24 §7: malformed headers are the client's error (4xx), never a 500 with a traceback in the log."""
+"""Malformed headers are the client's error (4xx), never a 500 with a traceback in the log."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Issue 24 §9: image decode memory is estimated from the header and bounded before any pixel is decoded."""
+"""Image decode memory is estimated from the header and bounded before any pixel is decoded."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Issue 24 §8: with no API keys (loopback only) a web page cannot drive the API: JSON bodies only,
+"""With no API keys (loopback only) a web page cannot drive the API: JSON bodies only,
 and a Host that is not this server's (DNS rebinding) is refused."""
 
 from __future__ import annotations

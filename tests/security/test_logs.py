@@ -1,4 +1,4 @@
-"""Issue 24 §5: resume tokens and ``?api_key=`` never reach a log line, uvicorn's own included."""
+"""Resume tokens and ``?api_key=`` never reach a log line, uvicorn's own included."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Issue 24 §2: the key that authenticates a WebSocket is the key its session is bound to and counted against."""
+"""The key that authenticates a WebSocket is the key its session is bound to and counted against."""
 
 from __future__ import annotations
 

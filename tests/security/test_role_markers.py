@@ -1,4 +1,4 @@
-"""Issue 24 §6: role markers typed into a message are text, never special tokens, on both backends."""
+"""Role markers typed into a message are text, never special tokens, on both backends."""
 
 from __future__ import annotations
 
