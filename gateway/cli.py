@@ -74,7 +74,8 @@ def bench(args: argparse.Namespace) -> int:
     return 0
 
 
-def main(argv: list[str] | None = None) -> int:
+def parser() -> argparse.ArgumentParser:
+    """The command line's grammar (tests/test_docs.py checks the docs' commands against it)."""
     parser = argparse.ArgumentParser(prog="stream-omni", description="Real-time multimodal chat gateway")
     sub = parser.add_subparsers(dest="command", required=True)
     p_serve = sub.add_parser("serve", help="run the gateway")
@@ -86,7 +87,17 @@ def main(argv: list[str] | None = None) -> int:
     p_bench.add_argument("what", help="decode | scheduler | voice | batch | remote | soak | bigframes | asr | …")
     p_bench.add_argument("rest", nargs=argparse.REMAINDER)
     p_bench.set_defaults(func=bench)
-    args = parser.parse_args(argv)
+    return parser
+
+
+def commands() -> list[str]:
+    """The subcommands: ``stream-omni <command> …``."""
+    sub = next(a for a in parser()._actions if isinstance(a, argparse._SubParsersAction))
+    return sorted(sub.choices)
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parser().parse_args(argv)
     return int(args.func(args))
 
 
