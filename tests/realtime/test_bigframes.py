@@ -192,27 +192,37 @@ async def test_the_server_parses_big_frames_in_a_process_and_stops_it(server_fac
 @settings(max_examples=60, deadline=None)
 @given(
     st.lists(st.sampled_from([0, 1, 125, 126, 70_000, BIG - 1, BIG, BIG + 3, 3 * BIG]), min_size=1, max_size=5),
-    st.lists(st.integers(1, 2 * BIG), min_size=1, max_size=8),
+    st.lists(st.tuples(st.integers(0, 4), st.integers(-16, 16)), max_size=8),
+    st.lists(st.integers(0, 16 * BIG), max_size=8),
+    st.integers(0, 4),
 )
-def test_the_chunked_reader_reads_the_same_frames_as_websockets_own(sizes, cuts):
-    """Frames of every length class around ``BIG``, masked, cut into socket reads at arbitrary points
-    (a frame's end and the next one's start in one read included)."""
+def test_the_chunked_reader_reads_the_same_frames_as_websockets_own(sizes, near_starts, anywhere, crumbs):
+    """Frames of every length class around ``BIG``, masked, cut into socket reads at arbitrary points:
+    anywhere in the stream, and within a few bytes of a frame's start (its header split byte by byte by
+    ``crumbs`` one-byte reads after each cut); a frame's end and the next one's start in one read too.
+    Cut points rather than cyclic read lengths: the same splits without millions of one-byte reads."""
     client = Protocol(Side.CLIENT, state=OPEN, max_size=None)
     payloads = [bytes([65 + i % 26]) * n + str(i).encode() for i, n in enumerate(sizes)]
+    frames_out = []
     for data in payloads:
         client.send_binary(data)
-    wire = b"".join(client.data_to_send())
+        frames_out.append(b"".join(client.data_to_send()))
+    wire = b"".join(frames_out)
+    starts = [sum(len(f) for f in frames_out[:k]) for k in range(len(frames_out))]
+    cuts = {starts[k % len(starts)] + d for k, d in near_starts} | {a % (len(wire) + 1) for a in anywhere}
+    bounds = []
+    for c in sorted(c for c in cuts if 0 < c < len(wire)):
+        bounds += [c + j for j in range(crumbs + 1) if c + j < len(wire)]
+    bounds = [0, *sorted(set(bounds)), len(wire)]
     got = {}
     for chunked in (False, True):
         server = Protocol(Side.SERVER, state=OPEN, max_size=None)
         if chunked:
             server.reader.__class__ = ChunkedReader
-        frames, at, i = [], 0, 0
-        while at < len(wire):
-            step = cuts[i % len(cuts)]
-            server.receive_data(wire[at : at + step])
+        frames = []
+        for lo, hi in zip(bounds, bounds[1:], strict=False):
+            server.receive_data(wire[lo:hi])
             frames += [bytes(f.data) for f in server.events_received()]
-            at, i = at + step, i + 1
         got[chunked] = frames
     assert got[True] == got[False] == payloads
 
