@@ -210,6 +210,35 @@ class LimitsConfig(_Frozen):
         return self
 
 
+class IceServer(_Frozen):
+    urls: str | list[str]  # stun:host:port, turn:host:port?transport=udp|tcp, turns:host:port
+    username: str | None = None  # TURN long-term credential user
+    credential: str | None = None  # TURN long-term credential password
+
+
+class WebRtcConfig(_Frozen):
+    """WebRTC calls (``POST /v1/realtime/calls``; docs/WEBRTC.md)."""
+
+    enabled: bool = True  # serve /v1/realtime/calls
+    # STUN/TURN servers the server's ICE agent uses (and documents for clients); none: host candidates only
+    ice_servers: tuple[IceServer, ...] = ()
+    # UDP ports host candidates bind, inclusive [low, high] (one port per call); None: ephemeral ports
+    udp_ports: tuple[int, int] | None = None
+    public_ip: str | None = None  # the address put in host candidates when the server sits behind a 1:1 NAT
+    connect_timeout_s: float = Field(default=15.0, gt=0, le=300)  # the events channel must open this soon
+    offers_per_s: float = Field(default=2.0, gt=0, le=1000)  # offers per second per API key, before media work
+    offers_burst: int = Field(default=10, ge=1, le=10_000)  # offers one key may send at once
+    stats_interval_s: float = Field(default=2.0, gt=0, le=60)  # how often a call's loss and jitter are sampled
+
+    @model_validator(mode="after")
+    def _port_range(self) -> WebRtcConfig:
+        if self.udp_ports is not None:
+            low, high = self.udp_ports
+            if not 1024 <= low <= high <= 65535:
+                raise ValueError("webrtc.udp_ports must be [low, high] with 1024 <= low <= high <= 65535")
+        return self
+
+
 class Config(_Frozen):
     server: ServerConfig = ServerConfig()
     model: ModelConfig = ModelConfig()
@@ -223,6 +252,7 @@ class Config(_Frozen):
     image_gen: ImageGenSettings = ImageGenSettings()
     limits: LimitsConfig = LimitsConfig()
     files: FilesConfig = FilesConfig()
+    webrtc: WebRtcConfig = WebRtcConfig()
     filters: tuple[str, ...] = ()  # "module:callable" chunk filters run on each chunk before it is sent
 
 
