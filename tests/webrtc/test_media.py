@@ -1,0 +1,45 @@
+"""Voice over a real WebRTC call: espeak-ng speech as Opus → Whisper transcript and a reply on oai-events."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from processors.asr import word_error_rate
+from testkit.speech import silence, speak
+from tests.conftest import requires_espeak
+from tests.rtcclient import RtcClient, pcm48
+
+QUESTION = "What is the capital of France?"
+
+
+@requires_espeak
+async def test_spoken_question_over_opus_is_transcribed_and_answered(tiny_backend, server_factory):
+    with server_factory(tiny_backend) as addr:
+        c = await RtcClient.call(addr)
+        await c.until("session.created", 20)
+        c.mic.play(pcm48(np.concatenate([silence(0.5), speak(QUESTION), silence(1.5)])))
+        started = await c.until("input_audio_buffer.speech_started", 30)
+        stopped = await c.until("input_audio_buffer.speech_stopped", 30)
+        assert stopped["audio_end_ms"] > started["audio_start_ms"] + 800
+        done = await c.until("conversation.item.input_audio_transcription.completed", 60)
+        assert word_error_rate(QUESTION, done["transcript"]) <= 0.25, done["transcript"]
+        await c.until("response.created", 30)
+        reply = await c.until("response.done", 60)
+        assert reply["response"]["status"] in ("completed", "incomplete")
+        assert any(e["type"] == "response.output_text.delta" for e in c.events)
+        await c.close()
+
+
+@requires_espeak
+async def test_input_rate_follows_the_session_and_output_buffer_clear_is_answered(tiny_backend, server_factory):
+    with server_factory(tiny_backend) as addr:
+        c = await RtcClient.call(addr, session={"audio": {"input": {"format": {"type": "audio/pcm", "rate": 16000}}}})
+        updated = await c.until("session.updated", 20)
+        assert updated["session"]["audio"]["input"]["format"]["rate"] == 16000
+        c.mic.play(pcm48(np.concatenate([silence(0.5), speak(QUESTION), silence(1.5)])))
+        done = await c.until("conversation.item.input_audio_transcription.completed", 60)
+        assert word_error_rate(QUESTION, done["transcript"]) <= 0.25, done["transcript"]
+        await c.send({"type": "output_audio_buffer.clear", "event_id": "evt_1"})
+        cleared = await c.until("output_audio_buffer.cleared", 20)
+        assert cleared["response_id"] is None  # nothing was playing (no speech output yet)
+        await c.close()
