@@ -226,6 +226,8 @@ class WebRtcConfig(_Frozen):
     udp_ports: tuple[int, int] | None = None
     public_ip: str | None = None  # the address put in host candidates when the server sits behind a 1:1 NAT
     connect_timeout_s: float = Field(default=15.0, gt=0, le=300)  # the events channel must open this soon
+    # a caller whose audio stops this long is gone (ICE failed, tab closed): the call ends, the session waits
+    media_timeout_s: float = Field(default=10.0, gt=0, le=300)
     offers_per_s: float = Field(default=2.0, gt=0, le=1000)  # offers per second per API key, before media work
     offers_burst: int = Field(default=10, ge=1, le=10_000)  # offers one key may send at once
     stats_interval_s: float = Field(default=2.0, gt=0, le=60)  # how often a call's loss and jitter are sampled

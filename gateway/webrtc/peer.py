@@ -153,15 +153,26 @@ class Call:
             await self.end("no data channel within connect_timeout_s")
             return
         metrics = self.svc.metrics
+        received, quiet_since = 0, time.monotonic()
         while not self.ended:
             await asyncio.sleep(self.cfg.stats_interval_s)
-            with contextlib.suppress(Exception):  # stats are best effort; the call goes on
-                for s in (await self.pc.getStats()).values():
-                    if getattr(s, "type", "") == "inbound-rtp" and getattr(s, "kind", "") == "audio":
-                        lost = max(0, int(s.packetsLost))
-                        metrics.webrtc_packets_lost.inc(max(0, lost - self._lost))
-                        self._lost = max(self._lost, lost)
-                        metrics.webrtc_jitter.observe(float(s.jitter) / OPUS_CLOCK)
+            try:
+                stats = list((await self.pc.getStats()).values())
+            except Exception:  # stats are best effort; the call goes on
+                continue
+            for s in stats:
+                if getattr(s, "type", "") == "inbound-rtp" and getattr(s, "kind", "") == "audio":
+                    lost = max(0, int(s.packetsLost))
+                    metrics.webrtc_packets_lost.inc(max(0, lost - self._lost))
+                    self._lost = max(self._lost, lost)
+                    metrics.webrtc_jitter.observe(float(s.jitter) / OPUS_CLOCK)
+                    if s.packetsReceived != received:
+                        received, quiet_since = s.packetsReceived, time.monotonic()
+            # a caller that was sending audio and stopped has gone (a browser sends 50 packets/s, silence
+            # included); one that never sent is left to ICE consent freshness (about 30 s in aioice)
+            if received and time.monotonic() - quiet_since > self.cfg.media_timeout_s:
+                await self.end("no audio from the caller within media_timeout_s")
+                return
 
     async def end(self, reason: str) -> None:
         """Close the peer connection; the session stays for its grace period (resume), unless hung up."""
@@ -178,9 +189,11 @@ class Call:
         with contextlib.suppress(Exception):
             await asyncio.wait_for(self.pc.close(), 5.0)
         current = asyncio.current_task()
-        for t in list(self._tasks):
-            if t is not current:
-                t.cancel()
+        others = [t for t in self._tasks if t is not current]
+        for t in others:
+            t.cancel()
+        if others:  # gone before the loop closes (a server shutting down ends its calls last)
+            await asyncio.wait(others, timeout=2.0)
         self.svc.metrics.webrtc_active.dec()
         self.on_end(self)
 

@@ -5,9 +5,9 @@ from __future__ import annotations
 import numpy as np
 
 from processors.asr import word_error_rate
+from testkit.rtcclient import RtcClient, pcm48
 from testkit.speech import silence, speak
 from tests.conftest import requires_espeak
-from tests.rtcclient import RtcClient, pcm48
 
 QUESTION = "What is the capital of France?"
 

@@ -7,9 +7,9 @@ import json
 
 import httpx
 
+from testkit.rtcclient import RtcClient, post_offer
 from tests.http.test_tools import ANSWER, ScriptedBackend
 from tests.realtime.test_functions import RT_TOOLS
-from tests.rtcclient import RtcClient, post_offer
 from tests.webrtc.test_signalling import real_offer
 from tests.wsclient import RealtimeClient
 
@@ -93,3 +93,18 @@ async def test_sideband_websocket_runs_a_tool_call_to_completion(tiny_backend, s
         assert '<tool_response>\n{"temp": 21}\n</tool_response>' in scripted.prompts[-1]
         await app.ws.close()
         await phone.close()
+
+
+async def test_a_caller_that_goes_silent_is_ended_and_its_session_kept_for_resume(tiny_backend, server_factory):
+    cfg = {**NO_AUDIO, "webrtc.media_timeout_s": 1.0, "webrtc.stats_interval_s": 0.2}
+    with server_factory(tiny_backend, **cfg) as addr:
+        c = await RtcClient.call(addr)
+        token = (await c.until("session.created", 20))["resume"]["token"]
+        c.mic.stop()  # RTP stops as it does when the network goes: no goodbye
+        closed = asyncio.Event()
+        c.channel.on("close", closed.set)
+        await asyncio.wait_for(closed.wait(), 15)  # the server ended the call
+        c2 = await RtcClient.call(addr, query=f"resume_token={token}&last_seq=0")
+        assert (await c2.until("session.resumed", 20))["replay_from_seq"] == 1
+        await c.close()
+        await c2.close()

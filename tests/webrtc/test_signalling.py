@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
+import asyncio
 import re
 
 import httpx
 from aiortc import RTCPeerConnection
 
-from tests.rtcclient import PlayTrack, RtcClient, post_offer
+from testkit.rtcclient import PlayTrack, RtcClient, post_offer
 
 
 async def real_offer(channel: bool = True, audio: bool = True) -> str:
@@ -39,7 +40,7 @@ async def test_offer_gets_an_answer_and_the_events_channel_carries_a_text_turn(t
         assert done["response"]["status"] in ("completed", "incomplete")
         seqs = [e["seq"] for e in [created, *c.events[c.events.index(created) + 1 :]]]
         assert seqs == list(range(seqs[0], seqs[0] + len(seqs)))  # contiguous, as on the WebSocket
-        assert c.audio_frames > 0  # the outbound track runs (silence until speech output)
+        await asyncio.wait_for(c.audio_arrived.wait(), 10)  # the outbound track runs (silence until speech output)
         async with httpx.AsyncClient() as http:
             metrics = (await http.get(f"http://{addr}/metrics")).text
         assert "stream_omni:webrtc_calls_total 1.0" in metrics
@@ -111,3 +112,18 @@ async def test_calls_count_against_the_per_key_session_limit_and_hangup_frees_on
         c2 = await RtcClient.call(addr, headers=key)
         await c2.until("session.created", 20)
         await c2.close()
+
+
+async def test_udp_ports_and_public_ip_shape_the_answers_candidates(tiny_backend, server_factory):
+    with server_factory(tiny_backend, **{"audio.enabled": False, "webrtc.udp_ports": [41000, 41009]}) as addr:
+        c = await RtcClient.call(addr)  # a whole call through ports of the range
+        await c.until("session.created", 20)
+        answer = c.pc.remoteDescription.sdp
+        ports = [int(m) for m in re.findall(r"^a=candidate:\S+ \d+ udp \d+ \S+ (\d+) typ host", answer, re.M)]
+        assert ports and all(41000 <= port <= 41009 for port in ports), answer
+        await c.close()
+    with server_factory(tiny_backend, **{"audio.enabled": False, "webrtc.public_ip": "203.0.113.9"}) as addr:
+        r = await post_offer(addr, await real_offer())
+        assert r.status_code == 201
+        hosts = re.findall(r"^a=candidate:\S+ \d+ udp \d+ (\S+) \d+ typ host", r.text, re.M)
+        assert hosts and all(h == "203.0.113.9" or ":" in h for h in hosts), r.text

@@ -1,4 +1,4 @@
-"""A WebRTC test client on aiortc: an SDP offer to /v1/realtime/calls, Opus audio out, ``oai-events`` in."""
+"""A WebRTC client on aiortc (tests, bench): an SDP offer to /v1/realtime/calls, Opus out, ``oai-events`` in."""
 
 # ruff: noqa: ASYNC109  (a per-call timeout is the point of these helpers)
 
@@ -77,6 +77,7 @@ class RtcClient:
         self.events: list[dict[str, Any]] = []
         self.opened = asyncio.Event()
         self.audio_frames = 0  # frames of the server's track received
+        self.audio_arrived = asyncio.Event()
         self.location = ""
         self.call_id = ""
         self._reader: asyncio.Future[None] | None = None
@@ -121,6 +122,7 @@ class RtcClient:
                 except MediaStreamError:
                     return
                 self.audio_frames += 1
+                self.audio_arrived.set()
 
         self._reader = asyncio.ensure_future(read())
 
