@@ -225,6 +225,8 @@ class WebRtcConfig(_Frozen):
     # UDP ports host candidates bind, inclusive [low, high] (one port per call); None: ephemeral ports
     udp_ports: tuple[int, int] | None = None
     public_ip: str | None = None  # the address put in host candidates when the server sits behind a 1:1 NAT
+    # the caller's Opus bitrate the answer asks for (maxaveragebitrate): 32 kbit/s is clear speech
+    upstream_kbps: int = Field(default=32, ge=6, le=510)
     connect_timeout_s: float = Field(default=15.0, gt=0, le=300)  # the events channel must open this soon
     # a caller whose audio stops this long is gone (ICE failed, tab closed): the call ends, the session waits
     media_timeout_s: float = Field(default=10.0, gt=0, le=300)

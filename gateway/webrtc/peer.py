@@ -20,7 +20,7 @@ from ..realtime.live import LiveSession
 from .channel import LABEL, DataChannelSocket
 from .pacing import Cleared, OutboundAudio, PlayoutEvent, Started, Stopped
 from .ports import bind_in_range
-from .sdp import Offer, with_public_ip
+from .sdp import Offer, with_opus_bitrate, with_public_ip
 from .tracks import PacedTrack, pump_inbound
 
 log = logging.getLogger("stream_omni.webrtc")
@@ -68,7 +68,7 @@ class Call:
         if self.cfg.udp_ports is not None:
             bind_in_range(pc, *self.cfg.udp_ports)
         await pc.setLocalDescription(await pc.createAnswer())
-        sdp = pc.localDescription.sdp
+        sdp = with_opus_bitrate(pc.localDescription.sdp, offer.opus_payload, self.cfg.upstream_kbps * 1000)
         self._spawn(self._watch(), "webrtc-watch")
         return with_public_ip(sdp, self.cfg.public_ip) if self.cfg.public_ip else sdp
 

@@ -98,3 +98,24 @@ def with_public_ip(sdp: str, public_ip: str) -> str:
 
     sdp = _HOST_CANDIDATE.sub(host, sdp)
     return _CONNECTION.sub(lambda m: m.group(0).replace(m.group(1), public_ip), sdp)
+
+
+def with_opus_bitrate(sdp: str, payload: int, bits_per_s: int) -> str:
+    """The answer asking the caller's Opus encoder for at most ``bits_per_s`` (``maxaveragebitrate``,
+    RFC 7587; browsers honour it) — a voice needs about 32 kbit/s, not a music encoder's default."""
+    fmtp = re.compile(rf"^a=fmtp:{payload} (.*?)(\r?)$", re.M)
+    if fmtp.search(sdp):
+        return fmtp.sub(
+            lambda m: (
+                f"a=fmtp:{payload} "
+                + ";".join(
+                    [p for p in m.group(1).split(";") if not p.strip().startswith("maxaveragebitrate=")]
+                    + [f"maxaveragebitrate={bits_per_s}"]
+                )
+                + m.group(2)
+            ),
+            sdp,
+        )
+    rtpmap = re.compile(rf"^(a=rtpmap:{payload} .*?)(\r?)$", re.M)
+    line = f"a=fmtp:{payload} maxaveragebitrate={bits_per_s}"
+    return rtpmap.sub(lambda m: f"{m.group(1)}{m.group(2)}\n{line}{m.group(2)}", sdp)

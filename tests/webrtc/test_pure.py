@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from gateway.webrtc.pacing import FRAME, RATE, Cleared, OutboundAudio, Started, Stopped
-from gateway.webrtc.sdp import OfferError, check_offer, with_public_ip
+from gateway.webrtc.sdp import OfferError, check_offer, with_opus_bitrate, with_public_ip
 
 OFFER = """v=0
 o=- 1 1 IN IP4 0.0.0.0
@@ -107,3 +107,12 @@ def test_the_queue_is_bounded_and_takes_only_48k_int16():
     assert q.push(tone(100), "r", "i") and not q.push(tone(20), "r", "i")
     with pytest.raises(ValueError, match="int16"):
         q.push(np.zeros(10, dtype=np.float32), "r", "i")
+
+
+def test_the_answer_asks_for_a_voice_bitrate():
+    with_fmtp = "a=rtpmap:111 opus/48000/2\r\na=fmtp:111 minptime=10;maxaveragebitrate=510000;useinbandfec=1\r\n"
+    out = with_opus_bitrate(with_fmtp, 111, 32000)
+    assert "a=fmtp:111 minptime=10;useinbandfec=1;maxaveragebitrate=32000\r\n" in out
+    bare = "a=rtpmap:111 opus/48000/2\r\na=rtpmap:0 PCMU/8000\r\n"
+    out = with_opus_bitrate(bare, 111, 32000)
+    assert out == "a=rtpmap:111 opus/48000/2\r\na=fmtp:111 maxaveragebitrate=32000\r\na=rtpmap:0 PCMU/8000\r\n"
