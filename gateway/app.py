@@ -119,4 +119,5 @@ def create_app(
     ]
     app = Starlette(routes=routes, lifespan=lifespan, middleware=[Middleware(LocalHostGuard, server=config.server)])
     app.state.completions = http_api.store
+    app.state.webrtc = webrtc_api
     return app

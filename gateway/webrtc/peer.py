@@ -69,6 +69,7 @@ class Call:
             bind_in_range(pc, *self.cfg.udp_ports)
         await pc.setLocalDescription(await pc.createAnswer())
         sdp = with_opus_bitrate(pc.localDescription.sdp, offer.opus_payload, self.cfg.upstream_kbps * 1000)
+        self.live.taps.append(self._heard)
         self._spawn(self._watch(), "webrtc-watch")
         return with_public_ip(sdp, self.cfg.public_ip) if self.cfg.public_ip else sdp
 
@@ -82,11 +83,10 @@ class Call:
         def rate() -> int:
             return live.media._audio_opts(live.session.options)[0]  # the rate VoiceInput expects
 
-        def sink(pcm: bytes) -> None:
-            if not live.closed and self.svc.asr is not None:
-                live.on_bytes(pcm)
+        def wanted() -> bool:
+            return not live.closed and self.svc.asr is not None
 
-        self._spawn(pump_inbound(track, rate, sink), "webrtc-audio-in")
+        self._spawn(pump_inbound(track, rate, live.on_bytes, wanted), "webrtc-audio-in")
 
     def _playout(self, events: list[PlayoutEvent]) -> None:
         out = []
@@ -100,6 +100,16 @@ class Call:
     def _emit(self, events: list[dict[str, Any]]) -> None:
         if events and not self.live.closed:
             self.live.send(Output([self.live.outbox.stamp(e) for e in events], []))
+
+    def _heard(self, events: list[dict[str, Any]]) -> None:
+        """Barge-in: the user speaks over the reply, and the session interrupts on speech — the
+        outbound audio stops now (``output_audio_buffer.cleared``), as the GA server does."""
+        if not (self.source.playing or self.source.queued_ms):
+            return
+        voice = self.live.media.voice
+        interrupts = voice is not None and voice.vad_config is not None and voice.vad_config.interrupt_response
+        if interrupts and any(e.get("type") == "input_audio_buffer.speech_started" for e in events):
+            self.clear_output()
 
     def clear_output(self, event_id: str | None = None) -> Cleared:
         """``output_audio_buffer.clear`` (GA, WebRTC only): cut playback now, say where it stopped."""
@@ -186,6 +196,8 @@ class Call:
         elif self.live.attached is None:
             self.svc.registry.detached(self.live)  # never attached: its grace timer starts now
         self.track.stop()
+        with contextlib.suppress(ValueError):
+            self.live.taps.remove(self._heard)
         with contextlib.suppress(Exception):
             await asyncio.wait_for(self.pc.close(), 5.0)
         current = asyncio.current_task()

@@ -81,15 +81,18 @@ class InboundAudio:
         return (np.clip(out, -1.0, 1.0) * 32767.0).astype("<i2").tobytes()
 
 
-async def pump_inbound(track: MediaStreamTrack, rate: Callable[[], int], sink: Callable[[bytes], None]) -> None:
-    """Feed ``sink`` the track's audio until the track ends (the peer connection closed)."""
+async def pump_inbound(
+    track: MediaStreamTrack, rate: Callable[[], int], sink: Callable[[bytes], None], wanted: Callable[[], bool]
+) -> None:
+    """Feed ``sink`` the track's audio until the track ends (the peer connection closed). Frames are
+    read even when not ``wanted`` (audio input off): aiortc queues them until someone does."""
     inbound = InboundAudio()
     while True:
         try:
             frame = await track.recv()
         except MediaStreamError:
             return
-        if not isinstance(frame, AudioFrame):
+        if not isinstance(frame, AudioFrame) or not wanted():
             continue
         pcm = inbound.convert(frame, rate())
         if pcm:

@@ -72,7 +72,7 @@ def test_chromium_speaks_over_webrtc_and_gets_the_transcript_and_reply(browser, 
             )
             transcript = events_of(page, "conversation.item.input_audio_transcription.completed")[0]["transcript"]
             assert word_error_rate(SPOKEN, transcript) <= 0.25, transcript
-            page.wait_for_selector("body[data-rtc_response_done]", state="attached", timeout=60_000)
+            page.wait_for_selector("body[data-rtc_response_done]", state="attached", timeout=120_000)
             assert events_of(page, "session.created")[0]["seq"] == 0
             assert page.evaluate("window.rtcTrackKind") == "audio"
             up = page.evaluate(UPSTREAM)  # measured over 3 s of the looped fake microphone

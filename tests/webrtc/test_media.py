@@ -43,3 +43,24 @@ async def test_input_rate_follows_the_session_and_output_buffer_clear_is_answere
         cleared = await c.until("output_audio_buffer.cleared", 20)
         assert cleared["response_id"] is None  # nothing was playing (no speech output yet)
         await c.close()
+
+
+@requires_espeak
+async def test_barge_in_cuts_the_outbound_audio_and_says_so(tiny_backend, server_factory):
+    with server_factory(tiny_backend) as addr:
+        c = await RtcClient.call(addr)
+        await c.until("session.created", 20)
+        call = addr.app.state.webrtc.calls[c.call_id]
+        tone = (np.sin(np.arange(48_000 * 20) * 2 * np.pi * 440 / 48_000) * 8000).astype(np.int16)
+        # stands in for speech output (not built yet): 20 s of a reply's audio queued on the call
+        assert addr.call(lambda: call.source.push(tone, "resp_stand_in", "item_stand_in"))
+        started = await c.until("output_audio_buffer.started", 10)
+        assert started["response_id"] == "resp_stand_in"
+        c.mic.play(pcm48(np.concatenate([silence(0.3), speak(QUESTION), silence(1.0)])))
+        await c.until("input_audio_buffer.speech_started", 30)
+        cleared = await c.until("output_audio_buffer.cleared", 10)
+        assert cleared["response_id"] == "resp_stand_in"
+        assert addr.call(lambda: call.source.queued_ms) == 0
+        heard = addr.call(lambda: call.source.played_ms("item_stand_in"))
+        assert 300 <= heard < 20_000  # cut where the user came in, not at the end
+        await c.close()
