@@ -46,6 +46,7 @@ class Call:
         self.opened = asyncio.Event()  # the data channel is up
         self.ended = False
         self.end_reason = ""
+        self.closing: asyncio.Future[None] | None = None  # the peer connection's close, once ending
         self._tasks: set[asyncio.Task[Any]] = set()
         self._lost = 0  # packets lost reported so far (getStats is cumulative)
         self.started = time.monotonic()
@@ -198,8 +199,9 @@ class Call:
         self.track.stop()
         with contextlib.suppress(ValueError):
             self.live.taps.remove(self._heard)
-        with contextlib.suppress(Exception):
-            await asyncio.wait_for(self.pc.close(), 5.0)
+        # not cancelled on a timeout: a close cut short leaves aiortc's DTLS task to die with the loop
+        self.closing = asyncio.ensure_future(self.pc.close())
+        await asyncio.wait({self.closing}, timeout=5.0)
         current = asyncio.current_task()
         others = [t for t in self._tasks if t is not current]
         for t in others:

@@ -7,6 +7,7 @@ per-key offer rate, the body's size and type, the SDP checks (``gateway.webrtc.s
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import hmac
 import json
@@ -54,6 +55,7 @@ class WebRtcApi:
         self.node = node
         self.calls: dict[str, Call] = {}  # call id → its call, while its session lives
         self._offers: dict[str, TokenBucket] = {}
+        self._closing: set[asyncio.Future[None]] = set()  # peer connections still closing
 
     def routes(self) -> list[BaseRoute]:
         return [
@@ -202,6 +204,9 @@ class WebRtcApi:
         )
 
     def _ended(self, call: Call) -> None:
+        if call.closing is not None and not call.closing.done():  # shutdown waits for it
+            self._closing.add(call.closing)
+            call.closing.add_done_callback(self._closing.discard)
         # the call id stays known while its session lives: a sideband socket or a hangup may still name it
         for cid in [cid for cid, c in self.calls.items() if c.live.closed]:
             del self.calls[cid]
@@ -263,3 +268,5 @@ class WebRtcApi:
             with contextlib.suppress(Exception):
                 await call.end("server shutdown")
         self.calls.clear()
+        if self._closing:
+            await asyncio.wait(self._closing, timeout=10.0)
