@@ -41,8 +41,15 @@ CALL = """async () => {
   pc.addTrack(mic.getAudioTracks()[0], mic);
   pc.ontrack = (e) => { window.rtcTrackKind = e.track.kind; };
   const events = pc.createDataChannel("oai-events");
-  events.onmessage = (m) => {  // marked on <body>: the page's CSP allows no eval, so no wait_for_function
+  const sent = async () => {  // the microphone track's bytes so far: upstream while the user speaks
+    for (const s of (await pc.getStats()).values())
+      if (s.type === "outbound-rtp" && s.kind === "audio")
+        return { bytes: s.bytesSent, headers: s.headerBytesSent, t: s.timestamp };
+  };
+  events.onmessage = async (m) => {  // marked on <body>: the page's CSP allows no eval, so no wait_for_function
     const ev = JSON.parse(m.data);
+    if (ev.type === "input_audio_buffer.speech_started" && !window.rtcSpeechStart) window.rtcSpeechStart = await sent();
+    if (ev.type === "input_audio_buffer.speech_stopped" && !window.rtcSpeechStop) window.rtcSpeechStop = await sent();
     window.rtcEvents.push(ev);
     document.body.dataset["rtc_" + ev.type.replaceAll(".", "_")] = "1";
   };
@@ -59,15 +66,10 @@ CALL = """async () => {
 }"""
 
 
-UPSTREAM = """async () => {
-  const sent = async () => {
-    for (const s of (await window.rtcPc.getStats()).values())
-      if (s.type === "outbound-rtp" && s.kind === "audio") return [s.bytesSent, s.headerBytesSent, s.timestamp];
-  };
-  const a = await sent();
-  await new Promise((r) => setTimeout(r, 3000));
-  const b = await sent();
-  return { payload: (b[0] - a[0]) / ((b[2] - a[2]) / 1000), headers: (b[1] - a[1]) / ((b[2] - a[2]) / 1000) };
+UPSTREAM = """() => {
+  const [a, b] = [window.rtcSpeechStart, window.rtcSpeechStop];
+  const s = (b.t - a.t) / 1000;
+  return { payload: (b.bytes - a.bytes) / s, headers: (b.headers - a.headers) / s, seconds: s };
 }"""
 PCM16_24K_BYTES_S = 48_000  # the WebSocket path's audio, before base64
 
@@ -95,9 +97,12 @@ def test_chromium_speaks_over_webrtc_and_gets_the_transcript_and_reply(browser, 
             page.wait_for_selector("body[data-rtc_response_done]", state="attached", timeout=120_000)
             assert events_of(page, "session.created")[0]["seq"] == 0
             assert page.evaluate("window.rtcTrackKind") == "audio"
-            up = page.evaluate(UPSTREAM)  # measured over 3 s of the looped fake microphone
-            print(f"chromium upstream: {up['payload']:.0f} B/s Opus payload + {up['headers']:.0f} B/s RTP headers")
-            assert up["payload"] <= PCM16_24K_BYTES_S / 8, up  # the answer's maxaveragebitrate=32000 is obeyed
+            up = page.evaluate(UPSTREAM)  # from speech_started to speech_stopped: while the user speaks
+            print(f"chromium upstream, {up['seconds']:.2f} s of speech: {up['payload']:.0f} B/s Opus", end="")
+            print(f" + {up['headers']:.0f} B/s RTP headers")
+            assert up["seconds"] > 1.0, up
+            # RTP headers included: ≤ 1/8 of the WebSocket's pcm16 (the answer's maxaveragebitrate=32000 is obeyed)
+            assert up["payload"] + up["headers"] <= PCM16_24K_BYTES_S / 8, up
             page.evaluate("window.rtcPc.close()")
         finally:
             ctx.close()
