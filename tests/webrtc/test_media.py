@@ -9,7 +9,7 @@ from testkit.rtcclient import RtcClient, pcm48
 from testkit.speech import silence, speak
 from tests.conftest import requires_espeak
 
-QUESTION = "What is the capital of France?"
+QUESTION = "What is the weather going to be like tomorrow morning?"
 
 
 @requires_espeak
