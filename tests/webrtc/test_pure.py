@@ -116,3 +116,16 @@ def test_the_answer_asks_for_a_voice_bitrate():
     bare = "a=rtpmap:111 opus/48000/2\r\na=rtpmap:0 PCMU/8000\r\n"
     out = with_opus_bitrate(bare, 111, 32000)
     assert out == "a=rtpmap:111 opus/48000/2\r\na=fmtp:111 maxaveragebitrate=32000\r\na=rtpmap:0 PCMU/8000\r\n"
+
+
+def test_webrtc_config_keys_are_checked():
+    from gateway.config import ConfigError, load_config
+
+    cfg = load_config(None, **{"webrtc.udp_ports": [40000, 40099], "webrtc.public_ip": "203.0.113.9"})
+    assert cfg.webrtc.udp_ports == (40000, 40099) and cfg.webrtc.public_ip == "203.0.113.9"
+    turn = {"urls": "turn:t.example:3478", "username": "u", "credential": "p"}
+    ice = load_config(None, **{"webrtc.ice_servers": [turn]})
+    assert ice.webrtc.ice_servers[0].username == "u"
+    for bad in ({"webrtc.udp_ports": [40099, 40000]}, {"webrtc.udp_ports": [80, 90]}, {"webrtc.offers_per_s": 0}):
+        with pytest.raises(ConfigError):
+            load_config(None, **bad)
