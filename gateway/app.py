@@ -27,6 +27,7 @@ from .realtime import routes as realtime_routes
 from .security import LocalHostGuard
 from .services import Services
 from .startup import start_services, stop_services
+from .webrtc.signalling import WebRtcApi
 
 WEB_DIR = Path(__file__).resolve().parent.parent / "web"  # the browser client, served at GET /
 
@@ -67,6 +68,7 @@ def create_app(
             await services.registry.drain(0, hand_off=n.hand_off if n else None)
             if n is not None:
                 await cluster.pop("node").stop()
+            await webrtc_api.close()
             await app.state.completions.drain(0)
             stop_services(services)
 
@@ -104,15 +106,18 @@ def create_app(
         return Response(s.metrics.render(running, waiting), media_type="text/plain; version=0.0.4")
 
     http_api = http_routes.HttpApi(svc)
+    webrtc_api = WebRtcApi(svc, node)
     routes = [
         Route("/health", health),
         Route("/ready", ready),
         Route("/v1/models", models),
         Route("/metrics", metrics),
-        *realtime_routes.routes(svc, node),
+        *realtime_routes.routes(svc, node, sideband=webrtc_api.sideband),
+        *webrtc_api.routes(),
         *http_api.routes(),
         Mount("/", app=StaticFiles(directory=str(WEB_DIR), html=True, check_dir=False), name="web"),
     ]
     app = Starlette(routes=routes, lifespan=lifespan, middleware=[Middleware(LocalHostGuard, server=config.server)])
     app.state.completions = http_api.store
+    app.state.webrtc = webrtc_api
     return app

@@ -279,6 +279,39 @@ class LimitsConfig(_Frozen):
         return self
 
 
+class IceServer(_Frozen):
+    urls: str | list[str]  # stun:host:port, turn:host:port?transport=udp|tcp, turns:host:port
+    username: str | None = None  # TURN long-term credential user
+    credential: str | None = None  # TURN long-term credential password
+
+
+class WebRtcConfig(_Frozen):
+    """WebRTC calls (``POST /v1/realtime/calls``; docs/WEBRTC.md)."""
+
+    enabled: bool = True  # serve /v1/realtime/calls
+    # STUN/TURN servers the server's ICE agent uses (and documents for clients); none: host candidates only
+    ice_servers: tuple[IceServer, ...] = ()
+    # UDP ports host candidates bind, inclusive [low, high] (one port per call); None: ephemeral ports
+    udp_ports: tuple[int, int] | None = None
+    public_ip: str | None = None  # the address put in host candidates when the server sits behind a 1:1 NAT
+    # the caller's Opus bitrate the answer asks for (maxaveragebitrate): 32 kbit/s is clear speech
+    upstream_kbps: int = Field(default=32, ge=6, le=510)
+    connect_timeout_s: float = Field(default=15.0, gt=0, le=300)  # the events channel must open this soon
+    # a caller whose audio stops this long is gone (ICE failed, tab closed): the call ends, the session waits
+    media_timeout_s: float = Field(default=10.0, gt=0, le=300)
+    offers_per_s: float = Field(default=2.0, gt=0, le=1000)  # offers per second per API key, before media work
+    offers_burst: int = Field(default=10, ge=1, le=10_000)  # offers one key may send at once
+    stats_interval_s: float = Field(default=2.0, gt=0, le=60)  # how often a call's loss and jitter are sampled
+
+    @model_validator(mode="after")
+    def _port_range(self) -> WebRtcConfig:
+        if self.udp_ports is not None:
+            low, high = self.udp_ports
+            if not 1024 <= low <= high <= 65535:
+                raise ValueError("webrtc.udp_ports must be [low, high] with 1024 <= low <= high <= 65535")
+        return self
+
+
 class Config(_Frozen):
     server: ServerConfig = ServerConfig()
     model: ModelConfig = ModelConfig()
@@ -292,6 +325,7 @@ class Config(_Frozen):
     image_gen: ImageGenSettings = ImageGenSettings()
     limits: LimitsConfig = LimitsConfig()
     files: FilesConfig = FilesConfig()
+    webrtc: WebRtcConfig = WebRtcConfig()
     filters: tuple[str, ...] = ()  # "module:callable" chunk filters run on each chunk before it is sent
 
     @model_validator(mode="after")

@@ -59,6 +59,17 @@ class Metrics:
             ["consistent"],
             registry=r,
         )
+        self.webrtc_calls = Counter("stream_omni:webrtc_calls", "WebRTC calls answered (resumes included)", registry=r)
+        self.webrtc_active = Gauge("stream_omni:webrtc_calls_active", "WebRTC peer connections up", registry=r)
+        self.webrtc_packets_lost = Counter(
+            "stream_omni:webrtc_packets_lost", "Inbound RTP audio packets lost (RTCP receiver view)", registry=r
+        )
+        self.webrtc_jitter = Histogram(
+            "stream_omni:webrtc_jitter_seconds",
+            "Inbound RTP interarrival jitter, sampled per call every webrtc.stats_interval_s",
+            registry=r,
+            buckets=(0.001, 0.002, 0.005, 0.01, 0.02, 0.05, 0.1, 0.2, 0.5),
+        )
         self.responses = Counter("stream_omni:responses", "Responses finished by status", ["status"], registry=r)
 
     def observe_response(self, m: dict[str, Any]) -> None:

@@ -20,6 +20,8 @@ PURE = (
     "gateway.realtime.ratelimit",
     "gateway.realtime.turntaking",
     "gateway.cluster.snapshot",
+    "gateway.webrtc.sdp",
+    "gateway.webrtc.pacing",
     "models.scheduler",
 )
 IO_FRAMEWORKS = ("asyncio", "starlette", "uvicorn", "websockets", "torch", "redis")

@@ -35,8 +35,12 @@ CLOSE_SUPERSEDED = 4009  # the session was resumed on a newer socket
 
 
 class Connection:
-    def __init__(self, ws: WebSocket, live: LiveSession, last_seq: int = -1):
+    def __init__(self, ws: WebSocket, live: LiveSession, last_seq: int = -1, sideband: bool = False):
+        """``sideband``: a second socket on a session another transport serves (a WebRTC call's
+        server-side control socket): it reads and writes the same events but never takes the
+        session over, and its end does not detach it."""
         self.ws = ws
+        self.sideband = sideband
         self.live = live
         self.limits = live.limits
         self.cursor = last_seq  # the last seq this client has
@@ -161,10 +165,11 @@ class Connection:
     async def run(self, resumed: bool = False) -> None:
         live = self.live
         previous = live.attached
-        if previous is not None and previous is not self:
-            previous.kick(CLOSE_SUPERSEDED, "session resumed on another connection")
-        live.attached = self
-        live.on_event = self._check_lag
+        if not self.sideband:
+            if previous is not None and previous is not self:
+                previous.kick(CLOSE_SUPERSEDED, "session resumed on another connection")
+            live.attached = self
+            live.on_event = self._check_lag
         try:  # from the attach on: however this ends (even in the hello), detach — or the session never expires
             if resumed:
                 hello = p.server_event(

@@ -130,6 +130,7 @@ class LiveSession:
         self.key = key
         self.attached: Attachment | None = None  # the Connection currently serving this session
         self.on_event: Callable[[], None] | None = None  # the attached connection's lag check
+        self.taps: list[Callable[[list[dict[str, Any]]], None]] = []  # its sent events, to a WebRTC call (barge-in)
         self.closed = False
         self.received = 0  # client frames read from any of its sockets (session.resumed's received_events)
         self._pump = asyncio.create_task(self._pump_loop(), name="session-pump")
@@ -154,6 +155,8 @@ class LiveSession:
                 self.changed.set()
             if self.on_event is not None:
                 self.on_event()
+            for tap in list(self.taps):
+                tap(out.events)
         for action in out.actions:
             self._act(action)
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import secrets
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 
 from starlette.routing import BaseRoute, WebSocketRoute
 from starlette.websockets import WebSocket
@@ -20,11 +20,19 @@ from .live import LiveSession
 from .registry import TooManySessions
 
 
-def routes(services: Callable[[], Services], node: Callable[[], ClusterNode | None]) -> list[BaseRoute]:
+def routes(
+    services: Callable[[], Services],
+    node: Callable[[], ClusterNode | None],
+    sideband: Callable[[WebSocket], Awaitable[None]] | None = None,
+) -> list[BaseRoute]:
     """``services()`` returns the app's ``Services`` once started; ``node()`` this replica's part of a
-    cluster sharing sessions through Redis (None: sessions live in this process only)."""
+    cluster sharing sessions through Redis (None: sessions live in this process only); ``sideband``
+    serves ``?call_id=…`` (a control socket on a WebRTC call's session, ``gateway.webrtc``)."""
 
     async def realtime(ws: WebSocket) -> None:
+        if sideband is not None and "call_id" in ws.query_params:
+            await sideband(ws)
+            return
         await _realtime(services(), node(), ws)
 
     return [WebSocketRoute("/v1/realtime", realtime)]
