@@ -73,7 +73,7 @@ class EngineConfig(_Frozen):
     max_running: int = Field(default=16, ge=1)  # responses batched into every model step (continuous batching)
     max_waiting: int = Field(default=8, ge=0)  # responses queued behind them; more → server_busy
     prefill_chunk: int = Field(default=128, ge=1)  # prompt tokens prefilled per step (all new prompts together)
-    draft_max_batch: int = Field(default=4, ge=0)  # speculation pauses while more responses share a step
+    draft_max_batch: int = Field(default=16, ge=0)  # no drafting at all while more responses share a step
 
 
 class SchedulerDefaults(_Frozen):
