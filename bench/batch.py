@@ -472,10 +472,11 @@ def main() -> None:
         "other work running makes every figure slower and noisier).\n\n"
     )
     md += markdown_table(rows, cols)
-    for rnd in raw.values():
-        for r in rnd:
-            for s in r["sessions"]:
-                s.pop("gaps", None)
+    for per_n in raw.values():
+        for rnd in per_n.values():
+            for r in rnd:
+                for s in r["sessions"]:
+                    s.pop("gaps", None)
     write(args.name, {"machine": machine(), "args": vars(args), "rows": rows, "raw": raw}, md)
 
 
