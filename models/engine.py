@@ -108,6 +108,7 @@ class Engine:
         self._ids = itertools.count(1)
         self._stop = False
         self._steps = 0  # decode/verify forwards timed so far (an id per step for observe_step)
+        self._last_tokens: dict[int, int] = {}  # handle id → tokens it put in the last step
         self._idle: Callable[[], bool] | None = None
         self._idle_due = False  # work was done since the idle hook last ran
         self._thread = threading.Thread(target=self._loop, name=name, daemon=True)
@@ -208,12 +209,18 @@ class Engine:
         """One engine step: every batchable job's next forward in one ``forward_batch`` per backend
         (prefill pieces FIFO within ``prefill_chunk`` tokens), then each other job steps once."""
         batched = [h for h in running if getattr(h.job, "batchable", False)]
-        load = len(batched) - 1  # other tokens each job's forward shares (at least one per job)
+        # other tokens each job's forward shares, drafts included, so four jobs drafting 16 each see
+        # each other: those planned before it this step, and the others' tokens of the last step
+        last, self._last_tokens = self._last_tokens, {}
+        later = sum(last.get(h.id, 1) for h in batched)  # jobs not planned yet (last step's tokens)
+        planned = 0  # tokens of the jobs planned so far this step
         draft = len(batched) <= self.draft_max_batch
         budget = self.prefill_chunk
         groups: dict[int, list[tuple[Handle, Forward]]] = {}
         for h in batched:
             try:
+                later -= last.get(h.id, 1)
+                load = planned + later
                 fw = h.job.plan(load=load, prefill_budget=budget, draft=draft, prefill_piece=self.prefill_chunk)
             except Exception as exc:
                 self._fail(h, exc)
@@ -224,6 +231,8 @@ class Engine:
                 continue
             if fw.prefill:
                 budget -= len(fw.tokens)
+            self._last_tokens[h.id] = 1 if fw.prefill else len(fw.tokens)
+            planned += self._last_tokens[h.id]
             groups.setdefault(id(h.job.backend), []).append((h, fw))
         for group in groups.values():
             self._forward_group(group)

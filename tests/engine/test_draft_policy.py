@@ -242,3 +242,48 @@ def test_prompt_lookup_default_wiring_uses_the_policy():
     assert isinstance(s.policy, DraftPolicy) and isinstance(s.drafter, PromptLookupDrafter)
     assert s.policy.costs is spec.step_costs is spec.with_config(k_max=4).step_costs  # one curve per backend
     assert s.policy.prior(3) == pytest.approx(0.8)
+
+
+def test_each_job_sees_the_tokens_the_others_put_in_the_step_drafts_included():
+    from models.decode import Done, Forward, JobEvents
+
+    fake = FakeBackend()
+    loads: dict[str, list[int]] = {}
+
+    class Job:
+        batchable, backend = True, fake
+
+        def __init__(self, name: str, width: int) -> None:
+            self.name, self.width, self.steps, self.finished = name, width, 0, False
+            self.state = fake.new_state()
+            self.state.tokens = [1, 2, 3]
+
+        def plan(self, load=0, prefill_budget=None, draft=True, prefill_piece=None):
+            loads.setdefault(self.name, []).append(load)
+            return Forward([5] * self.width, 1)
+
+        def complete(self, rows, seconds=0.0):
+            self.steps += 1
+            self.finished = self.steps == 3
+            return JobEvents(done=Done("stop", {}) if self.finished else None)
+
+        def step(self):  # pragma: no cover - batchable
+            raise AssertionError
+
+        def cancel(self):
+            return JobEvents()
+
+    eng = Engine(max_running=8)
+    try:
+        jobs = [Job("a", 9), Job("b", 1), Job("c", 1)]
+        ends = [threading.Event() for _ in jobs]
+        for j, ev in zip(jobs, ends, strict=True):
+            eng.submit(j, lambda e, ev=ev: ev.set() if e.done is not None else None)
+        for ev in ends:
+            assert ev.wait(WAIT)
+    finally:
+        eng.close()
+    # first step: one token per other job; later: a's 9-token draft block counts for b and c, and
+    # b and c count one each for a
+    assert loads["a"][0] == 2 and loads["b"][0] in (2, 10) and loads["a"][-1] == 2
+    assert loads["b"][-1] == 10 and loads["c"][-1] == 10
