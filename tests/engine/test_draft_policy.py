@@ -287,3 +287,28 @@ def test_each_job_sees_the_tokens_the_others_put_in_the_step_drafts_included():
     # b and c count one each for a
     assert loads["a"][0] == 2 and loads["b"][0] in (2, 10) and loads["a"][-1] == 2
     assert loads["b"][-1] == 10 and loads["c"][-1] == 10
+
+
+def test_metrics_count_drafted_accepted_and_skipped_per_kind():
+    from prometheus_client.parser import text_string_to_metric_families
+
+    from gateway.metrics import Metrics
+
+    m = Metrics()
+    kinds = {"prompt_lookup_3gram": {"drafted": 12, "accepted": 10, "skipped": 3}}
+    m.observe_response({"tokens": 20, "draft_kinds": kinds})
+    m.observe_response(
+        {"tokens": 5, "draft_kinds": {"prompt_lookup_1gram": {"drafted": 0, "accepted": 0, "skipped": 7}}}
+    )
+    m.observe_response({"tokens": 5})  # no drafting: nothing per kind
+    samples = {
+        (s.name, tuple(sorted(s.labels.items()))): s.value
+        for fam in text_string_to_metric_families(m.render(0, 0).decode())
+        for s in fam.samples
+    }
+    k3, k1 = (("kind", "prompt_lookup_3gram"),), (("kind", "prompt_lookup_1gram"),)
+    assert samples[("stream_omni:spec_decode_kind_draft_tokens_total", k3)] == 12
+    assert samples[("stream_omni:spec_decode_kind_accepted_tokens_total", k3)] == 10
+    assert samples[("stream_omni:spec_decode_kind_skipped_total", k3)] == 3
+    assert samples[("stream_omni:spec_decode_kind_skipped_total", k1)] == 7
+    assert samples[("stream_omni:spec_decode_kind_draft_tokens_total", k1)] == 0
