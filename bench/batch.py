@@ -6,7 +6,10 @@ alone, one after another (the N = 1 row and the greedy reference); then for N = 
 sessions connect, and all send their question at once (different open questions, greedy,
 ``--tokens`` each). Per row: aggregate tok/s (all tokens / wall time from the first send to the
 last response.done), mean per-session tok/s, TTFT p50/p99/max, inter-chunk p99, server RSS, and
-how many replies are token-for-token the text the same prompt got alone.
+how many replies are token-for-token the text the same prompt got alone. The same rounds run again
+on a second server with ``speculative.drafter: none`` (skip with ``--no-baseline``), so what drafting
+costs or gains is always measured side by side (``× none``); ``--workload grounded`` asks for
+paragraph edits (drafting's best case), ``mix`` half of each.
 
 Optional physical rows, measured in the same run when the binaries are given (never needed):
 ``--batched-bench PATH`` runs llama.cpp's ``llama-batched-bench`` on the same GGUF (S_TG per B);
@@ -46,6 +49,43 @@ QUESTIONS = [
     "How do bees make honey?",
     "What is the difference between weather and climate?",
 ]
+
+
+PARAGRAPHS = [
+    "The city council met on Tuesday to discuss the new bicycle lanes on Main Street. Supporters said the "
+    "lanes would make cycling safer. The council voted five to two to build them next spring.",
+    "Our bakery opens at seven every morning. We bake bread, rolls and two kinds of cake each day, and on "
+    "Fridays we also make cinnamon buns. Orders for birthdays need two days of notice.",
+    "The library will close early on Thursday for staff training. Books due that day can be returned on "
+    "Friday without a fee. The reading room reopens at nine on Friday morning.",
+    "Please water the tomato plants twice a week and the herbs once a week. Keep the basil in the sun and "
+    "the mint in the shade. Pick the ripe tomatoes before the weekend.",
+    "The school trip leaves at eight from the main gate. Students should bring a packed lunch, a water "
+    "bottle and a coat. The bus returns at four in the afternoon.",
+    "Our team meeting moves from Monday to Wednesday this week. We will review the budget, plan the spring "
+    "launch and choose a date for the summer party. Please send your notes by Tuesday.",
+    "The museum has a new exhibit about old maps. It shows how sailors found their way across the sea "
+    "before satellites. Tickets are half price for students on weekdays.",
+    "To reset the router, hold the small button on the back for ten seconds. Wait until the light turns "
+    "green, then connect again with the password printed on the label.",
+]
+GROUNDED = [f"Repeat this text exactly, fixing nothing:\n\n{p}" for p in PARAGRAPHS]
+
+
+WORKLOAD_TEXT = {
+    "open": "different open questions",
+    "grounded": "'repeat this paragraph' edits, different paragraphs",
+    "mix": "half grounded edits, half open questions, interleaved",
+}
+
+
+def workload(name: str, n: int) -> list[str]:
+    """The ``n`` prompts of one round: open questions, grounded edits, or half of each (interleaved)."""
+    if name == "open":
+        return QUESTIONS[:n]
+    if name == "grounded":
+        return [GROUNDED[i % len(GROUNDED)] for i in range(n)]
+    return [(GROUNDED[i // 2 % len(GROUNDED)] if i % 2 == 0 else QUESTIONS[i // 2]) for i in range(n)]
 
 
 def pct(xs: list[float], q: float) -> float:
@@ -173,12 +213,14 @@ def summarize(n: int, runs: list[dict[str, Any]], solo: dict[str, str]) -> dict[
     }
 
 
-async def gateway_rows(addr: str, ns: list[int], tokens: int, recv_s: float) -> tuple[list[dict[str, Any]], Any]:
+async def gateway_rows(
+    addr: str, ns: list[int], tokens: int, recv_s: float, work: str = "open"
+) -> tuple[list[dict[str, Any]], Any]:
     pid = server_pid()
     await round_of(addr, [QUESTIONS[-1]], 16, pid, recv_s)  # warm-up (graphs, caches)
     top = max(ns)
     solo_runs = []
-    for q in QUESTIONS[:top]:
+    for q in dict.fromkeys(workload(work, top)):
         r = await round_of(addr, [q], tokens, pid, recv_s)
         r["sessions"][0]["question"] = q
         solo_runs.append(r)
@@ -188,7 +230,7 @@ async def gateway_rows(addr: str, ns: list[int], tokens: int, recv_s: float) -> 
     for n in ns:
         if n == 1:
             continue
-        qs = QUESTIONS[:n]
+        qs = workload(work, n)
         r = await round_of(addr, qs, tokens, pid, recv_s)
         for s, q in zip(r["sessions"], qs, strict=True):
             s["question"] = q
@@ -295,7 +337,9 @@ async def llama_server_round(port: int, questions: list[str], tokens: int, recv_
     return {"sessions": list(res), "rss_mb_max": float("nan")}
 
 
-def llama_server_rows(binary: str, gguf: str, ns: list[int], tokens: int, threads: int, recv_s: float) -> list[dict]:
+def llama_server_rows(
+    binary: str, gguf: str, ns: list[int], tokens: int, threads: int, recv_s: float, work: str = "open"
+) -> list[dict]:
     rows = []
     for n in ns:
         port = free_port()
@@ -329,7 +373,7 @@ def llama_server_rows(binary: str, gguf: str, ns: list[int], tokens: int, thread
                     raise RuntimeError("llama-server did not start")
                 time.sleep(0.3)
             asyncio.run(llama_server_round(port, QUESTIONS[:1], 16, recv_s))  # warm-up
-            r = asyncio.run(llama_server_round(port, QUESTIONS[:n], tokens, recv_s))
+            r = asyncio.run(llama_server_round(port, workload(work, n), tokens, recv_s))
             row = summarize(n, [r], {})
             rows.append(
                 {
@@ -355,14 +399,35 @@ def main() -> None:
     ap.add_argument("--threads", type=int, default=2, help="llama.cpp threads of the physical rows")
     ap.add_argument("--no-backend-rows", action="store_true", help="skip the in-process forward_batch rows")
     ap.add_argument("--name", default="batch", help="results file name under bench/results/")
+    ap.add_argument("--workload", choices=["open", "grounded", "mix"], default="open", help="the prompts")
+    ap.add_argument("--no-baseline", action="store_true", help="skip the drafter: none rows")
     args = ap.parse_args()
     ns = [int(x) for x in args.sessions.split(",")]
     overrides: dict[str, Any] = {"audio.enabled": False}
     for kv in args.set:
         key, _, value = kv.partition("=")
         overrides[key] = json.loads(value) if value[:1].isdigit() or value in ("true", "false") else value
-    with server_process(overrides, timeout_s=900) as addr:
-        rows, raw = asyncio.run(gateway_rows(addr, ns, args.tokens, args.timeout))
+    configs: list[tuple[str, dict[str, Any]]] = [("default", {})]
+    if not args.no_baseline:  # the cost or the gain of drafting is always on the table
+        configs.append(("drafter: none", {"speculative.drafter": "none"}))
+    by_config: dict[str, list[dict[str, Any]]] = {}
+    raw: dict[str, Any] = {}
+    texts: dict[str, dict[str, str]] = {}
+    for label, extra_cfg in configs:
+        with server_process({**overrides, **extra_cfg}, timeout_s=900) as addr:
+            cfg_rows, cfg_raw = asyncio.run(gateway_rows(addr, ns, args.tokens, args.timeout, args.workload))
+        for r in cfg_rows:
+            r["config"] = label
+        by_config[label], raw[label] = cfg_rows, cfg_raw
+        texts[label] = {s["question"]: s["text"] for s in (x for rr in cfg_raw["1"] for x in rr["sessions"])}
+    rows = by_config["default"]
+    base = by_config.get("drafter: none")
+    if base is not None:
+        for r, b in zip(rows, base, strict=True):
+            r["× none"] = r["aggregate tok/s"] / b["aggregate tok/s"]
+        same = sum(texts["default"][q] == texts["drafter: none"].get(q) for q in texts["default"])
+        for r in rows:  # greedy identity across configurations: drafting never changes the text
+            r["same as none"] = f"{same}/{len(texts['default'])}" if r["sessions"] == 1 else ""
     from models.llm import embedded_gguf
 
     gguf = str(embedded_gguf())
@@ -370,7 +435,7 @@ def main() -> None:
     if args.batched_bench:
         extra += batched_bench_rows(args.batched_bench, gguf, ns, args.threads)
     if args.llama_server:
-        extra += llama_server_rows(args.llama_server, gguf, ns, args.tokens, args.threads, args.timeout)
+        extra += llama_server_rows(args.llama_server, gguf, ns, args.tokens, args.threads, args.timeout, args.workload)
     for e in extra:
         for r in rows:
             if r["sessions"] == e["sessions"]:
@@ -383,11 +448,23 @@ def main() -> None:
     one = rows[0]["aggregate tok/s"]
     for r in rows:
         r["× one"] = r["aggregate tok/s"] / one
-    cols = list(dict.fromkeys(k for r in rows for k in r))
+        if "backend step tok/s (fastest)" in r:
+            r["× backend step"] = r["aggregate tok/s"] / r["backend step tok/s (fastest)"]
+        if "llama-server aggregate tok/s" in r:
+            r["× llama-server"] = r["aggregate tok/s"] / r["llama-server aggregate tok/s"]
+    if base is not None:
+        one_b = base[0]["aggregate tok/s"]
+        for r in base:
+            r["× one"] = r["aggregate tok/s"] / one_b
+    rows = sorted([*rows, *(base or [])], key=lambda r: (r["sessions"], r["config"] != "default"))
+    cols = ["config", *dict.fromkeys(k for r in rows for k in r if k != "config")]
     md = f"# bench batch — {machine()}\n\n"
     md += (
         f"`stream-omni serve` (default config{', ' + ', '.join(args.set) if args.set else ''}; audio off), "
-        f"{args.tokens} tokens per response, greedy, different questions. N = 1: each question alone, "
+        "and the same with `speculative.drafter: none` in the same run (× none: default over none at that N; "
+        "same as none: replies alone token-identical across the two), "
+        f"workload {args.workload} ({WORKLOAD_TEXT[args.workload]}), "
+        f"{args.tokens} tokens per response, greedy. N = 1: each prompt alone, "
         "one after another (also the greedy reference for 'same as alone'). 'backend step': our llama.cpp "
         "backend in this process after the server stopped, one forward_batch of one token for each of N "
         "sequences, N visited in turn each round, fastest and median of 12 rounds (the physical ceiling, "
@@ -395,10 +472,11 @@ def main() -> None:
         "other work running makes every figure slower and noisier).\n\n"
     )
     md += markdown_table(rows, cols)
-    for rnd in raw.values():
-        for r in rnd:
-            for s in r["sessions"]:
-                s.pop("gaps", None)
+    for per_n in raw.values():
+        for rnd in per_n.values():
+            for r in rnd:
+                for s in r["sessions"]:
+                    s.pop("gaps", None)
     write(args.name, {"machine": machine(), "args": vars(args), "rows": rows, "raw": raw}, md)
 
 

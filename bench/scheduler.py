@@ -44,6 +44,7 @@ TASKS = {
     "reasoning": ("chat", "If a train leaves at 3 pm and travels for 2 hours and 30 minutes, when does it arrive?"),
 }
 GROUNDED = {"summarize", "edit", "rewrite_code"}
+SYSTEMS = ["naive", "non_streaming", "plain", "fast_lookup", "fast", "balanced", "quality"]
 
 
 def repetition_rate(ids: list[int], n: int = 3) -> float:
@@ -105,16 +106,26 @@ def main() -> None:
     ap.add_argument("--tasks", default=",".join(TASKS))
     ap.add_argument("--threads", type=int, default=2, help="torch threads (this box has 2 cores)")
     ap.add_argument("--rounds", type=int, default=1, help="runs per system and task (medians)")
+    ap.add_argument("--backend", choices=["transformers", "llama_cpp"], default="transformers")
+    ap.add_argument("--systems", default=",".join(SYSTEMS), help="a subset of the systems (plain is always run)")
+    ap.add_argument("--name", default=None, help="results file name (default: scheduler, scheduler_llama_cpp)")
     args = ap.parse_args()
 
-    from models.llm import LLMConfig, load_backend
     from models.speculative import SpecConfig, Speculator
 
-    backend = load_backend(LLMConfig(threads=args.threads))
+    backend: Any
+    if args.backend == "llama_cpp":
+        from models.llama_cpp import LlamaCppConfig, load_llama_backend
+
+        backend = load_llama_backend(LlamaCppConfig(threads=args.threads))
+    else:
+        from models.llm import LLMConfig, load_backend
+
+        backend = load_backend(LLMConfig(threads=args.threads))
     # the default drafter (auto): the embedded GGUF through llama.cpp, prompt lookup first where it pays
     spec = Speculator(backend, SpecConfig(drafter="auto", k_max=16))
     lookup = Speculator(backend, SpecConfig(drafter="prompt_lookup", k_max=16))
-    systems = ["naive", "non_streaming", "plain", "fast_lookup", "fast", "balanced", "quality"]
+    systems = [x for x in SYSTEMS if x in args.systems.split(",") or x == "plain"]
     results: dict[str, dict[str, Any]] = {s: {} for s in systems}
     for name in args.tasks.split(","):
         hint, text = TASKS[name]
@@ -158,7 +169,9 @@ def main() -> None:
                 "repetition": median([r[t]["repetition"] for t in r]),
             }
         )
-    md = f"# bench scheduler — {machine()}\n\nEmbedded SmolLM2-135M (bf16, {args.threads} torch threads), greedy, "
+    tf = args.backend == "transformers"
+    where = f"bf16, {args.threads} torch threads" if tf else f"llama.cpp, {args.threads} threads"
+    md = f"# bench scheduler — {machine()}\n\nEmbedded SmolLM2-135M ({where}), greedy, "
     md += f"{args.tokens} tokens, {args.rounds} round(s), tasks: "
     md += ", ".join(f"{t}{' (grounded)' if t in GROUNDED else ''}" for t in args.tasks.split(",")) + "; medians. "
     draft_name = Path(spec.cfg.draft_model).name if spec.cfg.draft_model else None
@@ -166,39 +179,28 @@ def main() -> None:
     md += "prompt lookup first where it pays; `fast_lookup`: fast with prompt lookup only.\n\n"
     md += markdown_table(rows, list(rows[0]))
     md += "\nPer task against `plain` (tokens/s over the whole response, TTFT included):\n\n"
-    md += markdown_table(
-        [
-            {
-                "task": t + (" (grounded)" if t in GROUNDED else ""),
-                "tokens": results["plain"][t]["tokens"],
-                "plain tok/s": results["plain"][t]["tok_s"],
-                "fast_lookup ×": results["fast_lookup"][t]["tok_s"] / results["plain"][t]["tok_s"],
-                "fast tok/s": results["fast"][t]["tok_s"],
-                "fast ×": results["fast"][t]["tok_s"] / results["plain"][t]["tok_s"],
-                "fast draft acc.": results["fast"][t]["draft_acceptance"],
-                "identical": results["fast"][t]["ids"] == results["plain"][t]["ids"],
-                "plain log-prob": results["plain"][t]["mean_logprob"],
-                "quality log-prob": results["quality"][t]["mean_logprob"],
-            }
-            for t in results["plain"]
-        ],
-        [
-            "task",
-            "tokens",
-            "plain tok/s",
-            "fast_lookup ×",
-            "fast tok/s",
-            "fast ×",
-            "fast draft acc.",
-            "identical",
-            "plain log-prob",
-            "quality log-prob",
-        ],
-    )
+    per_task = []
+    for t in results["plain"]:
+        p = results["plain"][t]
+        row: dict[str, Any] = {"task": t + (" (grounded)" if t in GROUNDED else ""), "tokens": p["tokens"]}
+        row["plain tok/s"] = p["tok_s"]
+        for system in ("fast_lookup", "fast", "balanced"):
+            if system in results:
+                row[f"{system} ×"] = results[system][t]["tok_s"] / p["tok_s"]
+        if "fast" in results:
+            row["fast draft acc."] = results["fast"][t]["draft_acceptance"]
+        drafting = [x for x in ("fast_lookup", "fast", "balanced") if x in results]
+        row["identical"] = all(results[x][t]["ids"] == p["ids"] for x in drafting)
+        row["plain log-prob"] = p["mean_logprob"]
+        if "quality" in results:
+            row["quality log-prob"] = results["quality"][t]["mean_logprob"]
+        per_task.append(row)
+    md += markdown_table(per_task, list(dict.fromkeys(k for r in per_task for k in r)))
     for r in results.values():
         for v in r.values():
             v.pop("ids")
-    write("scheduler", {"machine": machine(), "args": vars(args), "rows": rows, "results": results}, md)
+    name = args.name or ("scheduler" if args.backend == "transformers" else "scheduler_llama_cpp")
+    write(name, {"machine": machine(), "args": vars(args), "rows": rows, "results": results}, md)
 
 
 if __name__ == "__main__":

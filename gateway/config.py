@@ -112,7 +112,7 @@ class EngineConfig(_Frozen):
     max_waiting: int = Field(default=8, ge=0, le=1_000_000)  # responses queued behind them; more → server_busy
     # prompt tokens prefilled per step (all new prompts together)
     prefill_chunk: int = Field(default=128, ge=1, le=65536)
-    draft_max_batch: int = Field(default=4, ge=0, le=4096)  # speculation pauses while more responses share a step
+    draft_max_batch: int = Field(default=16, ge=0, le=4096)  # no drafting at all while more responses share a step
 
 
 class SchedulerDefaults(_Frozen):

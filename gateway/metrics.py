@@ -37,6 +37,20 @@ class Metrics:
         self.accepted_tokens = Counter(
             "stream_omni:spec_decode_num_accepted_tokens", "Draft tokens accepted", registry=r
         )
+        # per draft kind (prompt_lookup_<n>gram, draft_model): tokens verified and accepted, and the
+        # chances the drafting policy declined because a verify would not have paid
+        self.kind_drafted = Counter(
+            "stream_omni:spec_decode_kind_draft_tokens", "Draft tokens verified, by draft kind", ["kind"], registry=r
+        )
+        self.kind_accepted = Counter(
+            "stream_omni:spec_decode_kind_accepted_tokens", "Draft tokens accepted, by draft kind", ["kind"], registry=r
+        )
+        self.kind_skipped = Counter(
+            "stream_omni:spec_decode_kind_skipped",
+            "Proposals not verified because drafting would not have paid, by draft kind",
+            ["kind"],
+            registry=r,
+        )
         self.sessions = Gauge("stream_omni:active_sessions", "Open realtime sessions", registry=r)
         # the soak (bench/soak.py) watches this return to its baseline after load: a leak shows here first
         self.loop_tasks = Gauge("stream_omni:event_loop_tasks", "asyncio tasks alive on the server loop", registry=r)
@@ -85,6 +99,10 @@ class Metrics:
         self.draft_tokens.inc(m.get("draft_tokens", 0))
         if m.get("draft_acceptance") is not None:
             self.accepted_tokens.inc(round(m["draft_acceptance"] * m.get("draft_tokens", 0)))
+        for kind, c in (m.get("draft_kinds") or {}).items():
+            self.kind_drafted.labels(kind=kind).inc(c.get("drafted", 0))
+            self.kind_accepted.labels(kind=kind).inc(c.get("accepted", 0))
+            self.kind_skipped.labels(kind=kind).inc(c.get("skipped", 0))
 
     def render(self, running: int, waiting: int) -> bytes:
         self.running.set(running)

@@ -203,7 +203,17 @@ class DecodeJob:
             return JobEvents()
         t0 = self.clock()
         rows = self.backend.forward(self.state, fw.tokens, fw.n_logits)
-        return self._complete(rows, self.clock() - t0)
+        seconds = self.clock() - t0
+        if not fw.prefill:
+            self.observe_step(len(fw.tokens), seconds)
+        return self._complete(rows, seconds)
+
+    def observe_step(self, tokens: int, seconds: float, step: object = None) -> None:
+        """A decode/verify forward that held ``tokens`` tokens (all of a batch's) took ``seconds``:
+        the drafting policy's verify-cost curve learns from it. ``step``: the engine step's id."""
+        observe = getattr(self.verifier, "observe_step", None)
+        if observe is not None:
+            observe(tokens, seconds, step)
 
     def plan(
         self, load: int = 0, prefill_budget: int | None = None, draft: bool = True, prefill_piece: int | None = None
@@ -490,6 +500,7 @@ class DecodeJob:
             "cached_tokens": self.cached_tokens,
             "draft_tokens": self.drafted,
             "draft_acceptance": None if self.drafted == 0 else round(self.accepted / self.drafted, 4),
+            "draft_kinds": getattr(self.verifier, "kind_counts", dict)(),  # kind → drafted/accepted/skipped
             "tokens_per_s": round(n / decode_s, 2) if n else 0.0,
             "e2e_s": round(now - self.t_start, 4),
             "mean_logprob": round(sum(self.logprobs) / len(self.logprobs), 4) if self.logprobs else None,

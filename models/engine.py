@@ -5,8 +5,10 @@ decode token, a draft-verify block, or a piece of a new prompt) into ONE ``Backe
 call, then hands each response its rows (``DecodeJob.plan`` / ``complete``). Prompts go in pieces
 of at most ``prefill_chunk`` tokens per step in total (FIFO), so running streams keep flowing while
 a newcomer is prefilled. Every running response advances once per step, so none starves, and any
-stops within one step of a cancel without disturbing the others. Past ``draft_max_batch``
-responses drafting pauses (verify tokens would be real compute in a full batch). Jobs without
+stops within one step of a cancel without disturbing the others. Each response's drafting policy
+weighs its verify rows against the batch (``models.draft_policy``; the engine reports every decode
+step's token count and seconds to it through ``observe_step``); past ``draft_max_batch`` responses
+nobody drafts at all. Jobs without
 ``plan`` (or not ``batchable``: beam search) step alone once per engine step. Past ``max_running``
 jobs wait in FIFO order; past ``max_waiting`` ``submit`` raises ``EngineBusy`` at once.
 
@@ -93,11 +95,11 @@ class Engine:
         max_waiting: int = 16,
         name: str = "engine",
         prefill_chunk: int = 128,
-        draft_max_batch: int = 4,
+        draft_max_batch: int = 16,
     ):
         self.max_running = max_running  # jobs batched into each step
         self.prefill_chunk = max(1, prefill_chunk)  # prompt tokens fed per engine step, all jobs together
-        self.draft_max_batch = draft_max_batch  # past this many batched jobs nobody drafts
+        self.draft_max_batch = draft_max_batch  # past this many batched jobs nobody drafts (below: each job's policy)
         self.max_waiting = max_waiting  # jobs queued behind them before EngineBusy
         self._running: list[Handle] = []
         self._waiting: deque[Handle] = deque()
@@ -105,6 +107,8 @@ class Engine:
         self._cv = threading.Condition()
         self._ids = itertools.count(1)
         self._stop = False
+        self._steps = 0  # decode/verify forwards timed so far (an id per step for observe_step)
+        self._last_tokens: dict[int, int] = {}  # handle id → tokens it put in the last step
         self._idle: Callable[[], bool] | None = None
         self._idle_due = False  # work was done since the idle hook last ran
         self._thread = threading.Thread(target=self._loop, name=name, daemon=True)
@@ -205,12 +209,18 @@ class Engine:
         """One engine step: every batchable job's next forward in one ``forward_batch`` per backend
         (prefill pieces FIFO within ``prefill_chunk`` tokens), then each other job steps once."""
         batched = [h for h in running if getattr(h.job, "batchable", False)]
-        load = len(batched) - 1  # other tokens each job's forward shares (at least one per job)
+        # other tokens each job's forward shares, drafts included, so four jobs drafting 16 each see
+        # each other: those planned before it this step, and the others' tokens of the last step
+        last, self._last_tokens = self._last_tokens, {}
+        later = sum(last.get(h.id, 1) for h in batched)  # jobs not planned yet (last step's tokens)
+        planned = 0  # tokens of the jobs planned so far this step
         draft = len(batched) <= self.draft_max_batch
         budget = self.prefill_chunk
         groups: dict[int, list[tuple[Handle, Forward]]] = {}
         for h in batched:
             try:
+                later -= last.get(h.id, 1)
+                load = planned + later
                 fw = h.job.plan(load=load, prefill_budget=budget, draft=draft, prefill_piece=self.prefill_chunk)
             except Exception as exc:
                 self._fail(h, exc)
@@ -221,6 +231,8 @@ class Engine:
                 continue
             if fw.prefill:
                 budget -= len(fw.tokens)
+            self._last_tokens[h.id] = 1 if fw.prefill else len(fw.tokens)
+            planned += self._last_tokens[h.id]
             groups.setdefault(id(h.job.backend), []).append((h, fw))
         for group in groups.values():
             self._forward_group(group)
@@ -247,7 +259,16 @@ class Engine:
                     results.append(run_batch(backend, [item])[0])
                 except Exception as exc:
                     results.append(exc)
-        seconds = time.perf_counter() - t0 if len(items) == 1 else 0.0  # a shared step times no one job
+        took = time.perf_counter() - t0
+        seconds = took if len(items) == 1 else 0.0  # a shared step times no one job
+        # a decode/verify step (no prompt piece, no failure): data for the drafting cost curve
+        if not any(fw.prefill for _, fw in group) and not any(isinstance(r, Exception) for r in results):
+            self._steps += 1
+            tokens = sum(len(fw.tokens) for _, fw in group)
+            for h, _ in group:
+                observe = getattr(h.job, "observe_step", None)
+                if observe is not None:
+                    observe(tokens, took, (id(self), self._steps))
         for (h, _), rows in zip(group, results, strict=True):
             if isinstance(rows, Exception):
                 self._fail(h, rows)

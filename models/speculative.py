@@ -20,10 +20,10 @@ from pathlib import Path
 from typing import Any
 
 from .backend import Backend
+from .draft_policy import DraftPolicy, PolicyConfig, StepCosts
 from .drafters import MODEL_CLASS, LookupFirstDrafter, ModelDrafter, PromptLookupDrafter, SelfDraftBackend
 from .verify import (
     DEFAULT_COST_CURVE,
-    AdaptiveLookahead,
     FixedLookahead,
     LookaheadConfig,
     Speculation,
@@ -204,6 +204,9 @@ class Speculator:
             self.step_s = token_seconds(backend)[1]
             self.draft_accept = draft_agreement(backend, self.draft_backend, backend.chat_tokens(_AGREEMENT_CHAT))
         self.lookahead = self._lookahead()
+        # the verify-cost curve every response of this backend decides by: the calibration above,
+        # refined by the engine's step timings (shared: one curve per backend)
+        self.step_costs = StepCosts(self.cost_curve)
 
     def _lookahead(self) -> LookaheadConfig:
         cfg = self.cfg
@@ -224,6 +227,7 @@ class Speculator:
         out.draft_prefill_s, out.draft_s, out.step_s = self.draft_prefill_s, self.draft_s, self.step_s  # measured once
         out.draft_accept = self.draft_accept
         out.lookahead = out._lookahead()
+        out.step_costs = self.step_costs
         return out
 
     def for_job(self) -> Speculation | None:
@@ -232,10 +236,8 @@ class Speculator:
         if cfg.drafter == "none":
             return None
         drafter: Any
-        draft_seconds: Callable[[], float]
         if cfg.drafter == "prompt_lookup":
             drafter = PromptLookupDrafter(cfg.ngram_max, cfg.ngram_min)
-            draft_seconds = lambda: 0.0  # noqa: E731 - a dictionary lookup: free next to a forward
         else:
             assert self.draft_backend is not None
             drafter = ModelDrafter(
@@ -245,15 +247,22 @@ class Speculator:
                 seconds_per_token=self.draft_s,
                 catch_up=(self.draft_prefill_s, self.step_s),
             )
-            draft_seconds = drafter.seconds_per_token
             if cfg.lookup_first:
                 drafter = LookupFirstDrafter(PromptLookupDrafter(cfg.ngram_max, cfg.ngram_min), drafter)
-        policy: AdaptiveLookahead | FixedLookahead
+        policy: DraftPolicy | FixedLookahead
         if cfg.adaptive:
-            free = frozenset(range(1, cfg.ngram_max + 1)) if isinstance(drafter, LookupFirstDrafter) else frozenset()
-            policy = AdaptiveLookahead(self.cost_curve, self.lookahead, draft_seconds, free, self.step_s or None)
-            if isinstance(drafter, LookupFirstDrafter):
+            lookup_first = isinstance(drafter, LookupFirstDrafter)
+            free = frozenset(range(1, cfg.ngram_max + 1)) if lookup_first else frozenset()
+            la = self.lookahead
+            policy = DraftPolicy(
+                self.step_costs,
+                PolicyConfig(k_max=la.k_max, priors=la.class_priors, probe_every=la.probe_every),
+                free=free,
+                all_free=cfg.drafter == "prompt_lookup",
+                draft_cost=self.draft_s / self.step_s if self.draft_s > 0 and self.step_s > 0 else 0.0,
+            )
+            if lookup_first:
                 drafter.rate, drafter.budget = policy.rate, policy.budget
         else:
             policy = FixedLookahead(cfg.k_max)
-        return Speculation(drafter, policy)
+        return Speculation(drafter, policy, model_kind=cfg.drafter != "prompt_lookup")

@@ -13,7 +13,10 @@ must match, row ``k`` the bonus position after all drafts.
   ``models.sampling.probs`` (temperature + top-p, exactly what plain decoding draws from), ``q``
   the drafter's distribution — a one-hot for deterministic drafters — so every emitted token
   is distributed exactly as in plain sampling.
-* ``AdaptiveLookahead`` picks ``k`` each step to maximise expected tokens per unit time,
+* ``Speculation`` (one response's drafter + verifier) asks its policy how much to verify: the
+  default ``models.draft_policy.DraftPolicy`` (acceptance per draft kind against the measured
+  verify cost at the batch size, back-off, shadow scores of unverified free proposals), or
+* ``AdaptiveLookahead``, which picks ``k`` each step to maximise expected tokens per unit time,
   ``E(k) / (cost(k) + k · d)`` with ``E(k) = sum_{i<=k} a^i``, from a decayed acceptance rate
   ``a``, the verify-cost curve ``cost(k)`` (forward of ``k + 1`` tokens over forward of one)
   and the drafter's cost per drafted token ``d`` (relative to one plain step).
@@ -29,6 +32,7 @@ from typing import Protocol
 import numpy as np
 
 from .backend import Backend
+from .draft_policy import DraftPolicy, cost_at, expected_tokens
 from .sampling import SamplingParams, probs
 
 # SmolLM2-135M bf16 through the fast Llama path, 1 thread, this 2-core CPU (CPU time, quiet
@@ -146,23 +150,6 @@ def draft_agreement(target: Backend, draft: Backend, ids: Sequence[int]) -> floa
     a = target.forward(target.new_state(), ids, n_logits=len(ids)).argmax(-1)
     b = draft.forward(draft.new_state(), ids, n_logits=len(ids)).argmax(-1)
     return float(np.mean(a == b))
-
-
-def cost_at(curve: Sequence[float], k: int) -> float:
-    """``curve[k]``, extrapolated linearly past its end."""
-    if k < len(curve):
-        return float(curve[k])
-    if len(curve) < 2:
-        return float(curve[-1])
-    slope = max(float(curve[-1]) - float(curve[-2]), 0.0)
-    return float(curve[-1]) + slope * (k - len(curve) + 1)
-
-
-def expected_tokens(a: float, k: int) -> float:
-    """Tokens one verify step yields when each draft survives with probability ``a``."""
-    if a >= 1.0:
-        return float(k + 1)
-    return (1.0 - a ** (k + 1)) / (1.0 - a)
 
 
 # ----------------------------------------------------------------------------- lookahead
@@ -371,23 +358,42 @@ class Drafter(Protocol):
         ...
 
 
+Policy = AdaptiveLookahead | FixedLookahead | DraftPolicy
+
+
+def kind_name(cls: int, model: bool) -> str:
+    """A draft kind as /metrics labels it: the draft model's drafts, or prompt lookup by n-gram."""
+    return "draft_model" if model and cls == 0 else f"prompt_lookup_{cls}gram"
+
+
 class Speculation:
     """One response's drafter + verifier: ``models.decode``'s ``Drafter`` and ``Verifier`` at once.
 
-    ``propose`` asks the drafter, then cuts the proposal to what its class earns; ``accept``
-    is greedy or speculative sampling; ``record`` feeds the policy under that class.
+    ``propose`` asks the drafter, then cuts the proposal to what its kind earns; ``accept``
+    is greedy or speculative sampling; ``record`` feeds the policy under that kind.
+    ``model_kind``: class 0 is a draft model's (it costs time to propose), not prompt lookup's.
     """
 
-    def __init__(self, drafter: Drafter, policy: AdaptiveLookahead | FixedLookahead):
+    def __init__(self, drafter: Drafter, policy: Policy, model_kind: bool = False):
         self.drafter = drafter
         self.policy = policy
+        self.model_kind = model_kind
         self._cls = 0
 
     def propose(self, context: list[int], k: int) -> list[int]:
+        pol = self.policy
+        if isinstance(pol, DraftPolicy):
+            pol.observe(context)
+            per_token = getattr(self.drafter, "seconds_per_token", None)
+            one = pol.costs.one_step_seconds()
+            if per_token is not None and one:
+                pol.draft_cost = per_token() / one
         drafts = self.drafter.propose(context, k)
         self._cls = self.drafter.last_class
-        if isinstance(self.policy, AdaptiveLookahead):
-            drafts = drafts[: self.policy.limit(self._cls, len(drafts))]
+        if isinstance(pol, AdaptiveLookahead):
+            drafts = drafts[: pol.limit(self._cls, len(drafts))]
+        elif isinstance(pol, DraftPolicy):
+            drafts = drafts[: pol.limit(self._cls, drafts, len(context))]
         return drafts
 
     def lookahead(self, load: int = 0) -> int:
@@ -404,4 +410,22 @@ class Speculation:
         return accept_sampling(rows, drafts, params, rng, q)
 
     def record(self, drafted: int, accepted: int, seconds: float) -> None:
-        self.policy.record(drafted, accepted, seconds, self._cls)
+        if isinstance(self.policy, DraftPolicy):
+            self.policy.record(self._cls, drafted, accepted)  # step seconds arrive by observe_step
+        else:
+            self.policy.record(drafted, accepted, seconds, self._cls)
+
+    def observe_step(self, tokens: int, seconds: float, step: object = None) -> None:
+        """A decode/verify forward of ``tokens`` tokens (the whole batch) took ``seconds``."""
+        if isinstance(self.policy, DraftPolicy):
+            self.policy.costs.observe(tokens, seconds, step)
+
+    def kind_counts(self) -> dict[str, dict[str, int]]:
+        """Draft kind → drafted / accepted tokens and skipped chances (for /metrics)."""
+        if not isinstance(self.policy, DraftPolicy):
+            return {}
+        return {
+            kind_name(c, self.model_kind): {"drafted": d, "accepted": a, "skipped": s}
+            for c, (d, a, s) in self.policy.counts().items()
+            if d or s
+        }
