@@ -1,4 +1,5 @@
-"""Spoken replies over /v1/realtime: a real uvicorn, the real Piper voice, a tiny random Llama.
+"""Spoken replies over /v1/realtime: a real uvicorn, the real Piper voice, a fake model that answers
+in words (testkit.fake_backend: "alpha bravo …").
 
 Every server event is checked against the openai SDK's own ``RealtimeServerEvent`` models."""
 
@@ -14,6 +15,7 @@ from openai.types.realtime import RealtimeServerEvent
 from pydantic import TypeAdapter
 
 from processors.audio_formats import g711_to_pcm16
+from testkit.fake_backend import FakeBackend
 from tests.wsclient import RealtimeClient
 
 SERVER_EVENT: TypeAdapter[Any] = TypeAdapter(RealtimeServerEvent)
@@ -29,7 +31,7 @@ def audio_of(c: RealtimeClient, rid: str) -> bytes:
 
 
 async def speaking_session(addr: str, **output: Any) -> RealtimeClient:
-    c = await RealtimeClient.connect(addr)
+    c = await RealtimeClient.connect(addr, query="")
     await c.until("session.created")
     session: dict[str, Any] = {"type": "realtime", "output_modalities": ["audio"]}
     if output:
@@ -40,8 +42,8 @@ async def speaking_session(addr: str, **output: Any) -> RealtimeClient:
     return c
 
 
-async def test_a_reply_is_spoken_with_its_transcript(tiny_backend, server_factory):
-    with server_factory(tiny_backend, **STEADY) as addr:
+async def test_a_reply_is_spoken_with_its_transcript(server_factory):
+    with server_factory(FakeBackend(answer_tokens=40, step_s=0.005), **STEADY) as addr:
         c = await speaking_session(addr, voice="ash")
         done = await c.ask("say something", max_output_tokens=24)
         for e in c.events:
@@ -63,8 +65,8 @@ async def test_a_reply_is_spoken_with_its_transcript(tiny_backend, server_factor
         await c.close()
 
 
-async def test_g711_output_is_8khz_one_byte_per_sample(tiny_backend, server_factory):
-    with server_factory(tiny_backend, **STEADY) as addr:
+async def test_g711_output_is_8khz_one_byte_per_sample(server_factory):
+    with server_factory(FakeBackend(answer_tokens=40, step_s=0.005), **STEADY) as addr:
         c = await speaking_session(addr, format={"type": "audio/pcmu"})
         created_view = next(e for e in c.events if e["type"] == "session.updated")["session"]
         assert created_view["audio"]["output"]["format"] == {"type": "audio/pcmu"}
@@ -76,8 +78,8 @@ async def test_g711_output_is_8khz_one_byte_per_sample(tiny_backend, server_fact
         await c.close()
 
 
-async def test_cancel_stops_audio_at_once_and_truncate_cuts_to_what_was_heard(tiny_backend, server_factory):
-    with server_factory(tiny_backend, **STEADY) as addr:
+async def test_cancel_stops_audio_at_once_and_truncate_cuts_to_what_was_heard(server_factory):
+    with server_factory(FakeBackend(answer_tokens=40, step_s=0.005), **STEADY) as addr:
         c = await speaking_session(addr)
         await c.say("tell a long story")
         await c.send({"type": "response.create", "response": {"max_output_tokens": 300}})
@@ -111,14 +113,16 @@ async def test_cancel_stops_audio_at_once_and_truncate_cuts_to_what_was_heard(ti
         tr = await c.until("conversation.item.truncated")
         SERVER_EVENT.validate_python(tr)
         assert tr["audio_end_ms"] == 0 and sent_ms > 0 and said
-        # the next reply's context holds only what was heard: nothing of this item
-        await c.send({"type": "session.update", "session": {"output_modalities": ["text"]}})
-        await c.until("session.updated")
+        # the conversation now holds only what was heard (nothing, at 0 ms): so does the next prompt's context
+        token = c.events[0]["resume"]["token"]
+        messages = addr.call(lambda: addr.services.registry.sessions[token].session.messages())
+        assert messages[-1] == {"role": "assistant", "content": ""}
+        assert said not in str(messages)
         await c.close()
 
 
-async def test_audio_deltas_replay_on_resume(tiny_backend, server_factory):
-    with server_factory(tiny_backend, **STEADY) as addr:
+async def test_audio_deltas_replay_on_resume(server_factory):
+    with server_factory(FakeBackend(answer_tokens=40, step_s=0.005), **STEADY) as addr:
         c = await speaking_session(addr)
         created = c.events[0]
         token = created["resume"]["token"]
@@ -134,9 +138,9 @@ async def test_audio_deltas_replay_on_resume(tiny_backend, server_factory):
         await r.close()
 
 
-async def test_bad_formats_are_refused_naming_the_field(tiny_backend, server_factory):
-    with server_factory(tiny_backend, **STEADY) as addr:
-        c = await RealtimeClient.connect(addr)
+async def test_bad_formats_are_refused_naming_the_field(server_factory):
+    with server_factory(FakeBackend(answer_tokens=40, step_s=0.005), **STEADY) as addr:
+        c = await RealtimeClient.connect(addr, query="")
         await c.until("session.created")
         await c.ws.send(
             json.dumps({"type": "session.update", "session": {"audio": {"output": {"format": {"type": "audio/mp3"}}}}})
