@@ -265,10 +265,10 @@ class SpeechOutput:
                 ev.event_id,
                 "audio_end_ms",
             )
-        keep = heard_length(spoken.marks, ev.audio_end_ms)
+        # a transcript only ever shrinks: a later truncate past an earlier one (the Agents SDK sends one when it
+        # interrupts and another when the cancelled response ends) leaves it as it is
+        keep = min(heard_length(spoken.marks, ev.audio_end_ms), len(part["transcript"]))
         part["transcript"] = part["transcript"][:keep].rstrip()
-        spoken.marks = [m for m in spoken.marks if m[1] <= keep]
-        spoken.audio_ms = min(spoken.audio_ms, float(ev.audio_end_ms))
         return self._out(
             p.server_event(
                 "conversation.item.truncated",

@@ -215,3 +215,15 @@ def test_audio_deltas_are_base64_of_the_wire_bytes() -> None:
     out = s.on_speech(res)
     audio = b"".join(base64.b64decode(e["delta"]) for e in out.events if e["type"] == "response.output_audio.delta")
     assert audio == res.audio
+
+
+def test_a_later_truncate_never_grows_the_transcript_back() -> None:
+    s = make()
+    rid, _, speaks = spoken_reply(s, ["One two three four."])
+    s.on_speech(fake_result(speaks[0]))
+    s.on_done(rid, "stop", {}, {})
+    item_id = s.items[-1]["id"]
+    for ms in (180, 390):  # the Agents SDK truncates on interrupt, then again when the cancel lands
+        raw = f'{{"type":"conversation.item.truncate","item_id":"{item_id}","content_index":0,"audio_end_ms":{ms}}}'
+        assert s.handle(ev(raw)).events[0]["type"] == "conversation.item.truncated"
+    assert s.items[-1]["content"][0]["transcript"] == "One two"
