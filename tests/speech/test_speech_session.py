@@ -227,3 +227,17 @@ def test_a_later_truncate_never_grows_the_transcript_back() -> None:
         raw = f'{{"type":"conversation.item.truncate","item_id":"{item_id}","content_index":0,"audio_end_ms":{ms}}}'
         assert s.handle(ev(raw)).events[0]["type"] == "conversation.item.truncated"
     assert s.items[-1]["content"][0]["transcript"] == "One two"
+
+
+def test_a_spoken_response_snapshots_as_json_and_a_takeover_ends_it() -> None:
+    import json
+
+    from gateway.cluster.snapshot import snapshot, take_over
+
+    s = make()
+    rid, _, speaks = spoken_reply(s, ["One two. ", "Three."])
+    s.on_speech(fake_result(speaks[0]))
+    snap = json.loads(json.dumps(snapshot(s, 10, 3)))  # what goes to Redis
+    fresh = make()
+    ended = take_over(fresh, snap, [])
+    assert ended[-1]["type"] == "response.done" and ended[-1]["response"]["status"] == "incomplete"
