@@ -108,3 +108,25 @@ async def test_barge_in_stops_the_audio_at_once(server_factory):
             pass
         assert started["audio_start_ms"] > 0
         await c.close()
+
+
+async def test_g711_input_is_decoded_before_the_buffer(server_factory):
+    import base64
+
+    from processors.asr import word_error_rate
+    from processors.audio_formats import encode
+
+    text = "Please open the kitchen window."
+    with server_factory(FakeBackend(answer_tokens=4), **{"speculative.drafter": "none"}) as addr:
+        c = await RealtimeClient.connect(addr, query="")
+        await c.until("session.created")
+        audio_in = {"format": {"type": "audio/pcmu"}, "turn_detection": None}
+        await c.send({"type": "session.update", "session": {"audio": {"input": audio_in}}})
+        upd = await c.until("session.updated")
+        assert upd["session"]["audio"]["input"]["format"] == {"type": "audio/pcmu"}
+        ulaw = encode(np.concatenate([silence(0.3), speak(text), silence(0.3)]), 16_000, "audio/pcmu")
+        await c.send({"type": "input_audio_buffer.append", "audio": base64.b64encode(ulaw).decode()})
+        await c.send({"type": "input_audio_buffer.commit"})
+        done = await c.until("conversation.item.input_audio_transcription.completed")
+        assert word_error_rate(text, done["transcript"]) <= 0.25, done["transcript"]
+        await c.close()
