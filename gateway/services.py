@@ -55,6 +55,7 @@ class Services:
     metrics: Metrics = field(default_factory=Metrics)
     drafter_factory: Callable[[], Drafting] | None = None  # → (drafter, verifier) per response
     asr: Transcriber | None = None  # None when audio input is disabled
+    speech: Any = None  # gateway.speech.SpeechService: the voices; None when speech output is off
     image_describer: ImageDescriber | None = None  # None when image input is disabled
     image_gen: Any = None  # models.image_gen.ImageGenerator, or None when image output is off
     filters: tuple[NamedFilter, ...] = ()  # chunk filters (gateway.filters), in order
@@ -83,7 +84,10 @@ class Services:
             temperature=c.session.temperature,
             top_p=c.session.top_p,
             max_output_tokens=c.session.max_output_tokens,
+            output_modalities=tuple(c.session.output_modalities),
             scheduler={},
+            speech=self.speech.default if self.speech is not None else None,
+            voices=self.speech.names if self.speech is not None else (),
         )
 
     def sampling(self, opts: dict[str, Any]) -> SamplingParams:

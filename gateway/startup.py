@@ -22,6 +22,7 @@ from .loading import default_loader, image_limits, load_audio, load_speculator, 
 from .realtime.bigframes import FrameParser, ParseLimits
 from .realtime.registry import SessionRegistry
 from .services import Services
+from .speech import load_speech
 
 
 async def start_services(
@@ -47,6 +48,7 @@ async def start_services(
     try:
         asr = await asyncio.to_thread(load_audio, config) if config.audio.enabled else None
         describer, image_gen = await asyncio.to_thread(load_vision, config)
+        speech = await asyncio.to_thread(load_speech, config.audio.output)
     except BaseException:
         engine.close()
         raise
@@ -63,6 +65,7 @@ async def start_services(
         asr=asr,
         image_describer=describer,
         image_gen=image_gen,
+        speech=speech,
         filters=filters,
         files=file_store(config),
         drafter_factory=None if spec is None else (lambda: (lambda s: (s, s))(spec.for_job())),
@@ -87,6 +90,8 @@ def file_store(config: Config) -> FileStore | None:
 def stop_services(svc: Services) -> None:
     """Stop the engine (running jobs are cancelled), the image generator and a remote engine's client."""
     svc.engine.close()
+    if svc.speech is not None:
+        svc.speech.close()
     if svc.frame_parser is not None:
         svc.frame_parser.close()
     if svc.image_gen is not None:

@@ -41,7 +41,7 @@ class AudioError(InputError):
 class AudioLimits:
     """What input audio is accepted. One comment per field."""
 
-    rates: frozenset[int] = frozenset({16_000, 24_000})  # declared pcm16 rates (audio.input.format.rate)
+    rates: frozenset[int] = frozenset({8_000, 16_000, 24_000})  # pcm16 rates (audio.input.format; 8 kHz = G.711)
     max_buffer_s: float = 600.0  # most audio one buffer (one user turn) may hold: 10 minutes
     max_frame_bytes: int = 16 * 1024 * 1024  # largest single encoded frame (base64 text or raw bytes)
     wav_rate_range: tuple[int, int] = (8_000, 192_000)  # WAV files carry their own rate; accept these

@@ -22,6 +22,8 @@ STATELESS = frozenset(
         TEXT_DELTA,
         "conversation.item.input_audio_transcription.delta",
         "input_audio_buffer.speech_started",
+        "response.output_audio.delta",  # a spoken reply's audio: what a takeover keeps is its transcript
+        "response.output_audio_transcript.delta",
         "rate_limits.updated",
         "error",
     }
@@ -46,6 +48,9 @@ def snapshot(session: Session, seq: int, received: int) -> dict[str, Any]:
     if r is not None:
         response = dataclasses.asdict(r)
         response["known_tools"] = sorted(r.known_tools)
+        # the spoken part lives with its voice queue on the owner: a replica that takes over ends the
+        # response at once, with its text (as for any response running there)
+        response["audio"] = None
     return {
         "seq": seq,
         "received": received,

@@ -148,6 +148,14 @@ class SamplingRequest(_Strict):
         return tuple(s for s in ([self.stop] if isinstance(self.stop, str) else self.stop) if s)
 
 
+class ChatAudio(_Strict):
+    """``audio`` of a request with ``modalities: ["text", "audio"]``."""
+
+    model_config = ConfigDict(extra="ignore", strict=True)
+    voice: str | dict[str, Any]
+    format: Literal["wav", "pcm16", "mp3", "flac", "opus", "aac"]
+
+
 class ChatRequest(SamplingRequest):
     messages: list[Message] = Field(min_length=1)
     max_tokens: int | None = Field(None, ge=1)
@@ -156,6 +164,8 @@ class ChatRequest(SamplingRequest):
     tool_choice: Literal["none", "auto", "required"] | NamedToolChoice | None = None
     parallel_tool_calls: StrictBool = True
     response_format: ResponseFormat | None = None
+    modalities: list[Literal["text", "audio"]] | None = Field(None, min_length=1, max_length=2)
+    audio: ChatAudio | None = None  # voice and format of a spoken answer (gateway.http.chat_audio)
 
     def token_cap(self) -> int | None:
         return self.max_completion_tokens if self.max_completion_tokens is not None else self.max_tokens

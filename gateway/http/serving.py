@@ -21,7 +21,7 @@ from ..filters import CONTENT_FILTER, FILTER_FAILED, ResponseFilter
 from ..services import Services
 from ..sink import AsyncSink
 from ..tokenize import chat_tokens
-from . import shapes, tools
+from . import chat_audio, shapes, tools
 from .content import chat_messages
 from .errors import ApiError, busy, error_body
 from .schemas import ChatRequest, parse, read_body
@@ -67,14 +67,15 @@ async def create(svc: Services, store: CompletionStore, request: Request, owner:
     if not svc.engine_has_room():
         raise busy()
     plan = tools.plan(req)
+    speech = chat_audio.plan(svc, req)  # modalities audio: the answer is spoken too
     messages = tools.messages(await chat_messages(svc, req.messages, owner), plan)
     constraint = await asyncio.to_thread(tools.constraint, svc.backend, plan) if plan.grammar else None
     prompt = await chat_tokens(svc.backend, messages, svc) if svc.tokenizes else None  # off the loop
     job = _job(svc, req, messages, prompt, constraint)
     header = shapes.Header(f"chatcmpl-{secrets.token_hex(16)}", int(time.time()), svc.backend.name)
     if req.stream:
-        return _start_stream(svc, store, owner, req, job, header, plan)
-    return await _complete(svc, request, job, header, plan)
+        return _start_stream(svc, store, owner, req, job, header, plan, speech)
+    return await _complete(svc, request, job, header, plan, speech)
 
 
 def _job(
@@ -144,7 +145,9 @@ def _cancel(svc: Services, handle: Handle) -> Callable[[], None]:
 # ---------------------------------------------------------------------- non-streamed
 
 
-async def _complete(svc: Services, request: Request, job: Job, h: shapes.Header, plan: tools.ToolPlan) -> Response:
+async def _complete(
+    svc: Services, request: Request, job: Job, h: shapes.Header, plan: tools.ToolPlan, speech: Any = None
+) -> Response:
     handle, queue = _submit(svc, job, h.id)
     flt = ResponseFilter(svc.filters, None, h.id)
     collect = asyncio.create_task(_collect(queue, flt, handle))
@@ -175,6 +178,8 @@ async def _complete(svc: Services, request: Request, job: Job, h: shapes.Header,
         message = body["choices"][0]["message"]
         message["tool_calls"] = tools.message_calls(calls)
         message["content"] = text.strip() or None
+    elif speech is not None:
+        await chat_audio.attach(svc, body, text, speech)
     return JSONResponse(body)
 
 
@@ -214,6 +219,7 @@ def _start_stream(
     job: Job,
     h: shapes.Header,
     plan: tools.ToolPlan,
+    speech: Any = None,
 ) -> Response:
     stream = CompletionStream(h.id, owner, svc.config.server.grace_period_s or HTTP_GRACE_S)
     if not store.add(stream):
@@ -226,7 +232,7 @@ def _start_stream(
     stream.cancel = _cancel(svc, handle)
     with_usage = bool(req.stream_options and req.stream_options.include_usage)
     stream.push(dumps(shapes.chunk(h, {"role": "assistant", "content": ""}, with_usage=with_usage)))
-    stream.task = asyncio.create_task(_pump(svc, stream, queue, h, with_usage, plan))
+    stream.task = asyncio.create_task(_pump(svc, stream, queue, h, with_usage, plan, speech))
     return SseResponse(store, stream, -1)
 
 
@@ -237,6 +243,7 @@ async def _pump(
     h: shapes.Header,
     with_usage: bool,
     plan: tools.ToolPlan,
+    speech: Any = None,
 ) -> None:
     """Engine events → numbered SSE frames, until the job is done."""
     flt = ResponseFilter(svc.filters, None, h.id)
@@ -249,7 +256,8 @@ async def _pump(
                 if text is None:
                     stream.cancel()  # a filter stopped it: the job's done (within a step) ends the stream
                 elif text:
-                    stream.push(dumps(shapes.chunk(h, {"content": text}, with_usage=with_usage)))
+                    said = {"content": text} if speech is None else await chat_audio.delta(svc, text, speech)
+                    stream.push(dumps(shapes.chunk(h, said, with_usage=with_usage)))
         for call in tools.parse(events.tool_calls, plan):
             for delta in tools.delta_calls(n_calls, call):
                 stream.push(dumps(shapes.chunk(h, delta, with_usage=with_usage)))

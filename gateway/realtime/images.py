@@ -79,6 +79,6 @@ class ImageOutput:
             events.append(p.server_event("response.image_generation_call.completed", item_id=item_id, output_index=idx))
         events.append(p.server_event("response.output_item.done", response_id=r.id, output_index=idx, item=done_item))
         out = self._out(*events)
-        if r.ending is not None and not r.images_pending:
+        if r.ending is not None and not r.waiting:
             out.extend(self._finish(r, *r.ending))
         return out

@@ -14,7 +14,7 @@ import logging
 import secrets
 import threading
 from collections.abc import Callable, Coroutine
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any, Protocol
 
 from models import constrain, toolcalls
@@ -36,6 +36,9 @@ from .media import MediaInput
 from .registry import Attachment
 from .replay import ReplayBuffer
 from .session import Session
+from .speaker import Speaker
+from .speculation import Speculation
+from .speech_out import Speak, prefetch_text
 
 log = logging.getLogger("stream_omni.live")
 
@@ -49,30 +52,6 @@ class ImageProgress:
 
 
 ModelMessage = tuple[str, JobEvents | ImageProgress]  # (response id, what the model produced)
-
-
-@dataclass
-class Speculation:
-    """A reply prepared at a pause in the user's speech: running in the engine, nothing sent yet."""
-
-    key: int  # the TurnTaker's id for it
-    action: StartResponse  # what it generates; its response_id is the job's own ("spec_…")
-    handle: Handle
-    events: list[JobEvents] = field(default_factory=list)  # held back until the turn commits
-
-    @property
-    def finished(self) -> bool:
-        return any(e.done is not None for e in self.events)
-
-    def serves(self, action: StartResponse) -> bool:
-        """Is it exactly the generation ``action`` asks for (same prompt, same sampling)?"""
-        a = self.action
-        return (a.messages, a.sampling, a.scheduler, a.output_modalities) == (
-            action.messages,
-            action.sampling,
-            action.scheduler,
-            action.output_modalities,
-        )
 
 
 class _Tokenizing:
@@ -120,6 +99,7 @@ class LiveSession:
         self.model_q: asyncio.Queue[ModelMessage] = asyncio.Queue()
         self.media = MediaInput(self.session, services, self.send, self._create_response, self)
         self.speculation: Speculation | None = None
+        self.speaker = Speaker(services.speech, lambda r: self.send(self.session.on_speech(r)))
         self._ignored: set[str] = set()  # dropped speculations: their late events mean nothing
         self._alias: dict[str, str] = {}  # an adopted speculation's job id → the response it became
         self.session.view_hook = self.media.describe
@@ -170,6 +150,9 @@ class LiveSession:
                 self.svc.metrics.cancels.inc()
             for flag in self.image_cancels.pop(action.response_id, []):
                 flag.set()  # denoising stops within one step
+            self.speaker.cancel(action.response_id)  # deltas and synthesis stop now
+        elif isinstance(action, Speak):
+            self.speaker.submit(action)
         elif isinstance(action, StartResponse):
             self._start(action)
         elif isinstance(action, StartImage):
@@ -274,6 +257,7 @@ class LiveSession:
 
     def _forget(self, spec: Speculation) -> None:
         spec.handle.cancel()
+        self.speaker.forget()  # its first audio, if prepared, is never heard
         if not spec.finished:  # its last events are still to come
             self._ignored.add(spec.action.response_id)
 
@@ -423,6 +407,7 @@ class LiveSession:
         spec = self.speculation
         if spec is not None and rid == spec.action.response_id:
             spec.events.append(events)  # not a response yet: held until the turn commits
+            self.speaker.prefetch(prefetch_text(self.session, spec.action, spec.events))  # its first audio too
         elif rid in self._ignored:
             if events.done is not None:
                 self._ignored.discard(rid)
@@ -491,6 +476,7 @@ class LiveSession:
             handle.cancel()
         self.handles.clear()
         self.media.close()
+        self.speaker.close()
         self._pump.cancel()
         for t in list(self._tasks):
             t.cancel()

@@ -7,6 +7,7 @@ client goes through the sans-I/O ``Session`` so it is stamped with ``seq`` like 
 from __future__ import annotations
 
 import asyncio
+import base64
 import logging
 import secrets
 from collections.abc import Callable
@@ -16,6 +17,7 @@ from typing import Any, Protocol
 import numpy as np
 
 from processors.audio import AudioError, b64decode_strict, decode_base64_pcm16
+from processors.audio_formats import G711_RATE, g711_to_pcm16
 from processors.vad import ServerVadConfig
 
 from ..services import Services
@@ -75,15 +77,18 @@ class MediaInput:
         self._spoken: SpokenTurn | None = None  # the VAD turn being spoken
         self.tasks: set[asyncio.Task[None]] = set()
         self._asr_lock = asyncio.Lock()  # one transcription at a time per session: turns finish in order
+        self.g711: str | None = None  # the input format when it is G.711 (set with the audio options)
 
     # ------------------------------------------------------------------ configuration
 
     def _audio_opts(self, options: p.SessionOptions) -> tuple[int, dict[str, Any] | None]:
         rate, td = 24_000, self.svc.default_turn_detection
         audio_in = options.audio.input if options.audio and options.audio.input else None
+        self.g711 = None  # audio/pcmu or audio/pcma: decoded to 8 kHz pcm16 before the buffer
         if audio_in is not None:
             if audio_in.format is not None:
-                rate = audio_in.format.rate
+                rate = audio_in.format.rate if audio_in.format.type == "audio/pcm" else G711_RATE
+                self.g711 = audio_in.format.type if audio_in.format.type != "audio/pcm" else None
             if "turn_detection" in audio_in.model_fields_set:
                 td = audio_in.turn_detection
         return rate, td
@@ -98,7 +103,7 @@ class MediaInput:
         except AudioError:  # refused by check_update before it could be applied; never stored
             return
         audio_in = view.setdefault("audio", {}).setdefault("input", {})
-        audio_in["format"] = {"type": "audio/pcm", "rate": rate}
+        audio_in["format"] = {"type": self.g711} if self.g711 else {"type": "audio/pcm", "rate": rate}
         audio_in["turn_detection"] = detection
 
     def check_update(self, ev: p.SessionUpdate) -> Output | None:
@@ -132,7 +137,7 @@ class MediaInput:
         try:
             if isinstance(raw, str):
                 raw = b64decode_strict(raw)
-            events = voice.append(raw)
+            events = voice.append(g711_to_pcm16(raw, self.g711) if self.g711 else raw)
         except AudioError as exc:
             self.svc.metrics.errors.labels(code=exc.code).inc()
             self.send(self.session.error(exc.code, exc.message, event_id, "audio"))
@@ -311,6 +316,8 @@ class MediaInput:
         if self.svc.asr is None:
             raise AudioError("audio_disabled", "audio input is not enabled on this server")
         rate, _ = self._audio_opts(self.session.options)
+        if self.g711:
+            b64 = base64.b64encode(g711_to_pcm16(b64decode_strict(b64), self.g711)).decode("ascii")
         audio = decode_base64_pcm16(b64, rate, self.svc.audio_limits)
         return str(await asyncio.to_thread(self.svc.asr.transcribe, audio))
 

@@ -34,8 +34,19 @@ class _Strict(BaseModel):
 
 
 class AudioFormat(_Lenient):
-    type: str = "audio/pcm"
-    rate: int = 24000
+    # any other type is refused (naming the field): G.711 taken for pcm16 would be noise
+    type: Literal["audio/pcm", "audio/pcmu", "audio/pcma"] = "audio/pcm"
+    rate: int = 24000  # audio/pcm only; G.711 is 8 kHz
+
+
+class VoiceId(_Lenient):
+    id: str = Field(max_length=128)
+
+
+class AudioOutput(_Lenient):
+    format: AudioFormat | None = None
+    voice: str | VoiceId | None = Field(default=None)
+    speed: float | None = Field(default=None, ge=0.25, le=1.5)
 
 
 class AudioInput(_Lenient):
@@ -46,6 +57,11 @@ class AudioInput(_Lenient):
 
 class AudioOptions(_Lenient):
     input: AudioInput | None = None
+    output: AudioOutput | None = None
+
+
+class ResponseAudio(_Lenient):
+    output: AudioOutput | None = None
 
 
 class SamplingOptions(_Lenient):
@@ -91,6 +107,7 @@ class ResponseOptions(ToolOptions):
     output_modalities: list[Literal["text", "audio", "image"]] | None = None
     conversation: Literal["auto", "none"] | None = None
     metadata: dict[str, Any] | None = None
+    audio: ResponseAudio | None = None
 
 
 # ---------------------------------------------------------------- conversation items

@@ -7,6 +7,7 @@ from typing import Any
 
 from . import protocol as p
 from .conversation import Item
+from .speech_out import AudioState, audio_part, usage_with_audio
 
 
 @dataclass
@@ -25,6 +26,12 @@ class ResponseState:
     # response.create through metadata.client_event_id (without it generate_reply() times out)
     metadata: dict[str, Any] | None = None
     conversation_id: str | None = None  # None for conversation "none" (out-of-band)
+    audio: AudioState | None = None  # the spoken part (output modality "audio"); None: text only
+
+    @property
+    def waiting(self) -> bool:
+        """Something besides the text is still being made: response.done waits for it."""
+        return self.images_pending or (self.audio is not None and self.audio.pending)
 
     @property
     def images_pending(self) -> bool:
@@ -38,8 +45,11 @@ class ResponseState:
             "type": "message",
             "role": "assistant",
             "status": status,
-            "content": [{"type": "output_text", "text": self.text}] if self.started or status == "in_progress" else [],
+            "content": [self._part()] if self.started or status == "in_progress" else [],
         }
+
+    def _part(self) -> dict[str, Any]:
+        return audio_part(self.audio.transcript) if self.audio else {"type": "output_text", "text": self.text}
 
     def start_events(self, previous_item_id: str | None) -> list[dict[str, Any]]:
         """The events before the first text delta (the item and its text part open)."""
@@ -55,7 +65,7 @@ class ResponseState:
                 item_id=self.item_id,
                 output_index=0,
                 content_index=0,
-                part={"type": "text", "text": ""},
+                part={"type": "audio", "transcript": ""} if self.audio else {"type": "text", "text": ""},
             ),
         ]
 
@@ -74,9 +84,19 @@ def final_events(
     output: list[dict[str, Any]] = []
     if item is not None:
         common = {"response_id": r.id, "item_id": r.item_id, "output_index": 0, "content_index": 0}
+        if r.audio is not None:
+            said = r.audio.transcript
+            events += [
+                p.server_event("response.output_audio.done", **common),
+                p.server_event("response.output_audio_transcript.done", **common, transcript=said),
+                p.server_event("response.content_part.done", **common, part={"type": "audio", "transcript": said}),
+            ]
+        else:
+            events += [
+                p.server_event("response.output_text.done", **common, text=r.text),
+                p.server_event("response.content_part.done", **common, part={"type": "text", "text": r.text}),
+            ]
         events += [
-            p.server_event("response.output_text.done", **common, text=r.text),
-            p.server_event("response.content_part.done", **common, part={"type": "text", "text": r.text}),
             p.server_event("response.output_item.done", response_id=r.id, output_index=0, item=item),
             p.server_event("conversation.item.done", item=item),
         ]
@@ -104,7 +124,7 @@ def final_events(
                 "output_modalities": r.modalities,
                 "conversation_id": r.conversation_id,
                 "metadata": r.metadata,
-                "usage": usage or None,
+                "usage": (usage_with_audio(usage, r.audio.audio_ms) if r.audio else usage) or None,
                 "metrics": metrics or None,
             },
         )

@@ -21,6 +21,15 @@ from .actions import Action, CancelResponse, Output, StartResponse
 from .conversation import Conversation, Item, ItemError
 from .images import ImageOutput
 from .responses import ResponseState, final_events
+from .speech_out import (
+    AudioState,
+    SpeechOutput,
+    SpeechSettings,
+    SpokenItem,
+    check_output,
+    describe_output,
+    settings_for,
+)
 
 
 def _new_id(prefix: str) -> str:
@@ -38,9 +47,11 @@ class SessionDefaults:
     output_modalities: tuple[str, ...] = ("text",)
     scheduler: dict[str, Any] = field(default_factory=dict)  # SchedulerOptions defaults
     max_items: int = 512  # conversation items kept per session
+    speech: SpeechSettings | None = None  # default audio.output; None: no voice loaded (audio is served as text)
+    voices: tuple[str, ...] = ()  # installed voices (audio.output.voice)
 
 
-class Session(ImageOutput):
+class Session(ImageOutput, SpeechOutput):
     def __init__(self, defaults: SessionDefaults, stamp: Callable[[dict[str, Any]], dict[str, Any]]):
         """``stamp`` gives each outgoing event its ``seq`` (and records it for replay)."""
         self.id = _new_id("sess")
@@ -58,6 +69,7 @@ class Session(ImageOutput):
         )
         self.conversation = Conversation(defaults.max_items)
         self.response: ResponseState | None = None
+        self.spoken: dict[str, SpokenItem] = {}  # spoken assistant items: what truncating them needs
         self._pending: set[str] = set()  # items whose content is still being made (see item_pending)
         self._held: p.ResponseCreate | None = None  # a response.create waiting for them
         self.view_hook: Callable[[dict[str, Any]], None] | None = None  # fills in effective audio settings
@@ -75,6 +87,7 @@ class Session(ImageOutput):
         view.update(id=self.id, object="realtime.session")
         if self.view_hook is not None:
             self.view_hook(view)
+        describe_output(view, self.defaults.speech, self.options)
         return view
 
     def created(self, extra: dict[str, Any] | None = None) -> Output:
@@ -140,6 +153,9 @@ class Session(ImageOutput):
             else:
                 merged[key] = value
         options = p.SessionOptions.model_validate(merged)
+        refused = check_output(options.audio.output if options.audio else None, self.defaults.voices, "session")
+        if refused is not None:
+            return self.error("invalid_value", refused[0], ev.event_id, refused[1])
         try:
             # the tools' schemas only: tool_choice against the tools is checked when a response uses them, as
             # LiveKit (written against OpenAI) sends tool_choice in its first session.update, its tools in a later one
@@ -271,17 +287,10 @@ class Session(ImageOutput):
         return self._out(p.server_event("conversation.item.deleted", item_id=ev.item_id))
 
     def _on_conversation_item_truncate(self, ev: p.ItemTruncate) -> Output:
-        if self.conversation.find(ev.item_id) < 0:
-            return self.error("item_not_found", f"item {ev.item_id} not found", ev.event_id, "item_id")
-        # text-only output: nothing to truncate, but the event is acknowledged as OpenAI does
-        return self._out(
-            p.server_event(
-                "conversation.item.truncated",
-                item_id=ev.item_id,
-                content_index=ev.content_index,
-                audio_end_ms=ev.audio_end_ms,
-            )
-        )
+        r = self.response
+        if r is not None and r.item_id == ev.item_id and r.audio is not None:  # still speaking: it stops here
+            return self.cancel("client_cancelled").extend(self.truncate(ev))
+        return self.truncate(ev)  # type: ignore[no-any-return]
 
     def messages(self, extra_instructions: str | None = None) -> list[dict[str, str]]:
         """The conversation as chat messages, after the session's (or these) instructions."""
@@ -307,6 +316,8 @@ class Session(ImageOutput):
             if src is not None:
                 sched.update(src.model_dump(exclude_none=True))
         modalities = list(pick("output_modalities") or ["text"])
+        if "audio" in modalities:  # spoken with its transcript, or as text where no voice is loaded
+            modalities = ["audio"] if self.defaults.speech is not None else ["text"]
         where = "response" if opts.tools is not None or opts.tool_choice is not None else "session"
         try:
             tools = functions.plan(pick("tools"), pick("tool_choice"), where)
@@ -346,6 +357,10 @@ class Session(ImageOutput):
                 f"response {self.response.id} is still in progress",
                 ev.event_id,
             )
+        audio_opts = ev.response.audio if ev.response is not None else None
+        refused = check_output(audio_opts.output if audio_opts else None, self.defaults.voices, "response")
+        if refused is not None:
+            return self.error("invalid_value", refused[0], ev.event_id, refused[1])
         planned = self._plan(ev, _new_id("resp"), [])
         if isinstance(planned, Output):
             return planned
@@ -358,6 +373,8 @@ class Session(ImageOutput):
             rid, _new_id("item"), modalities, store, metadata=opts.metadata, conversation_id=conv_id
         )
         self.response.known_tools = action.tools.known
+        if "audio" in modalities and self.defaults.speech is not None:
+            self.response.audio = AudioState(settings_for(self.defaults.speech, self.options, opts))
         created = p.server_event(
             "response.created",
             response={
@@ -413,6 +430,8 @@ class Session(ImageOutput):
             return Output()  # late chunk of a cancelled/finished response: dropped
         events = [] if r.started else r.start_events(self.conversation.last_id)
         r.text += text
+        if r.audio is not None:
+            return self.speak_chunk(r, text, events)  # type: ignore[no-any-return]
         events.append(
             p.server_event(
                 "response.output_text.delta",
@@ -459,7 +478,7 @@ class Session(ImageOutput):
         usage: dict[str, Any],
         wait_images: bool = True,
     ) -> Output:
-        if wait_images and status != "cancelled" and r.images_pending:  # text is done; images still denoising
+        if wait_images and status != "cancelled" and r.waiting:  # text is done; images or speech still being made
             r.ending = (status, details, metrics, usage)
             return Output()
         if self.response is not r:
@@ -468,6 +487,7 @@ class Session(ImageOutput):
         item = r.item("completed" if status == "completed" else "incomplete") if r.started else None
         if item is not None and r.store:  # the conversation keeps exactly the delivered text
             self.conversation.append(item)
+        self.spoken_closed(r, item)
         for call in r.calls if r.store else []:  # whole calls only (functions.py)
             self.conversation.append(call)
         events = final_events(r, item, status, details, metrics, usage)

@@ -1,0 +1,129 @@
+"""``POST /v1/audio/speech``: OpenAI's text-to-speech endpoint on the server's Piper voices.
+
+``response_format`` ``pcm`` (24 kHz pcm16, streamed sentence by sentence as a chunked body) and
+``wav`` (sent whole: its header carries the length); ``flac`` too where libsndfile writes it.
+``stream_format: "sse"`` streams ``speech.audio.delta`` events (base64 pcm16 24 kHz, or the
+format asked for) and ends with ``speech.audio.done`` and its usage, as OpenAI does.
+"""
+
+from __future__ import annotations
+
+import base64
+import io
+import json
+import re
+from collections.abc import AsyncIterator
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from starlette.requests import Request
+from starlette.responses import Response, StreamingResponse
+
+from processors.audio_formats import PCM_RATE
+from processors.speech_text import SpeechText, spoken_text
+
+from ..realtime.speech_out import OPENAI_VOICES, SpeechSettings
+from ..services import Services
+from .errors import ApiError
+
+MAX_INPUT_CHARS = 4096  # OpenAI's limit for one request
+_SENTENCE_END = re.compile(r"(?<=[.!?;:])\s+|\n+")
+_MEDIA = {"pcm": "audio/pcm", "wav": "audio/wav", "flac": "audio/flac"}
+
+
+class SpeechRequest(BaseModel):
+    model_config = ConfigDict(extra="ignore")
+
+    model: str = Field(min_length=1, max_length=256)
+    input: str = Field(min_length=1, max_length=MAX_INPUT_CHARS)
+    voice: str | dict[str, Any] = "alloy"
+    instructions: str | None = None  # accepted; a Piper voice has no style control
+    response_format: Literal["mp3", "opus", "aac", "flac", "wav", "pcm"] = "mp3"
+    speed: float = Field(default=1.0, ge=0.25, le=4.0)
+    stream_format: Literal["sse", "audio"] = "audio"
+
+
+def _parse(body: bytes, svc: Services) -> tuple[SpeechRequest, str]:
+    try:
+        req = SpeechRequest.model_validate_json(body)
+    except ValidationError as exc:
+        first = exc.errors(include_url=False, include_input=False)[0]
+        loc = ".".join(str(x) for x in first["loc"]) or None
+        raise ApiError(400, "invalid_value", f"{loc or 'body'}: {first['msg']}", loc) from None
+    if svc.speech is None:
+        raise ApiError(400, "speech_disabled", "speech output is not enabled on this server (audio.output)")
+    if req.model not in svc.model_ids and req.model not in ("tts-1", "tts-1-hd", "gpt-4o-mini-tts"):
+        raise ApiError(404, "model_not_found", f"model {req.model!r} is not served here", "model")
+    name = req.voice if isinstance(req.voice, str) else str(req.voice.get("id", ""))
+    if name in OPENAI_VOICES:
+        name = svc.speech.default.voice
+    if name not in svc.speech.names:
+        raise ApiError(400, "invalid_value", f"voice {name!r} is not installed here", "voice")
+    if req.response_format not in _MEDIA or (req.response_format == "flac" and not _can_write("FLAC")):
+        known = ", ".join(f for f in _MEDIA if f != "flac" or _can_write("FLAC"))
+        raise ApiError(
+            400,
+            "unsupported_value",
+            f"response_format {req.response_format} is not available ({known})",
+            "response_format",
+        )
+    return req, name
+
+
+def _can_write(fmt: str) -> bool:
+    import soundfile as sf
+
+    return fmt in sf.available_formats()
+
+
+def _sentences(text: str) -> list[str]:
+    """The input in sentences (each synthesized and sent as soon as it is ready), said as words."""
+    st = SpeechText()
+    out = []
+    for part in _SENTENCE_END.split(text):
+        words = spoken_text(st.feed(part + "\n"))
+        if words:
+            out.append(words)
+    return out
+
+
+def _container(pcm: bytes, fmt: str) -> bytes:
+    import numpy as np
+    import soundfile as sf
+
+    buf = io.BytesIO()
+    audio = np.frombuffer(pcm, dtype="<i2")
+    sf.write(buf, audio, PCM_RATE, format=fmt.upper(), subtype="PCM_16")
+    return buf.getvalue()
+
+
+async def speech(svc: Services, request: Request) -> Response:
+    req, voice = _parse(await request.body(), svc)
+    assert svc.speech is not None
+    settings = SpeechSettings("audio/pcm", voice, req.speed)
+    sentences = _sentences(req.input)
+
+    async def pcm_chunks() -> AsyncIterator[bytes]:
+        for words in sentences:
+            assert svc.speech is not None
+            yield (await svc.speech.run(words, settings)).audio
+
+    if req.stream_format == "sse":
+
+        async def events() -> AsyncIterator[bytes]:
+            total = 0
+            async for pcm in pcm_chunks():
+                total += len(pcm)
+                data = pcm if req.response_format == "pcm" else _container(pcm, req.response_format)
+                ev = {"type": "speech.audio.delta", "audio": base64.b64encode(data).decode("ascii")}
+                yield f"data: {json.dumps(ev)}\n\n".encode()
+            n_in = len(req.input.split())
+            n_out = -(-total // (2 * PCM_RATE // 20))  # 50 ms of audio per token, as in the realtime usage
+            usage = {"input_tokens": n_in, "output_tokens": n_out, "total_tokens": n_in + n_out}
+            yield f"data: {json.dumps({'type': 'speech.audio.done', 'usage': usage})}\n\n".encode()
+
+        return StreamingResponse(events(), media_type="text/event-stream")
+    if req.response_format == "pcm":
+        return StreamingResponse(pcm_chunks(), media_type=_MEDIA["pcm"])
+    pcm = b"".join([c async for c in pcm_chunks()])
+    return Response(_container(pcm, req.response_format), media_type=_MEDIA[req.response_format])

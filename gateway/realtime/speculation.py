@@ -1,0 +1,34 @@
+"""A reply prepared at a pause in the user's speech: its job, and the events held back until the turn commits."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from models.decode import JobEvents
+from models.engine import Handle
+
+from .actions import StartResponse
+
+
+@dataclass
+class Speculation:
+    """A reply prepared at a pause in the user's speech: running in the engine, nothing sent yet."""
+
+    key: int  # the TurnTaker's id for it
+    action: StartResponse  # what it generates; its response_id is the job's own ("spec_…")
+    handle: Handle
+    events: list[JobEvents] = field(default_factory=list)  # held back until the turn commits
+
+    @property
+    def finished(self) -> bool:
+        return any(e.done is not None for e in self.events)
+
+    def serves(self, action: StartResponse) -> bool:
+        """Is it exactly the generation ``action`` asks for (same prompt, same sampling)?"""
+        a = self.action
+        return (a.messages, a.sampling, a.scheduler, a.output_modalities) == (
+            action.messages,
+            action.sampling,
+            action.scheduler,
+            action.output_modalities,
+        )
