@@ -32,7 +32,8 @@ LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
             "gateway.services",
         ),
     ),
-    ("gateway.realtime", ("gateway.realtime",)),
+    # the voices' synthesis pool sits with the Realtime room whose speech settings it takes; HTTP uses it from above
+    ("gateway.realtime", ("gateway.realtime", "gateway.speech")),
     ("gateway.http", ("gateway.http",)),
     ("gateway.cluster", ("gateway.cluster",)),
     ("wiring", ("gateway",)),  # app, startup, loading, inprocess, cli, server: everything else in gateway/
