@@ -15,7 +15,7 @@ from typing import Any, Protocol
 
 import numpy as np
 
-from processors.audio import AudioError, b64decode_strict, decode_base64_pcm16
+from processors.audio import TARGET_RATE, AudioError, b64decode_strict, decode_base64_pcm16
 from processors.vad import ServerVadConfig
 
 from ..services import Services
@@ -46,6 +46,11 @@ class SpokenTurn:
     item_id: str
     taker: TurnTaker
     audio: np.ndarray | None = None  # float32 [n] at 16 kHz, set at speech_stopped
+
+
+def _seconds(audio: np.ndarray | None) -> float:
+    """Length of a turn's 16 kHz audio (the transcript's usage)."""
+    return 0.0 if audio is None else len(audio) / TARGET_RATE
 
 
 class Speculator(Protocol):
@@ -218,7 +223,7 @@ class MediaInput:
                 self.send(self.session.audio_committed(item_id))
                 self.session.item_pending(item_id)
             elif isinstance(a, Completed):
-                self._completed(item_id, a)
+                self._completed(item_id, a, _seconds(spoken.audio))
             elif isinstance(a, Prepare):
                 if self.speculator is not None:
                     self.speculator.prepare(a.speculation, a.transcript)
@@ -230,13 +235,13 @@ class MediaInput:
                 if vad is not None and spoken is self._spoken:
                     vad.machine.silence_target_ms = a.ms
 
-    def _completed(self, item_id: str, a: Completed) -> None:
+    def _completed(self, item_id: str, a: Completed, seconds: float) -> None:
         if a.transcript is None:
             self.send(self.session.transcript_failed(item_id, "transcription_failed", "could not transcribe audio"))
         else:
             if a.delta:
                 self.send(self.session.transcript_delta(item_id, a.delta))
-            self.send(self.session.transcript_done(item_id, a.transcript))
+            self.send(self.session.transcript_done(item_id, a.transcript, seconds))
             self.svc.metrics.transcripts.labels(consistent=str(a.consistent).lower()).inc()
         go = self.session.settle(item_id)
         if a.respond and go is None:
@@ -298,7 +303,7 @@ class MediaInput:
         if text is not None:
             if text:
                 self.send(self.session.transcript_delta(item_id, text))
-            self.send(self.session.transcript_done(item_id, text))
+            self.send(self.session.transcript_done(item_id, text, _seconds(turn.audio)))
             if respond and text and go is None:
                 go = self.session.want_response(p.ResponseCreate(type="response.create"))
         if go is not None:

@@ -76,6 +76,7 @@ ToolChoice = Literal["auto", "none", "required"] | NamedTool
 class ToolOptions(SamplingOptions):
     tools: list[FunctionTool] | None = Field(default=None, max_length=128)
     tool_choice: ToolChoice | None = None
+    parallel_tool_calls: bool | None = None  # false: at most one call per response
 
 
 class SessionOptions(ToolOptions):
@@ -197,6 +198,11 @@ class ItemDelete(_ClientEvent):
     item_id: str
 
 
+class ItemRetrieve(_ClientEvent):
+    type: Literal["conversation.item.retrieve"]
+    item_id: str
+
+
 class AudioAppend(_ClientEvent):
     type: Literal["input_audio_buffer.append"]
     audio: str
@@ -225,6 +231,7 @@ ClientEvent = Annotated[
     | ItemCreate
     | ItemTruncate
     | ItemDelete
+    | ItemRetrieve
     | AudioAppend
     | AudioCommit
     | AudioClear
@@ -241,6 +248,7 @@ CLIENT_EVENT_TYPES = frozenset(
         ItemCreate,
         ItemTruncate,
         ItemDelete,
+        ItemRetrieve,
         AudioAppend,
         AudioCommit,
         AudioClear,

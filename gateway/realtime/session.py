@@ -18,8 +18,9 @@ from ..options import SchedulerOptions
 from . import functions
 from . import protocol as p
 from .actions import Action, CancelResponse, Output, StartResponse
-from .conversation import Conversation, Item, ItemError
+from .conversation import Conversation
 from .images import ImageOutput
+from .items import ItemEvents
 from .responses import ResponseState, final_events
 
 
@@ -40,7 +41,7 @@ class SessionDefaults:
     max_items: int = 512  # conversation items kept per session
 
 
-class Session(ImageOutput):
+class Session(ImageOutput, ItemEvents):
     def __init__(self, defaults: SessionDefaults, stamp: Callable[[dict[str, Any]], dict[str, Any]]):
         """``stamp`` gives each outgoing event its ``seq`` (and records it for replay)."""
         self.id = _new_id("sess")
@@ -93,6 +94,8 @@ class Session(ImageOutput):
                 return self._on_conversation_item_delete(ev)
             case p.ItemTruncate():
                 return self._on_conversation_item_truncate(ev)
+            case p.ItemRetrieve():
+                return self._on_conversation_item_retrieve(ev)
             case p.ResponseCreate():
                 return self._on_response_create(ev)
             case p.ResponseCancel():
@@ -149,140 +152,6 @@ class Session(ImageOutput):
         self.options = options
         return self._out(p.server_event("session.updated", session=self.session_view()))
 
-    @property
-    def items(self) -> list[Item]:
-        return self.conversation.items
-
-    def add_item(self, item: Item, previous_item_id: str | None = None, event_id: str | None = None) -> Output:
-        """Insert a finished conversation item (also used for audio transcripts)."""
-        try:
-            prev = self.conversation.insert(item, previous_item_id)
-        except ItemError as exc:
-            return self.error(exc.code, exc.message, event_id, exc.param)
-        return self._out(
-            p.server_event("conversation.item.added", previous_item_id=prev, item=item),
-            p.server_event("conversation.item.done", previous_item_id=prev, item=item),
-        )
-
-    def _on_conversation_item_create(self, ev: p.ItemCreate) -> Output:
-        if isinstance(ev.item, p.FunctionCallOutputItem):
-            if ev.item.call_id not in functions.call_ids(self.items):
-                return self.error("invalid_value", f"no function call {ev.item.call_id!r}", ev.event_id, "item.call_id")
-            return self.add_item(functions.output_item(ev.item), ev.previous_item_id, ev.event_id)
-        if isinstance(ev.item, p.FunctionCallItem):
-            call = functions.call_item(ev.item.call_id, ev.item.name, ev.item.arguments, "completed", ev.item.id)
-            return self.add_item(call, ev.previous_item_id, ev.event_id)
-        parts: list[dict[str, Any]] = []
-        for part in ev.item.content:
-            if isinstance(part, p.InputText):
-                kind = "output_text" if ev.item.role == "assistant" else "input_text"
-                parts.append({"type": kind, "text": part.text})
-            else:  # images and audio are turned into text by the connection's processors
-                return self.error(
-                    "unsupported_content",
-                    f"content type {part.type} is not enabled on this server",
-                    ev.event_id,
-                    "item.content",
-                )
-        item = {
-            "id": ev.item.id or _new_id("item"),
-            "object": "realtime.item",
-            "type": "message",
-            "role": ev.item.role,
-            "status": "completed",
-            "content": parts,
-        }
-        return self.add_item(item, ev.previous_item_id, ev.event_id)
-
-    # ------------------------------------------------------------------ voice input
-
-    def speech_started(self, item_id: str, audio_start_ms: int) -> Output:
-        return self._out(
-            p.server_event("input_audio_buffer.speech_started", audio_start_ms=audio_start_ms, item_id=item_id)
-        )
-
-    def speech_stopped(self, item_id: str, audio_end_ms: int) -> Output:
-        return self._out(
-            p.server_event("input_audio_buffer.speech_stopped", audio_end_ms=audio_end_ms, item_id=item_id)
-        )
-
-    def audio_committed(self, item_id: str) -> Output:
-        """A user audio turn enters the conversation; its transcript follows."""
-        prev = self.conversation.last_id
-        item = {
-            "id": item_id,
-            "object": "realtime.item",
-            "type": "message",
-            "role": "user",
-            "status": "in_progress",
-            "content": [{"type": "input_audio", "transcript": None}],
-        }
-        self.conversation.append(item)
-        return self._out(
-            p.server_event("input_audio_buffer.committed", previous_item_id=prev, item_id=item_id),
-            p.server_event("conversation.item.added", previous_item_id=prev, item=item),
-        )
-
-    def audio_cleared(self) -> Output:
-        return self._out(p.server_event("input_audio_buffer.cleared"))
-
-    def transcript_delta(self, item_id: str, delta: str) -> Output:
-        return self._out(
-            p.server_event(
-                "conversation.item.input_audio_transcription.delta", item_id=item_id, content_index=0, delta=delta
-            )
-        )
-
-    def transcript_done(self, item_id: str, transcript: str) -> Output:
-        item = self.conversation.get(item_id)
-        if item is None:  # deleted meanwhile
-            return Output()
-        item["content"][0]["transcript"] = transcript
-        item["status"] = "completed"
-        return self._out(
-            p.server_event(
-                "conversation.item.input_audio_transcription.completed",
-                item_id=item_id,
-                content_index=0,
-                transcript=transcript,
-            ),
-            p.server_event("conversation.item.done", item=item),
-        )
-
-    def transcript_failed(self, item_id: str, code: str, message: str) -> Output:
-        item = self.conversation.get(item_id)
-        if item is not None:
-            item["status"] = "incomplete"
-            item["content"][0]["transcript"] = ""
-        return self._out(
-            p.server_event(
-                "conversation.item.input_audio_transcription.failed",
-                item_id=item_id,
-                content_index=0,
-                error={"type": "transcription_error", "code": code, "message": message},
-            )
-        )
-
-    def _on_conversation_item_delete(self, ev: p.ItemDelete) -> Output:
-        try:
-            self.conversation.delete(ev.item_id)
-        except ItemError as exc:
-            return self.error(exc.code, exc.message, ev.event_id, exc.param)
-        return self._out(p.server_event("conversation.item.deleted", item_id=ev.item_id))
-
-    def _on_conversation_item_truncate(self, ev: p.ItemTruncate) -> Output:
-        if self.conversation.find(ev.item_id) < 0:
-            return self.error("item_not_found", f"item {ev.item_id} not found", ev.event_id, "item_id")
-        # text-only output: nothing to truncate, but the event is acknowledged as OpenAI does
-        return self._out(
-            p.server_event(
-                "conversation.item.truncated",
-                item_id=ev.item_id,
-                content_index=ev.content_index,
-                audio_end_ms=ev.audio_end_ms,
-            )
-        )
-
     def messages(self, extra_instructions: str | None = None) -> list[dict[str, str]]:
         """The conversation as chat messages, after the session's (or these) instructions."""
         system = extra_instructions if extra_instructions is not None else self.options.instructions
@@ -309,7 +178,7 @@ class Session(ImageOutput):
         modalities = list(pick("output_modalities") or ["text"])
         where = "response" if opts.tools is not None or opts.tool_choice is not None else "session"
         try:
-            tools = functions.plan(pick("tools"), pick("tool_choice"), where)
+            tools = functions.plan(pick("tools"), pick("tool_choice"), where, pick("parallel_tool_calls") is not False)
         except functions.ToolError as exc:
             return self.error("invalid_value", exc.message, ev.event_id, exc.param)
         action = StartResponse(
@@ -358,6 +227,7 @@ class Session(ImageOutput):
             rid, _new_id("item"), modalities, store, metadata=opts.metadata, conversation_id=conv_id
         )
         self.response.known_tools = action.tools.known
+        self.response.parallel = action.tools.parallel
         created = p.server_event(
             "response.created",
             response={
@@ -411,28 +281,50 @@ class Session(ImageOutput):
         r = self.response
         if r is None or r.id != response_id or not text:
             return Output()  # late chunk of a cancelled/finished response: dropped
-        events = [] if r.started else r.start_events(self.conversation.last_id)
+        if not r.started and r.known_tools:  # tools offered: a call may follow
+            if not text.strip():  # whitespace alone opens no message yet (the newline between calls is no reply)
+                r.held += text
+                return Output()
+            text, r.held = r.held + text, ""
+        return self._out(*self._text_events(r, text))
+
+    def _text_events(self, r: ResponseState, text: str) -> list[dict[str, Any]]:
+        events = [] if r.started else self._open_message(r)
         r.text += text
         events.append(
             p.server_event(
                 "response.output_text.delta",
                 response_id=r.id,
                 item_id=r.item_id,
-                output_index=0,
+                output_index=r.text_index,
                 content_index=0,
                 delta=text,
             )
         )
-        return self._out(*events)
+        return events
+
+    def _open_message(self, r: ResponseState) -> list[dict[str, Any]]:
+        """The assistant message's opening events; it is in the conversation from now on, as in GA."""
+        events = r.start_events(self.conversation.last_id)
+        if r.store:
+            self.conversation.append(r.item("in_progress"))
+        return events
 
     def on_tool_call(self, response_id: str, body: str) -> Output:
-        """A call the scheduler cut out of the text (whole): a function_call output item, streamed."""
+        """A call the scheduler cut out of the text (whole): a function_call output item, streamed.
+
+        It joins the conversation when it is announced (``status: "completed"``), so the client may send its
+        ``function_call_output`` at once, before ``response.done``, as the Agents SDKs do."""
         r = self.response
         call = functions.parse(body, r.known_tools) if r is not None and r.id == response_id else None
         if r is None or call is None:
             return Output()  # late, or not a call of an offered tool: dropped, never shown
-        item, events = functions.call_events(r.id, call, 1 + len(r.images) + len(r.calls), self.conversation.last_id)
+        if r.calls and not r.parallel:
+            return Output()  # parallel_tool_calls false: the first call only
+        item, events = functions.call_events(r.id, call, r.take_index, self.conversation.last_id)
         r.calls.append(item)
+        if r.store:
+            self.conversation.append(item)
         return self._out(*events)
 
     def on_done(self, response_id: str, reason: str, metrics: dict[str, Any], usage: dict[str, Any]) -> Output:
@@ -465,10 +357,11 @@ class Session(ImageOutput):
         if self.response is not r:
             raise RuntimeError(f"expected active response {r.id}, found {self.response and self.response.id}")
         self.response = None
+        # a reply of whitespace alone is still a reply, unless it only separated calls (or was never delivered)
+        opened = self._text_events(r, r.held) if r.held and not r.calls and status != "cancelled" else []
         item = r.item("completed" if status == "completed" else "incomplete") if r.started else None
-        if item is not None and r.store:  # the conversation keeps exactly the delivered text
-            self.conversation.append(item)
-        for call in r.calls if r.store else []:  # whole calls only (functions.py)
-            self.conversation.append(call)
+        kept = self.conversation.get(r.item_id) if r.store else None
+        if item is not None and kept is not None:  # exactly the delivered text (unless the client deleted it)
+            kept.update(item)
         events = final_events(r, item, status, details, metrics, usage)
-        return self._out(*events)
+        return self._out(*opened, *events)
