@@ -95,7 +95,10 @@ class MediaInput:
 
     def describe(self, view: dict[str, Any]) -> None:
         """Report the effective ``audio.input`` settings (turn detection with every field filled in)."""
-        if self.svc.asr is None:
+        if self.svc.asr is None:  # no audio input here: no turn detection, whatever the client asked for
+            audio_in = view.get("audio", {}).get("input")
+            if audio_in is not None:  # (the Agents SDKs' interrupt() cancels only without server turn detection)
+                audio_in["turn_detection"] = None
             return
         rate, td = self._audio_opts(self.session.options)
         try:
