@@ -79,12 +79,37 @@ class ToolOptions(SamplingOptions):
     parallel_tool_calls: bool | None = None  # false: at most one call per response
 
 
+def _legacy_modalities(data: Any) -> Any:
+    """The beta API's ``modalities`` (still sent by some clients) is GA's ``output_modalities``."""
+    if isinstance(data, dict) and "modalities" in data and "output_modalities" not in data:
+        data = {**data, "output_modalities": data["modalities"]}
+    return data
+
+
+class TokenLimits(_Lenient):
+    post_instructions: int | None = Field(default=None, ge=1)  # tokens kept after the instructions
+
+
+class RetentionRatio(_Lenient):
+    type: Literal["retention_ratio"]
+    retention_ratio: float = Field(ge=0.0, le=1.0)  # of the room after the instructions, kept after a cut
+    token_limits: TokenLimits | None = None
+
+
+Truncation = Literal["auto", "disabled"] | RetentionRatio
+
+
 class SessionOptions(ToolOptions):
     type: Literal["realtime", "transcription"] | None = None
     model: str | None = None
     instructions: str | None = None
     output_modalities: list[Literal["text", "audio", "image"]] | None = None
     audio: AudioOptions | None = None
+    truncation: Truncation | None = None  # None: "auto" (gateway.realtime.truncation)
+    # accepted and echoed, nothing to trace to: traces stay with the client
+    tracing: Literal["auto"] | dict[str, Any] | None = None
+
+    _modalities = model_validator(mode="before")(_legacy_modalities)
 
 
 class ResponseOptions(ToolOptions):
@@ -92,6 +117,8 @@ class ResponseOptions(ToolOptions):
     output_modalities: list[Literal["text", "audio", "image"]] | None = None
     conversation: Literal["auto", "none"] | None = None
     metadata: dict[str, Any] | None = None
+
+    _modalities = model_validator(mode="before")(_legacy_modalities)
 
 
 # ---------------------------------------------------------------- conversation items

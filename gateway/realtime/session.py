@@ -14,8 +14,10 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+from models import toolcalls
+
 from ..options import SchedulerOptions
-from . import functions
+from . import functions, truncation
 from . import protocol as p
 from .actions import Action, CancelResponse, Output, StartResponse
 from .conversation import Conversation
@@ -39,6 +41,8 @@ class SessionDefaults:
     output_modalities: tuple[str, ...] = ("text",)
     scheduler: dict[str, Any] = field(default_factory=dict)  # SchedulerOptions defaults
     max_items: int = 512  # conversation items kept per session
+    max_context: int = 0  # the model's context in tokens; 0: unknown (no truncation)
+    count_tokens: Callable[[str], int] | None = None  # a text's tokens (truncation's estimates)
 
 
 class Session(ImageOutput, ItemEvents):
@@ -61,6 +65,8 @@ class Session(ImageOutput, ItemEvents):
         self.response: ResponseState | None = None
         self._pending: set[str] = set()  # items whose content is still being made (see item_pending)
         self._held: p.ResponseCreate | None = None  # a response.create waiting for them
+        self.dropped: set[str] = set()  # items truncated out of the model's context (still in the client's view)
+        self._tokens: dict[str, tuple[str, int]] = {}  # item id → (its text, its tokens), for truncation
         self.view_hook: Callable[[dict[str, Any]], None] | None = None  # fills in effective audio settings
 
     # ------------------------------------------------------------------ helpers
@@ -155,7 +161,30 @@ class Session(ImageOutput, ItemEvents):
     def messages(self, extra_instructions: str | None = None) -> list[dict[str, str]]:
         """The conversation as chat messages, after the session's (or these) instructions."""
         system = extra_instructions if extra_instructions is not None else self.options.instructions
-        return self.conversation.messages(system)
+        return self.conversation.messages(system, self.dropped)
+
+    def _fit(self, instructions: str | None, tools: functions.ToolPlan, reply_budget: int) -> None:
+        """Drop the oldest whole turns from the model's context when the next prompt would not fit."""
+        count = self.defaults.count_tokens
+        if count is None or not self.defaults.max_context:
+            return
+
+        def tokens(item: dict[str, Any]) -> int:
+            text = truncation.item_text(item)
+            cached = self._tokens.get(item["id"])
+            if cached is None or cached[0] != text:
+                cached = self._tokens[item["id"]] = (text, count(text))
+            return cached[1]
+
+        system = instructions if instructions is not None else self.options.instructions
+        fixed = count(system or "") + (count(toolcalls.system_block(tools.tools)) if tools.tools else 0)
+        fixed += sum(tokens(i) + truncation.MESSAGE_OVERHEAD for i in self.items if i.get("role") == "system")
+        groups = truncation.turns(self.items, self.dropped)
+        policy = truncation.Policy.of(self.options.truncation)
+        cut = truncation.to_drop(groups, tokens, fixed, self.defaults.max_context, reply_budget, policy)
+        self.dropped.update(cut)
+        for item_id in cut:
+            self._tokens.pop(item_id, None)
 
     def _plan(self, ev: p.ResponseCreate, rid: str, extra: list[dict[str, str]]) -> tuple[StartResponse, Any] | Output:
         """The generation ``ev`` asks for (messages, sampling, scheduler), or the error it gets."""
@@ -181,6 +210,8 @@ class Session(ImageOutput, ItemEvents):
             tools = functions.plan(pick("tools"), pick("tool_choice"), where, pick("parallel_tool_calls") is not False)
         except functions.ToolError as exc:
             return self.error("invalid_value", exc.message, ev.event_id, exc.param)
+        if not extra:  # a real response (a preview changes nothing)
+            self._fit(opts.instructions, tools, max_tokens)
         action = StartResponse(
             response_id=rid,
             messages=self.messages(opts.instructions) + extra,
