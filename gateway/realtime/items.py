@@ -20,6 +20,27 @@ def _new_id(prefix: str) -> str:
     return f"{prefix}_{secrets.token_hex(8)}"
 
 
+def _message(item: p.MessageItem, where: str) -> Item:
+    """A client's message item as the conversation keeps it (text parts only: the connection's processors
+    turn images and audio into text before the session sees them). Raises ``ItemError``."""
+    parts: list[dict[str, Any]] = []
+    for part in item.content:
+        if not isinstance(part, p.InputText):
+            raise ItemError(
+                "unsupported_content", f"content type {part.type} is not enabled on this server", f"{where}.content"
+            )
+        kind = "output_text" if item.role == "assistant" else "input_text"
+        parts.append({"type": kind, "text": part.text})
+    return {
+        "id": item.id or _new_id("item"),
+        "object": "realtime.item",
+        "type": "message",
+        "role": item.role,
+        "status": "completed",
+        "content": parts,
+    }
+
+
 class ItemEvents:
     conversation: Conversation
 
@@ -53,27 +74,30 @@ class ItemEvents:
         if isinstance(ev.item, p.FunctionCallItem):
             call = functions.call_item(ev.item.call_id, ev.item.name, ev.item.arguments, "completed", ev.item.id)
             return self.add_item(call, ev.previous_item_id, ev.event_id)
-        parts: list[dict[str, Any]] = []
-        for part in ev.item.content:
-            if isinstance(part, p.InputText):
-                kind = "output_text" if ev.item.role == "assistant" else "input_text"
-                parts.append({"type": kind, "text": part.text})
-            else:  # images and audio are turned into text by the connection's processors
-                return self.error(
-                    "unsupported_content",
-                    f"content type {part.type} is not enabled on this server",
-                    ev.event_id,
-                    "item.content",
-                )
-        item = {
-            "id": ev.item.id or _new_id("item"),
-            "object": "realtime.item",
-            "type": "message",
-            "role": ev.item.role,
-            "status": "completed",
-            "content": parts,
-        }
+        try:
+            item = _message(ev.item, "item")
+        except ItemError as exc:
+            return self.error(exc.code, exc.message, ev.event_id, exc.param)
         return self.add_item(item, ev.previous_item_id, ev.event_id)
+
+    def context_of(self, items: list[p.InputItem], system: str | None, max_items: int) -> list[dict[str, Any]]:
+        """The chat messages of a response's own ``input`` (out-of-band): inline items, and references to
+        conversation items. Nothing is added to the conversation. Raises ``ItemError``."""
+        context = Conversation(max_items + 1)
+        for i, entry in enumerate(items):
+            where = f"response.input[{i}]"
+            if isinstance(entry, p.ItemReference):
+                found = self.conversation.get(entry.id)
+                if found is None:
+                    raise ItemError("item_not_found", f"item {entry.id} not found", f"{where}.id")
+                context.append(dict(found))
+            elif isinstance(entry, p.FunctionCallOutputItem):
+                context.append(functions.output_item(entry))
+            elif isinstance(entry, p.FunctionCallItem):
+                context.append(functions.call_item(entry.call_id, entry.name, entry.arguments, "completed", entry.id))
+            else:
+                context.append(_message(entry, where))
+        return context.messages(system)
 
     def _on_conversation_item_delete(self, ev: p.ItemDelete) -> Output:
         try:

@@ -61,7 +61,8 @@ class ResponseState:
         item["content"] = []
         return [
             p.server_event("response.output_item.added", response_id=self.id, output_index=index, item=item),
-            p.server_event("conversation.item.added", previous_item_id=previous_item_id, item=item),
+            # an out-of-band reply (conversation "none") never enters the conversation: no conversation.item.*
+            *([p.server_event("conversation.item.added", previous_item_id=previous_item_id, item=item)] * self.store),
             p.server_event(
                 "response.content_part.added",
                 response_id=self.id,
@@ -92,7 +93,7 @@ def final_events(
             p.server_event("response.output_text.done", **common, text=r.text),
             p.server_event("response.content_part.done", **common, part={"type": "text", "text": r.text}),
             p.server_event("response.output_item.done", response_id=r.id, output_index=index, item=item),
-            p.server_event("conversation.item.done", item=item),
+            *([p.server_event("conversation.item.done", item=item)] * r.store),
         ]
         output.append((index, item))
     for img in r.images.values():

@@ -20,7 +20,7 @@ from ..options import SchedulerOptions
 from . import functions, truncation
 from . import protocol as p
 from .actions import Action, CancelResponse, Output, StartResponse
-from .conversation import Conversation
+from .conversation import Conversation, ItemError
 from .images import ImageOutput
 from .items import ItemEvents
 from .responses import ResponseState, final_events
@@ -210,11 +210,19 @@ class Session(ImageOutput, ItemEvents):
             tools = functions.plan(pick("tools"), pick("tool_choice"), where, pick("parallel_tool_calls") is not False)
         except functions.ToolError as exc:
             return self.error("invalid_value", exc.message, ev.event_id, exc.param)
-        if not extra:  # a real response (a preview changes nothing)
-            self._fit(opts.instructions, tools, max_tokens)
+        if opts.input is not None:  # out-of-band context: the given items only
+            system = opts.instructions if opts.instructions is not None else self.options.instructions
+            try:
+                messages = self.context_of(opts.input, system, self.defaults.max_items)
+            except ItemError as exc:
+                return self.error(exc.code, exc.message, ev.event_id, exc.param)
+        else:
+            if not extra:  # a real response (a preview changes nothing)
+                self._fit(opts.instructions, tools, max_tokens)
+            messages = self.messages(opts.instructions) + extra
         action = StartResponse(
             response_id=rid,
-            messages=self.messages(opts.instructions) + extra,
+            messages=messages,
             sampling={
                 "temperature": pick("temperature") or 0.0,
                 "top_p": pick("top_p") or 1.0,
@@ -356,6 +364,8 @@ class Session(ImageOutput, ItemEvents):
         r.calls.append(item)
         if r.store:
             self.conversation.append(item)
+        else:  # out-of-band: the call is the response's only, not the conversation's
+            events = [e for e in events if not e["type"].startswith("conversation.")]
         return self._out(*events)
 
     def on_done(self, response_id: str, reason: str, metrics: dict[str, Any], usage: dict[str, Any]) -> Output:

@@ -104,6 +104,15 @@ async def test_text_tools_cancel_items_errors_and_resume_conform(tiny_backend, s
         done = (await s.until("response.done"))["response"]
         assert done["status"] in ("completed", "incomplete") and done["usage"]["output_tokens"] >= 1
 
+        # out-of-band: its own input, metadata echoed, nothing enters the conversation
+        inline = {"type": "message", "role": "user", "content": [{"type": "input_text", "text": "Summarize."}]}
+        oob = {"conversation": "none", "metadata": {"purpose": "summary"}, "input": [inline], "max_output_tokens": 4}
+        await s.send({"type": "response.create", "response": oob})
+        mark = len(c.events)
+        side = (await s.until("response.done"))["response"]
+        assert side["metadata"] == {"purpose": "summary"} and side["conversation_id"] is None
+        assert not [e for e in c.events[mark:] if e["type"].startswith("conversation.")]
+
         # retrieve: the item as it stands
         await s.send({"type": "conversation.item.retrieve", "item_id": user["item"]["id"]})
         assert (await s.until("conversation.item.retrieved"))["item"]["id"] == user["item"]["id"]

@@ -148,3 +148,50 @@ def test_a_reply_of_whitespace_alone_is_still_sent_when_no_call_follows():
     deltas = [e["delta"] for e in final if e["type"] == "response.output_text.delta"]
     assert deltas == ["\n"] and [o["type"] for o in final[-1]["response"]["output"]] == ["message"]
     assert final[-1]["type"] == "response.done"
+
+
+def test_out_of_band_response_runs_on_its_input_and_adds_nothing():
+    s = make()
+    s.handle(ev('{"type":"session.update","session":{"instructions":"Classify."}}'))
+    s.handle(ev(USER))
+    user_id = s.items[0]["id"]
+    before = [dict(i) for i in s.items]
+    inline = {"type": "message", "role": "user", "content": [{"type": "input_text", "text": "is it a greeting?"}]}
+    body = {
+        "conversation": "none",
+        "metadata": {"topic": "classify"},
+        "input": [{"type": "item_reference", "id": user_id}, inline],
+    }
+    out = s.handle(ev(json.dumps({"type": "response.create", "response": body})))
+    start = out.actions[0]
+    assert start.messages == [
+        {"role": "system", "content": "Classify."},
+        {"role": "user", "content": "hi"},
+        {"role": "user", "content": "is it a greeting?"},
+    ]
+    assert out.events[0]["response"]["metadata"] == {"topic": "classify"}
+    events = s.on_chunk(start.response_id, "yes").events
+    events += s.on_done(start.response_id, "stop", {"tokens": 1}, {}).events
+    assert not [e for e in events if e["type"].startswith("conversation.")]  # never in the conversation
+    done = events[-1]["response"]
+    assert done["metadata"] == {"topic": "classify"} and done["output"][0]["content"][0]["text"] == "yes"
+    assert s.items == before  # nothing entered the conversation
+
+    empty = s.handle(ev('{"type":"response.create","response":{"conversation":"none","input":[]}}')).actions[0]
+    assert empty.messages == [{"role": "system", "content": "Classify."}]  # an empty context
+
+
+def test_out_of_band_input_errors_name_the_field():
+    s = make()
+    body = '{"conversation":"none","input":[{"type":"item_reference","id":"nope"}]}'
+    err = s.handle(ev('{"type":"response.create","event_id":"o1","response":' + body + "}")).events[0]["error"]
+    assert (err["code"], err["param"], err["event_id"]) == ("item_not_found", "response.input[0].id", "o1")
+    assert s.response is None  # no response was started
+    big = {"type": "message", "role": "user", "content": [{"type": "input_text", "text": "x" * 50}]}
+    raw = json.dumps({"type": "response.create", "response": {"input": [big]}})
+    try:
+        p.check_sizes(p.parse(raw), max_item_chars=10, max_instructions_chars=10)
+    except p.ProtocolError as exc:
+        assert exc.code == "input_too_large" and exc.param == "response.input[0]"
+    else:
+        raise AssertionError("an over-long input item was accepted")
