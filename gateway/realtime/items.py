@@ -154,6 +154,14 @@ class ItemEvents:
             p.server_event("conversation.item.added", previous_item_id=prev, item=item),
         )
 
+    def timeout_triggered(self, item_id: str, now_ms: int) -> Output:
+        """No speech for ``turn_detection.idle_timeout_ms`` after a response: a response follows (GA)."""
+        return self._out(
+            p.server_event(
+                "input_audio_buffer.timeout_triggered", audio_start_ms=now_ms, audio_end_ms=now_ms, item_id=item_id
+            )
+        )
+
     def audio_cleared(self) -> Output:
         return self._out(p.server_event("input_audio_buffer.cleared"))
 

@@ -32,6 +32,7 @@ from ..uploads import REFUSALS, data_url_text, file_text
 from . import protocol as p
 from .actions import Action, CancelResponse, Output, StartImage, StartResponse
 from .bigframes import ParseLimits, parse_checked
+from .idle import IdleTimer
 from .media import MediaInput
 from .registry import Attachment
 from .replay import ReplayBuffer
@@ -66,13 +67,8 @@ class Speculation:
 
     def serves(self, action: StartResponse) -> bool:
         """Is it exactly the generation ``action`` asks for (same prompt, same sampling)?"""
-        a = self.action
-        return (a.messages, a.sampling, a.scheduler, a.output_modalities) == (
-            action.messages,
-            action.sampling,
-            action.scheduler,
-            action.output_modalities,
-        )
+        fields = ("messages", "sampling", "scheduler", "output_modalities")
+        return all(getattr(self.action, f) == getattr(action, f) for f in fields)
 
 
 class _Tokenizing:
@@ -119,6 +115,7 @@ class LiveSession:
         self.filters: dict[str, ResponseFilter] = {}  # response id → its chunk filtering
         self.model_q: asyncio.Queue[ModelMessage] = asyncio.Queue()
         self.media = MediaInput(self.session, services, self.send, self._create_response, self)
+        self.idle = IdleTimer(self.media.idle_timeout, self._idle_fired)
         self.speculation: Speculation | None = None
         self._ignored: set[str] = set()  # dropped speculations: their late events mean nothing
         self._alias: dict[str, str] = {}  # an adopted speculation's job id → the response it became
@@ -148,6 +145,7 @@ class LiveSession:
     def send(self, out: Output) -> None:
         """Events are already stamped (seq) and kept by the outbox; wake the writer."""
         if out.events:
+            self.idle.seen(out.events)
             if self.mirror is not None:
                 self.mirror.wake()  # the sockets wake once the store holds them …
             if self.mirror is None or not self.mirror.holding:  # … or now, without one
@@ -156,6 +154,11 @@ class LiveSession:
                 self.on_event()
         for action in out.actions:
             self._act(action)
+
+    def _idle_fired(self, now_ms: int) -> None:
+        if not self.closed and self.session.response is None:
+            self.send(self.session.timeout_triggered(f"item_{secrets.token_hex(8)}", now_ms))
+            self.on_parsed(p.ResponseCreate(type="response.create"))  # held behind pending items, like any
 
     # ------------------------------------------------------------------ actions
 
@@ -480,6 +483,7 @@ class LiveSession:
         if self.closed:
             return
         self.closed = True
+        self.idle.stop()
         self.send(self.session.cancel(reason))
         if self.speculation is not None:
             self.speculation.handle.cancel()

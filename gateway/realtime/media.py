@@ -109,6 +109,21 @@ class MediaInput:
         audio_in["format"] = {"type": "audio/pcm", "rate": rate}
         audio_in["turn_detection"] = detection
 
+    def idle_timeout(self) -> tuple[int, int] | None:
+        """``(idle_timeout_ms, the input clock's now in ms)`` when the session's turn detection has an idle
+        timeout and no one is speaking; else None."""
+        if self.svc.asr is None:
+            return None
+        _, td = self._audio_opts(self.session.options)
+        try:
+            ms = ServerVadConfig.from_turn_detection(td).idle_timeout_ms if td is not None else None
+        except AudioError:
+            return None
+        voice = self.voice
+        if ms is None or (voice is not None and voice.in_speech):
+            return None
+        return ms, voice.now_ms if voice is not None else 0
+
     def check_update(self, ev: p.SessionUpdate) -> Output | None:
         """Validate the audio part of a session.update before the session applies it."""
         merged = {**self.session.options.model_dump(), **ev.session.model_dump(exclude_unset=True)}
