@@ -11,7 +11,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-from models.backend import Backend, KVState
+from models.backend import Backend, KVState, PromptEncoder
 from models.decode import DecodeJob, TokenConstraint
 from models.engine import Engine
 from models.remote import RemoteJob, RemoteModel
@@ -77,6 +77,8 @@ class Services:
     @property
     def session_defaults(self) -> SessionDefaults:
         c = self.config
+        local = self.backend if not isinstance(self.backend, RemoteModel) else None
+        countable = local is not None and isinstance(local, PromptEncoder)
         return SessionDefaults(
             model=self.backend.name,
             aliases=tuple(self.model_ids[1:]),
@@ -88,7 +90,16 @@ class Services:
             scheduler={},
             speech=self.speech.default if self.speech is not None else None,
             voices=self.speech.names if self.speech is not None else (),
+            # truncation estimates: local models only (a remote engine's tokenizer is not ours to count with)
+            max_context=local.max_context if local is not None and countable else 0,
+            count_tokens=self._count_tokens if countable else None,
         )
+
+    def _count_tokens(self, text: str) -> int:
+        from .tokenize import count_tokens
+
+        assert isinstance(self.backend, PromptEncoder)
+        return count_tokens(self.backend, text)
 
     def sampling(self, opts: dict[str, Any]) -> SamplingParams:
         return SamplingParams(

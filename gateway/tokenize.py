@@ -34,3 +34,14 @@ async def chat_tokens(backend: ChatTokenizer, messages: list[dict[str, str]], ho
         return await asyncio.wrap_future(_POOL.submit(backend.chat_tokens, messages))
     finally:
         holder.tokenizing -= 1
+
+
+class TextEncoder(Protocol):
+    def encode(self, text: str) -> list[int]: ...
+
+
+def count_tokens(backend: TextEncoder, text: str) -> int:
+    """Tokens of ``text`` (a conversation item's, for truncation estimates), on the tokenizer thread: a
+    Hugging Face fast tokenizer must not encode from two threads at once. Blocks the caller; items are short
+    and each is counted once (gateway.realtime.session caches the counts)."""
+    return len(_POOL.submit(backend.encode, text).result()) if text else 0

@@ -66,6 +66,7 @@ class ServerVadConfig:
     eagerness: str = "auto"  # semantic_vad only: low | medium | high | auto → EAGERNESS_SILENCE_MS
     speculation_ms: int = 200  # extension: silence after which the reply is prepared unseen (0: off)
     transcription_interval_ms: int = 500  # extension: a partial transcript per this much new speech (0: off)
+    idle_timeout_ms: int | None = None  # silence after a response.done that prompts a response (GA: 5..30 s)
 
     @property
     def neg_threshold(self) -> float:
@@ -84,6 +85,8 @@ class ServerVadConfig:
             "speculation_ms": self.speculation_ms,
             "transcription_interval_ms": self.transcription_interval_ms,
         }
+        if self.idle_timeout_ms is not None:
+            common["idle_timeout_ms"] = self.idle_timeout_ms
         if self.semantic:
             return {"type": self.type, "eagerness": self.eagerness, **common}
         return {
@@ -105,6 +108,7 @@ class ServerVadConfig:
             "interrupt_response": _flag(raw, "interrupt_response", True),
             "speculation_ms": _number(raw, "speculation_ms", 200, 0, 10_000, int),
             "transcription_interval_ms": _number(raw, "transcription_interval_ms", 500, 0, 60_000, int),
+            "idle_timeout_ms": _number(raw, "idle_timeout_ms", None, 5_000, 30_000, int),
         }
         if kind == "semantic_vad":
             eagerness = raw.get("eagerness") or "auto"

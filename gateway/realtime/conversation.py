@@ -69,11 +69,14 @@ class Conversation:
                     del self.items[i]
                     break
 
-    def messages(self, system: str | None) -> list[dict[str, Any]]:
+    def messages(self, system: str | None, skip: set[str] | frozenset[str] = frozenset()) -> list[dict[str, Any]]:
         """The conversation as chat messages (the text of each item's parts joined); function calls join
-        an assistant turn's ``tool_calls``, their outputs are ``tool`` turns (models.toolcalls renders both)."""
+        an assistant turn's ``tool_calls``, their outputs are ``tool`` turns (models.toolcalls renders both).
+        ``skip``: ids of items truncated out of the model's context (gateway.realtime.truncation)."""
         msgs: list[dict[str, Any]] = [{"role": "system", "content": system}] if system else []
         for item in self.items:
+            if item["id"] in skip:
+                continue
             if item.get("type") == "function_call":
                 call = {"name": item["name"], "arguments": item["arguments"]}
                 if msgs and msgs[-1]["role"] == "assistant":

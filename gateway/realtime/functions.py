@@ -9,6 +9,7 @@ Its arguments still stream as ``response.function_call_arguments.delta`` fragmen
 from __future__ import annotations
 
 import secrets
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -32,10 +33,16 @@ class ToolPlan:
     tools: list[Tool] = field(default_factory=list)  # described to the model
     known: frozenset[str] = frozenset()  # names a call may carry
     grammar: str | None = None  # forced calls: the whole answer decodes under it
+    parallel: bool = True  # several calls in one response (parallel_tool_calls)
 
 
-def plan(tools: list[p.FunctionTool] | None, choice: p.ToolChoice | None, where: str) -> ToolPlan:
-    """``where``: "session" or "response" (the field prefix in errors). Raises ``ToolError``."""
+def plan(
+    tools: list[p.FunctionTool] | None, choice: p.ToolChoice | None, where: str, parallel: bool = True
+) -> ToolPlan:
+    """``where``: "session" or "response" (the field prefix in errors). Raises ``ToolError``.
+
+    A forced call (``required`` or a named tool) is exactly one call: a small model under a grammar that
+    allowed more wrote the same call twice, and the client ran its tool twice."""
     checked: list[Tool] = []
     for i, t in enumerate(tools or []):
         params = t.parameters if t.parameters is not None else {"type": "object", "properties": {}}
@@ -52,14 +59,15 @@ def plan(tools: list[p.FunctionTool] | None, choice: p.ToolChoice | None, where:
         if choice.name not in names:
             raise ToolError(f"tool_choice names {choice.name!r}, which is not in tools", f"{where}.tool_choice")
         chosen = [t.spec() for t in checked if t.name == choice.name]
-        return ToolPlan(checked, names, constrain.tool_call_grammar(chosen, parallel=False))
+        return ToolPlan(checked, names, constrain.tool_call_grammar(chosen, parallel=False), parallel=False)
     if choice == "required":
         if not checked:
             raise ToolError("tool_choice 'required' needs tools", f"{where}.tool_choice")
-        return ToolPlan(checked, names, constrain.tool_call_grammar([t.spec() for t in checked]))
+        grammar = constrain.tool_call_grammar([t.spec() for t in checked], parallel=False)
+        return ToolPlan(checked, names, grammar, parallel=False)
     if choice == "none":
         return ToolPlan()
-    return ToolPlan(checked, names)
+    return ToolPlan(checked, names, parallel=parallel)
 
 
 def call_ids(items: list[Item]) -> set[str]:
@@ -94,12 +102,13 @@ def parse(body: str, known: frozenset[str]) -> ParsedCall | None:
 
 
 def call_events(
-    response_id: str, call: ParsedCall, index: int, previous_item_id: str | None
+    response_id: str, call: ParsedCall, take_index: Callable[[str], int], previous_item_id: str | None
 ) -> tuple[Item, list[dict[str, Any]]]:
-    """The finished call item and every event that announces it, in order."""
+    """The finished call item and every event that announces it, in order (``take_index``: its output_index)."""
     call_id = f"call_{secrets.token_hex(12)}"
     added = call_item(call_id, call.name, "", "in_progress")
     item = call_item(call_id, call.name, call.arguments, "completed", added["id"])
+    index = take_index(item["id"])
     common = {"response_id": response_id, "item_id": item["id"], "output_index": index, "call_id": call_id}
     args = call.arguments
     events = [

@@ -35,7 +35,7 @@ class ImageOutput:
         if r is None or r.id != response_id:
             return Output()
         item_id = f"ig_{secrets.token_hex(8)}"
-        index = 1 + len(r.images) + len(r.calls)
+        index = r.take_index(item_id)
         item = {"id": item_id, "type": "image_generation_call", "status": "in_progress", "output_index": index}
         r.images[item_id] = item
         view = {k: v for k, v in item.items() if k != "output_index"}

@@ -32,6 +32,7 @@ from ..uploads import REFUSALS, data_url_text, file_text
 from . import protocol as p
 from .actions import Action, CancelResponse, Output, StartImage, StartResponse
 from .bigframes import ParseLimits, parse_checked
+from .idle import IdleTimer
 from .media import MediaInput
 from .registry import Attachment
 from .replay import ReplayBuffer
@@ -98,6 +99,7 @@ class LiveSession:
         self.filters: dict[str, ResponseFilter] = {}  # response id → its chunk filtering
         self.model_q: asyncio.Queue[ModelMessage] = asyncio.Queue()
         self.media = MediaInput(self.session, services, self.send, self._create_response, self)
+        self.idle = IdleTimer(self.media.idle_timeout, self._idle_fired)
         self.speculation: Speculation | None = None
         self.speaker = Speaker(services.speech, lambda r: self.send(self.session.on_speech(r)))
         self._ignored: set[str] = set()  # dropped speculations: their late events mean nothing
@@ -129,6 +131,7 @@ class LiveSession:
     def send(self, out: Output) -> None:
         """Events are already stamped (seq) and kept by the outbox; wake the writer."""
         if out.events:
+            self.idle.seen(out.events)
             if self.mirror is not None:
                 self.mirror.wake()  # the sockets wake once the store holds them …
             if self.mirror is None or not self.mirror.holding:  # … or now, without one
@@ -139,6 +142,11 @@ class LiveSession:
                 tap(out.events)
         for action in out.actions:
             self._act(action)
+
+    def _idle_fired(self, now_ms: int) -> None:
+        if not self.closed and self.session.response is None:
+            self.send(self.session.timeout_triggered(f"item_{secrets.token_hex(8)}", now_ms))
+            self.on_parsed(p.ResponseCreate(type="response.create"))  # held behind pending items, like any
 
     # ------------------------------------------------------------------ actions
 
@@ -468,6 +476,7 @@ class LiveSession:
         if self.closed:
             return
         self.closed = True
+        self.idle.stop()
         self.send(self.session.cancel(reason))
         if self.speculation is not None:
             self.speculation.handle.cancel()

@@ -16,7 +16,7 @@ from typing import Any, Protocol
 
 import numpy as np
 
-from processors.audio import AudioError, b64decode_strict, decode_base64_pcm16
+from processors.audio import TARGET_RATE, AudioError, b64decode_strict, decode_base64_pcm16
 from processors.audio_formats import G711_RATE, g711_to_pcm16
 from processors.vad import ServerVadConfig
 
@@ -48,6 +48,11 @@ class SpokenTurn:
     item_id: str
     taker: TurnTaker
     audio: np.ndarray | None = None  # float32 [n] at 16 kHz, set at speech_stopped
+
+
+def _seconds(audio: np.ndarray | None) -> float:
+    """Length of a turn's 16 kHz audio (the transcript's usage)."""
+    return 0.0 if audio is None else len(audio) / TARGET_RATE
 
 
 class Speculator(Protocol):
@@ -95,7 +100,10 @@ class MediaInput:
 
     def describe(self, view: dict[str, Any]) -> None:
         """Report the effective ``audio.input`` settings (turn detection with every field filled in)."""
-        if self.svc.asr is None:
+        if self.svc.asr is None:  # no audio input here: no turn detection, whatever the client asked for
+            audio_in = view.get("audio", {}).get("input")
+            if audio_in is not None:  # (the Agents SDKs' interrupt() cancels only without server turn detection)
+                audio_in["turn_detection"] = None
             return
         rate, td = self._audio_opts(self.session.options)
         try:
@@ -105,6 +113,21 @@ class MediaInput:
         audio_in = view.setdefault("audio", {}).setdefault("input", {})
         audio_in["format"] = {"type": self.g711} if self.g711 else {"type": "audio/pcm", "rate": rate}
         audio_in["turn_detection"] = detection
+
+    def idle_timeout(self) -> tuple[int, int] | None:
+        """``(idle_timeout_ms, the input clock's now in ms)`` when the session's turn detection has an idle
+        timeout and no one is speaking; else None."""
+        if self.svc.asr is None:
+            return None
+        _, td = self._audio_opts(self.session.options)
+        try:
+            ms = ServerVadConfig.from_turn_detection(td).idle_timeout_ms if td is not None else None
+        except AudioError:
+            return None
+        voice = self.voice
+        if ms is None or (voice is not None and voice.in_speech):
+            return None
+        return ms, voice.now_ms if voice is not None else 0
 
     def check_update(self, ev: p.SessionUpdate) -> Output | None:
         """Validate the audio part of a session.update before the session applies it."""
@@ -223,7 +246,7 @@ class MediaInput:
                 self.send(self.session.audio_committed(item_id))
                 self.session.item_pending(item_id)
             elif isinstance(a, Completed):
-                self._completed(item_id, a)
+                self._completed(item_id, a, _seconds(spoken.audio))
             elif isinstance(a, Prepare):
                 if self.speculator is not None:
                     self.speculator.prepare(a.speculation, a.transcript)
@@ -235,13 +258,13 @@ class MediaInput:
                 if vad is not None and spoken is self._spoken:
                     vad.machine.silence_target_ms = a.ms
 
-    def _completed(self, item_id: str, a: Completed) -> None:
+    def _completed(self, item_id: str, a: Completed, seconds: float) -> None:
         if a.transcript is None:
             self.send(self.session.transcript_failed(item_id, "transcription_failed", "could not transcribe audio"))
         else:
             if a.delta:
                 self.send(self.session.transcript_delta(item_id, a.delta))
-            self.send(self.session.transcript_done(item_id, a.transcript))
+            self.send(self.session.transcript_done(item_id, a.transcript, seconds))
             self.svc.metrics.transcripts.labels(consistent=str(a.consistent).lower()).inc()
         go = self.session.settle(item_id)
         if a.respond and go is None:
@@ -303,7 +326,7 @@ class MediaInput:
         if text is not None:
             if text:
                 self.send(self.session.transcript_delta(item_id, text))
-            self.send(self.session.transcript_done(item_id, text))
+            self.send(self.session.transcript_done(item_id, text, _seconds(turn.audio)))
             if respond and text and go is None:
                 go = self.session.want_response(p.ResponseCreate(type="response.create"))
         if go is not None:

@@ -92,6 +92,27 @@ ToolChoice = Literal["auto", "none", "required"] | NamedTool
 class ToolOptions(SamplingOptions):
     tools: list[FunctionTool] | None = Field(default=None, max_length=128)
     tool_choice: ToolChoice | None = None
+    parallel_tool_calls: bool | None = None  # false: at most one call per response
+
+
+def _legacy_modalities(data: Any) -> Any:
+    """The beta API's ``modalities`` (still sent by some clients) is GA's ``output_modalities``."""
+    if isinstance(data, dict) and "modalities" in data and "output_modalities" not in data:
+        data = {**data, "output_modalities": data["modalities"]}
+    return data
+
+
+class TokenLimits(_Lenient):
+    post_instructions: int | None = Field(default=None, ge=1)  # tokens kept after the instructions
+
+
+class RetentionRatio(_Lenient):
+    type: Literal["retention_ratio"]
+    retention_ratio: float = Field(ge=0.0, le=1.0)  # of the room after the instructions, kept after a cut
+    token_limits: TokenLimits | None = None
+
+
+Truncation = Literal["auto", "disabled"] | RetentionRatio
 
 
 class SessionOptions(ToolOptions):
@@ -100,14 +121,23 @@ class SessionOptions(ToolOptions):
     instructions: str | None = None
     output_modalities: list[Literal["text", "audio", "image"]] | None = None
     audio: AudioOptions | None = None
+    truncation: Truncation | None = None  # None: "auto" (gateway.realtime.truncation)
+    # accepted and echoed, nothing to trace to: traces stay with the client
+    tracing: Literal["auto"] | dict[str, Any] | None = None
+
+    _modalities = model_validator(mode="before")(_legacy_modalities)
 
 
 class ResponseOptions(ToolOptions):
     instructions: str | None = None
     output_modalities: list[Literal["text", "audio", "image"]] | None = None
     conversation: Literal["auto", "none"] | None = None
-    metadata: dict[str, Any] | None = None
     audio: ResponseAudio | None = None
+    metadata: dict[str, Any] | None = Field(default=None, max_length=16)  # echoed (16 pairs, as in GA)
+    # the response's whole context instead of the conversation ([] is an empty one); defined below
+    input: list[InputItem] | None = Field(default=None, max_length=512)
+
+    _modalities = model_validator(mode="before")(_legacy_modalities)
 
 
 # ---------------------------------------------------------------- conversation items
@@ -184,6 +214,17 @@ class FunctionCallOutputItem(_Lenient):
     output: str
 
 
+class ItemReference(_Lenient):
+    type: Literal["item_reference"]
+    id: str = Field(min_length=1, max_length=64)  # an item of the conversation
+
+
+InputItem = Annotated[
+    MessageItem | FunctionCallItem | FunctionCallOutputItem | ItemReference, Field(discriminator="type")
+]
+ResponseOptions.model_rebuild()
+
+
 # ---------------------------------------------------------------- client events
 
 
@@ -211,6 +252,11 @@ class ItemTruncate(_ClientEvent):
 
 class ItemDelete(_ClientEvent):
     type: Literal["conversation.item.delete"]
+    item_id: str
+
+
+class ItemRetrieve(_ClientEvent):
+    type: Literal["conversation.item.retrieve"]
     item_id: str
 
 
@@ -242,6 +288,7 @@ ClientEvent = Annotated[
     | ItemCreate
     | ItemTruncate
     | ItemDelete
+    | ItemRetrieve
     | AudioAppend
     | AudioCommit
     | AudioClear
@@ -258,6 +305,7 @@ CLIENT_EVENT_TYPES = frozenset(
         ItemCreate,
         ItemTruncate,
         ItemDelete,
+        ItemRetrieve,
         AudioAppend,
         AudioCommit,
         AudioClear,
@@ -354,18 +402,22 @@ def parse(raw: str | bytes, max_depth: int = MAX_JSON_DEPTH) -> Any:
         raise ProtocolError("invalid_value", f"{loc or 'event'}: {first['msg']}", event_id, loc) from None
 
 
+def _item_chars(item: MessageItem | FunctionCallItem | FunctionCallOutputItem) -> int:
+    if isinstance(item, MessageItem):
+        return sum(
+            len(c.text) if isinstance(c, InputText) else len(c.transcript or "") if isinstance(c, InputAudio) else 0
+            for c in item.content
+        )
+    # a function call's output (or arguments) goes into the prompt (and the replay buffer) the same way
+    return len(getattr(item, "output", "") or getattr(item, "arguments", "") or "")
+
+
 def check_sizes(ev: Any, max_item_chars: int, max_instructions_chars: int) -> None:
     """``ProtocolError("input_too_large")`` for an item whose text (all parts, transcripts too) or
     instructions are over their caps (``limits.max_item_text_chars`` / ``max_instructions_chars``,
     sized so that the events echoing them fit the replay buffer)."""
     if isinstance(ev, ItemCreate):
-        if isinstance(ev.item, MessageItem):
-            chars = sum(
-                len(c.text) if isinstance(c, InputText) else len(c.transcript or "") if isinstance(c, InputAudio) else 0
-                for c in ev.item.content
-            )
-        else:  # a function call's output goes into the prompt (and the replay buffer) the same way
-            chars = len(getattr(ev.item, "output", "") or "")
+        chars = _item_chars(ev.item)
         if chars > max_item_chars:
             raise ProtocolError(
                 "input_too_large",
@@ -373,6 +425,15 @@ def check_sizes(ev: Any, max_item_chars: int, max_instructions_chars: int) -> No
                 ev.event_id,
                 "item.content",
             )
+    if isinstance(ev, ResponseCreate) and ev.response is not None and ev.response.input:
+        for i, entry in enumerate(ev.response.input):  # each out-of-band item under the same cap as a created one
+            if not isinstance(entry, ItemReference) and _item_chars(entry) > max_item_chars:
+                raise ProtocolError(
+                    "input_too_large",
+                    f"item text is {_item_chars(entry)} characters; the limit is {max_item_chars}",
+                    ev.event_id,
+                    f"response.input[{i}]",
+                )
     options = ev.session if isinstance(ev, SessionUpdate) else ev.response if isinstance(ev, ResponseCreate) else None
     text = getattr(options, "instructions", None)
     if text is not None and len(text) > max_instructions_chars:

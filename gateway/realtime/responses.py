@@ -32,6 +32,18 @@ class ResponseState:
     def waiting(self) -> bool:
         """Something besides the text is still being made: response.done waits for it."""
         return self.images_pending or (self.audio is not None and self.audio.pending)
+    parallel: bool = True  # parallel_tool_calls: False keeps the first call only
+    indexes: dict[str, int] = field(default_factory=dict)  # output item id → output_index, in order produced
+    held: str = ""  # whitespace before any text: sent only if text follows (a forced call's newline is not a reply)
+
+    def take_index(self, item_id: str) -> int:
+        """The next output_index, for ``item_id``: items are numbered in the order they are produced."""
+        self.indexes[item_id] = len(self.indexes)
+        return self.indexes[item_id]
+
+    @property
+    def text_index(self) -> int:
+        return self.indexes.get(self.item_id, 0)
 
     @property
     def images_pending(self) -> bool:
@@ -54,16 +66,18 @@ class ResponseState:
     def start_events(self, previous_item_id: str | None) -> list[dict[str, Any]]:
         """The events before the first text delta (the item and its text part open)."""
         self.started = True
+        index = self.take_index(self.item_id)
         item = self.item("in_progress")
         item["content"] = []
         return [
-            p.server_event("response.output_item.added", response_id=self.id, output_index=0, item=item),
-            p.server_event("conversation.item.added", previous_item_id=previous_item_id, item=item),
+            p.server_event("response.output_item.added", response_id=self.id, output_index=index, item=item),
+            # an out-of-band reply (conversation "none") never enters the conversation: no conversation.item.*
+            *([p.server_event("conversation.item.added", previous_item_id=previous_item_id, item=item)] * self.store),
             p.server_event(
                 "response.content_part.added",
                 response_id=self.id,
                 item_id=self.item_id,
-                output_index=0,
+                output_index=index,
                 content_index=0,
                 part={"type": "audio", "transcript": ""} if self.audio else {"type": "text", "text": ""},
             ),
@@ -81,9 +95,10 @@ def final_events(
     """Everything that closes ``r``: its text part and item (``item``, when text went out), images
     still denoising (incomplete), then exactly one ``response.done``."""
     events: list[dict[str, Any]] = []
-    output: list[dict[str, Any]] = []
+    output: list[tuple[int, dict[str, Any]]] = []  # (output_index, item): listed in the order produced
     if item is not None:
-        common = {"response_id": r.id, "item_id": r.item_id, "output_index": 0, "content_index": 0}
+        index = r.text_index
+        common = {"response_id": r.id, "item_id": r.item_id, "output_index": index, "content_index": 0}
         if r.audio is not None:
             said = r.audio.transcript
             events += [
@@ -97,10 +112,10 @@ def final_events(
                 p.server_event("response.content_part.done", **common, part={"type": "text", "text": r.text}),
             ]
         events += [
-            p.server_event("response.output_item.done", response_id=r.id, output_index=0, item=item),
-            p.server_event("conversation.item.done", item=item),
+            p.server_event("response.output_item.done", response_id=r.id, output_index=index, item=item),
+            *([p.server_event("conversation.item.done", item=item)] * r.store),
         ]
-        output.append(item)
+        output.append((index, item))
     for img in r.images.values():
         if img["status"] == "in_progress":  # cancelled with the response
             img["status"] = "incomplete"
@@ -110,8 +125,8 @@ def final_events(
                     "response.output_item.done", response_id=r.id, output_index=img["output_index"], item=view
                 )
             )
-        output.append({k: v for k, v in img.items() if k != "output_index"})
-    output.extend(r.calls)
+        output.append((img["output_index"], {k: v for k, v in img.items() if k != "output_index"}))
+    output.extend((r.indexes.get(call["id"], len(r.indexes)), call) for call in r.calls)
     events.append(
         p.server_event(
             "response.done",
@@ -120,7 +135,7 @@ def final_events(
                 "object": "realtime.response",
                 "status": status,
                 "status_details": details,
-                "output": output,
+                "output": [o for _, o in sorted(output, key=lambda x: x[0])],
                 "output_modalities": r.modalities,
                 "conversation_id": r.conversation_id,
                 "metadata": r.metadata,

@@ -14,12 +14,15 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+from models import toolcalls
+
 from ..options import SchedulerOptions
-from . import functions
+from . import functions, truncation
 from . import protocol as p
 from .actions import Action, CancelResponse, Output, StartResponse
-from .conversation import Conversation, Item, ItemError
+from .conversation import Conversation, ItemError
 from .images import ImageOutput
+from .items import ItemEvents
 from .responses import ResponseState, final_events
 from .speech_out import (
     AudioState,
@@ -49,9 +52,11 @@ class SessionDefaults:
     max_items: int = 512  # conversation items kept per session
     speech: SpeechSettings | None = None  # default audio.output; None: no voice loaded (audio is served as text)
     voices: tuple[str, ...] = ()  # installed voices (audio.output.voice)
+    max_context: int = 0  # the model's context in tokens; 0: unknown (no truncation)
+    count_tokens: Callable[[str], int] | None = None  # a text's tokens (truncation's estimates)
 
 
-class Session(ImageOutput, SpeechOutput):
+class Session(ImageOutput, SpeechOutput, ItemEvents):
     def __init__(self, defaults: SessionDefaults, stamp: Callable[[dict[str, Any]], dict[str, Any]]):
         """``stamp`` gives each outgoing event its ``seq`` (and records it for replay)."""
         self.id = _new_id("sess")
@@ -72,6 +77,8 @@ class Session(ImageOutput, SpeechOutput):
         self.spoken: dict[str, SpokenItem] = {}  # spoken assistant items: what truncating them needs
         self._pending: set[str] = set()  # items whose content is still being made (see item_pending)
         self._held: p.ResponseCreate | None = None  # a response.create waiting for them
+        self.dropped: set[str] = set()  # items truncated out of the model's context (still in the client's view)
+        self._tokens: dict[str, tuple[str, int]] = {}  # item id → (its text, its tokens), for truncation
         self.view_hook: Callable[[dict[str, Any]], None] | None = None  # fills in effective audio settings
 
     # ------------------------------------------------------------------ helpers
@@ -106,6 +113,8 @@ class Session(ImageOutput, SpeechOutput):
                 return self._on_conversation_item_delete(ev)
             case p.ItemTruncate():
                 return self._on_conversation_item_truncate(ev)
+            case p.ItemRetrieve():
+                return self._on_conversation_item_retrieve(ev)
             case p.ResponseCreate():
                 return self._on_response_create(ev)
             case p.ResponseCancel():
@@ -165,127 +174,6 @@ class Session(ImageOutput, SpeechOutput):
         self.options = options
         return self._out(p.server_event("session.updated", session=self.session_view()))
 
-    @property
-    def items(self) -> list[Item]:
-        return self.conversation.items
-
-    def add_item(self, item: Item, previous_item_id: str | None = None, event_id: str | None = None) -> Output:
-        """Insert a finished conversation item (also used for audio transcripts)."""
-        try:
-            prev = self.conversation.insert(item, previous_item_id)
-        except ItemError as exc:
-            return self.error(exc.code, exc.message, event_id, exc.param)
-        return self._out(
-            p.server_event("conversation.item.added", previous_item_id=prev, item=item),
-            p.server_event("conversation.item.done", previous_item_id=prev, item=item),
-        )
-
-    def _on_conversation_item_create(self, ev: p.ItemCreate) -> Output:
-        if isinstance(ev.item, p.FunctionCallOutputItem):
-            if ev.item.call_id not in functions.call_ids(self.items):
-                return self.error("invalid_value", f"no function call {ev.item.call_id!r}", ev.event_id, "item.call_id")
-            return self.add_item(functions.output_item(ev.item), ev.previous_item_id, ev.event_id)
-        if isinstance(ev.item, p.FunctionCallItem):
-            call = functions.call_item(ev.item.call_id, ev.item.name, ev.item.arguments, "completed", ev.item.id)
-            return self.add_item(call, ev.previous_item_id, ev.event_id)
-        parts: list[dict[str, Any]] = []
-        for part in ev.item.content:
-            if isinstance(part, p.InputText):
-                kind = "output_text" if ev.item.role == "assistant" else "input_text"
-                parts.append({"type": kind, "text": part.text})
-            else:  # images and audio are turned into text by the connection's processors
-                return self.error(
-                    "unsupported_content",
-                    f"content type {part.type} is not enabled on this server",
-                    ev.event_id,
-                    "item.content",
-                )
-        item = {
-            "id": ev.item.id or _new_id("item"),
-            "object": "realtime.item",
-            "type": "message",
-            "role": ev.item.role,
-            "status": "completed",
-            "content": parts,
-        }
-        return self.add_item(item, ev.previous_item_id, ev.event_id)
-
-    # ------------------------------------------------------------------ voice input
-
-    def speech_started(self, item_id: str, audio_start_ms: int) -> Output:
-        return self._out(
-            p.server_event("input_audio_buffer.speech_started", audio_start_ms=audio_start_ms, item_id=item_id)
-        )
-
-    def speech_stopped(self, item_id: str, audio_end_ms: int) -> Output:
-        return self._out(
-            p.server_event("input_audio_buffer.speech_stopped", audio_end_ms=audio_end_ms, item_id=item_id)
-        )
-
-    def audio_committed(self, item_id: str) -> Output:
-        """A user audio turn enters the conversation; its transcript follows."""
-        prev = self.conversation.last_id
-        item = {
-            "id": item_id,
-            "object": "realtime.item",
-            "type": "message",
-            "role": "user",
-            "status": "in_progress",
-            "content": [{"type": "input_audio", "transcript": None}],
-        }
-        self.conversation.append(item)
-        return self._out(
-            p.server_event("input_audio_buffer.committed", previous_item_id=prev, item_id=item_id),
-            p.server_event("conversation.item.added", previous_item_id=prev, item=item),
-        )
-
-    def audio_cleared(self) -> Output:
-        return self._out(p.server_event("input_audio_buffer.cleared"))
-
-    def transcript_delta(self, item_id: str, delta: str) -> Output:
-        return self._out(
-            p.server_event(
-                "conversation.item.input_audio_transcription.delta", item_id=item_id, content_index=0, delta=delta
-            )
-        )
-
-    def transcript_done(self, item_id: str, transcript: str) -> Output:
-        item = self.conversation.get(item_id)
-        if item is None:  # deleted meanwhile
-            return Output()
-        item["content"][0]["transcript"] = transcript
-        item["status"] = "completed"
-        return self._out(
-            p.server_event(
-                "conversation.item.input_audio_transcription.completed",
-                item_id=item_id,
-                content_index=0,
-                transcript=transcript,
-            ),
-            p.server_event("conversation.item.done", item=item),
-        )
-
-    def transcript_failed(self, item_id: str, code: str, message: str) -> Output:
-        item = self.conversation.get(item_id)
-        if item is not None:
-            item["status"] = "incomplete"
-            item["content"][0]["transcript"] = ""
-        return self._out(
-            p.server_event(
-                "conversation.item.input_audio_transcription.failed",
-                item_id=item_id,
-                content_index=0,
-                error={"type": "transcription_error", "code": code, "message": message},
-            )
-        )
-
-    def _on_conversation_item_delete(self, ev: p.ItemDelete) -> Output:
-        try:
-            self.conversation.delete(ev.item_id)
-        except ItemError as exc:
-            return self.error(exc.code, exc.message, ev.event_id, exc.param)
-        return self._out(p.server_event("conversation.item.deleted", item_id=ev.item_id))
-
     def _on_conversation_item_truncate(self, ev: p.ItemTruncate) -> Output:
         r = self.response
         if r is not None and r.item_id == ev.item_id and r.audio is not None:  # still speaking: it stops here
@@ -295,7 +183,30 @@ class Session(ImageOutput, SpeechOutput):
     def messages(self, extra_instructions: str | None = None) -> list[dict[str, str]]:
         """The conversation as chat messages, after the session's (or these) instructions."""
         system = extra_instructions if extra_instructions is not None else self.options.instructions
-        return self.conversation.messages(system)
+        return self.conversation.messages(system, self.dropped)
+
+    def _fit(self, instructions: str | None, tools: functions.ToolPlan, reply_budget: int) -> None:
+        """Drop the oldest whole turns from the model's context when the next prompt would not fit."""
+        count = self.defaults.count_tokens
+        if count is None or not self.defaults.max_context:
+            return
+
+        def tokens(item: dict[str, Any]) -> int:
+            text = truncation.item_text(item)
+            cached = self._tokens.get(item["id"])
+            if cached is None or cached[0] != text:
+                cached = self._tokens[item["id"]] = (text, count(text))
+            return cached[1]
+
+        system = instructions if instructions is not None else self.options.instructions
+        fixed = count(system or "") + (count(toolcalls.system_block(tools.tools)) if tools.tools else 0)
+        fixed += sum(tokens(i) + truncation.MESSAGE_OVERHEAD for i in self.items if i.get("role") == "system")
+        groups = truncation.turns(self.items, self.dropped)
+        policy = truncation.Policy.of(self.options.truncation)
+        cut = truncation.to_drop(groups, tokens, fixed, self.defaults.max_context, reply_budget, policy)
+        self.dropped.update(cut)
+        for item_id in cut:
+            self._tokens.pop(item_id, None)
 
     def _plan(self, ev: p.ResponseCreate, rid: str, extra: list[dict[str, str]]) -> tuple[StartResponse, Any] | Output:
         """The generation ``ev`` asks for (messages, sampling, scheduler), or the error it gets."""
@@ -320,12 +231,22 @@ class Session(ImageOutput, SpeechOutput):
             modalities = ["audio"] if self.defaults.speech is not None else ["text"]
         where = "response" if opts.tools is not None or opts.tool_choice is not None else "session"
         try:
-            tools = functions.plan(pick("tools"), pick("tool_choice"), where)
+            tools = functions.plan(pick("tools"), pick("tool_choice"), where, pick("parallel_tool_calls") is not False)
         except functions.ToolError as exc:
             return self.error("invalid_value", exc.message, ev.event_id, exc.param)
+        if opts.input is not None:  # out-of-band context: the given items only
+            system = opts.instructions if opts.instructions is not None else self.options.instructions
+            try:
+                messages = self.context_of(opts.input, system, self.defaults.max_items)
+            except ItemError as exc:
+                return self.error(exc.code, exc.message, ev.event_id, exc.param)
+        else:
+            if not extra:  # a real response (a preview changes nothing)
+                self._fit(opts.instructions, tools, max_tokens)
+            messages = self.messages(opts.instructions) + extra
         action = StartResponse(
             response_id=rid,
-            messages=self.messages(opts.instructions) + extra,
+            messages=messages,
             sampling={
                 "temperature": pick("temperature") or 0.0,
                 "top_p": pick("top_p") or 1.0,
@@ -375,6 +296,7 @@ class Session(ImageOutput, SpeechOutput):
         self.response.known_tools = action.tools.known
         if "audio" in modalities and self.defaults.speech is not None:
             self.response.audio = AudioState(settings_for(self.defaults.speech, self.options, opts))
+        self.response.parallel = action.tools.parallel
         created = p.server_event(
             "response.created",
             response={
@@ -428,7 +350,15 @@ class Session(ImageOutput, SpeechOutput):
         r = self.response
         if r is None or r.id != response_id or not text:
             return Output()  # late chunk of a cancelled/finished response: dropped
-        events = [] if r.started else r.start_events(self.conversation.last_id)
+        if not r.started and r.known_tools:  # tools offered: a call may follow
+            if not text.strip():  # whitespace alone opens no message yet (the newline between calls is no reply)
+                r.held += text
+                return Output()
+            text, r.held = r.held + text, ""
+        return self._text_events(r, text)
+
+    def _text_events(self, r: ResponseState, text: str) -> Output:
+        events = [] if r.started else self._open_message(r)
         r.text += text
         if r.audio is not None:
             return self.speak_chunk(r, text, events)  # type: ignore[no-any-return]
@@ -437,21 +367,37 @@ class Session(ImageOutput, SpeechOutput):
                 "response.output_text.delta",
                 response_id=r.id,
                 item_id=r.item_id,
-                output_index=0,
+                output_index=r.text_index,
                 content_index=0,
                 delta=text,
             )
         )
         return self._out(*events)
 
+    def _open_message(self, r: ResponseState) -> list[dict[str, Any]]:
+        """The assistant message's opening events; it is in the conversation from now on, as in GA."""
+        events = r.start_events(self.conversation.last_id)
+        if r.store:
+            self.conversation.append(r.item("in_progress"))
+        return events
+
     def on_tool_call(self, response_id: str, body: str) -> Output:
-        """A call the scheduler cut out of the text (whole): a function_call output item, streamed."""
+        """A call the scheduler cut out of the text (whole): a function_call output item, streamed.
+
+        It joins the conversation when it is announced (``status: "completed"``), so the client may send its
+        ``function_call_output`` at once, before ``response.done``, as the Agents SDKs do."""
         r = self.response
         call = functions.parse(body, r.known_tools) if r is not None and r.id == response_id else None
         if r is None or call is None:
             return Output()  # late, or not a call of an offered tool: dropped, never shown
-        item, events = functions.call_events(r.id, call, 1 + len(r.images) + len(r.calls), self.conversation.last_id)
+        if r.calls and not r.parallel:
+            return Output()  # parallel_tool_calls false: the first call only
+        item, events = functions.call_events(r.id, call, r.take_index, self.conversation.last_id)
         r.calls.append(item)
+        if r.store:
+            self.conversation.append(item)
+        else:  # out-of-band: the call is the response's only, not the conversation's
+            events = [e for e in events if not e["type"].startswith("conversation.")]
         return self._out(*events)
 
     def on_done(self, response_id: str, reason: str, metrics: dict[str, Any], usage: dict[str, Any]) -> Output:
@@ -484,11 +430,14 @@ class Session(ImageOutput, SpeechOutput):
         if self.response is not r:
             raise RuntimeError(f"expected active response {r.id}, found {self.response and self.response.id}")
         self.response = None
+        # a reply of whitespace alone is still a reply, unless it only separated calls (or was never delivered)
+        # (spoken, whitespace says nothing)
+        held = r.held and not r.calls and status != "cancelled" and r.audio is None
+        opened = self._text_events(r, r.held) if held else Output()
         item = r.item("completed" if status == "completed" else "incomplete") if r.started else None
-        if item is not None and r.store:  # the conversation keeps exactly the delivered text
-            self.conversation.append(item)
+        kept = self.conversation.get(r.item_id) if r.store else None
+        if item is not None and kept is not None:  # exactly the delivered text (unless the client deleted it)
+            kept.update(item)
         self.spoken_closed(r, item)
-        for call in r.calls if r.store else []:  # whole calls only (functions.py)
-            self.conversation.append(call)
         events = final_events(r, item, status, details, metrics, usage)
-        return self._out(*events)
+        return opened.extend(self._out(*events))

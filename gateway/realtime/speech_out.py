@@ -217,7 +217,7 @@ class SpeechOutput:
         return out
 
     def _release(self, r: Any, a: AudioState, res: SpeechResult) -> list[dict[str, Any]]:
-        common = {"response_id": r.id, "item_id": r.item_id, "output_index": 0, "content_index": 0}
+        common = {"response_id": r.id, "item_id": r.item_id, "output_index": r.text_index, "content_index": 0}
         pieces = a.chunks.pop(res.index, [])
         start_ms = a.audio_ms
         events = [
