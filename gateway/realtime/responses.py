@@ -32,6 +32,7 @@ class ResponseState:
     def waiting(self) -> bool:
         """Something besides the text is still being made: response.done waits for it."""
         return self.images_pending or (self.audio is not None and self.audio.pending)
+
     parallel: bool = True  # parallel_tool_calls: False keeps the first call only
     indexes: dict[str, int] = field(default_factory=dict)  # output item id → output_index, in order produced
     held: str = ""  # whitespace before any text: sent only if text follows (a forced call's newline is not a reply)
