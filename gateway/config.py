@@ -167,6 +167,7 @@ class FilesConfig(_Frozen):
     max_file_bytes: int = 16 * 1024 * 1024  # one uploaded file
     quota_bytes_per_key: int = 256 * 1024 * 1024  # stored bytes per API key (all keyless clients share one)
     expiry_s: float = 24 * 3600.0  # a file is deleted this long after its upload
+    max_per_key: int = Field(default=1000, ge=1, le=1_000_000)  # files one API key may keep (more → 429)
 
 
 class LimitsConfig(_Frozen):
@@ -194,6 +195,8 @@ class LimitsConfig(_Frozen):
     replay_max_bytes: int = 8 * 1024 * 1024  # bytes kept per session for resume
     max_item_text_chars: int = 256 * 1024  # text of one conversation item, all parts (fits the replay buffer)
     max_instructions_chars: int = 256 * 1024  # instructions in session.update / response.create (fits it too)
+    # text of one /v1/completions request's string prompts together (checked before tokenizing)
+    max_prompt_chars: int = Field(default=1024 * 1024, ge=1, le=64 * 1024 * 1024)
 
     @model_validator(mode="after")
     def _echoes_fit_the_replay_buffer(self) -> LimitsConfig:

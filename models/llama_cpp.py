@@ -287,8 +287,30 @@ class LlamaCppBackend:
     # ---------------------------------------------------------------- extras
 
     def encode(self, text: str) -> list[int]:
-        """Raw text as a prompt (models.backend.PromptEncoder): the vocab's BOS if it has one."""
-        return self.tokenize(text, special=True, add_bos=True)
+        """Raw text as a prompt (models.backend.PromptEncoder): the vocab's BOS if it has one, and
+        special-token texts as their tokens. The split is ours (``chat_template.split_specials``,
+        linear): llama.cpp's own takes time growing with the square of the number of markers."""
+        specials = self._special_ids()
+        pieces = chat_template.split_specials(text, frozenset(specials))
+        if all(not special for _, special in pieces):
+            return self.tokenize(text, special=False, add_bos=True)
+        ids = self.tokenize("", special=False, add_bos=True)
+        for piece, special in pieces:
+            ids += [specials[piece]] if special else self.tokenize(piece, special=False)
+        return ids
+
+    def _special_ids(self) -> dict[str, int]:
+        """``_special_texts`` → the (first) token id of each."""
+        found: dict[str, int] | None = getattr(self, "_special_id_map", None)
+        if found is None:
+            lc, flags = self._lc, self._lc.LLAMA_TOKEN_ATTR_CONTROL | self._lc.LLAMA_TOKEN_ATTR_USER_DEFINED
+            found = {}
+            for t in range(lc.llama_vocab_n_tokens(self._vocab)):
+                if lc.llama_vocab_get_attr(self._vocab, t) & flags:
+                    found.setdefault(self._token_text(t), t)
+            found.pop("", None)
+            self._special_id_map = found
+        return found
 
     def tokenize(self, text: str, special: bool = False, add_bos: bool = False) -> list[int]:
         lc = self._lc

@@ -12,7 +12,7 @@ import secrets
 from dataclasses import dataclass, field
 from typing import Any
 
-from models import constrain, toolcalls
+from models import constrain, schema_budget, toolcalls
 from models.toolcalls import ParsedCall, Tool
 
 from . import protocol as p
@@ -35,7 +35,16 @@ class ToolPlan:
 
 
 def plan(tools: list[p.FunctionTool] | None, choice: p.ToolChoice | None, where: str) -> ToolPlan:
-    """``where``: "session" or "response" (the field prefix in errors). Raises ``ToolError``."""
+    """``where``: "session" or "response" (the field prefix in errors). Raises ``ToolError``.
+
+    The schemas are measured against ``models.schema_budget`` first (a bounded walk), then
+    checked; a check is remembered by the schema's hash, so a session's tools, checked at
+    ``session.update``, cost nothing again at each ``response.create``."""
+    schemas = [(f"{where}.tools[{i}].parameters", t.parameters) for i, t in enumerate(tools or []) if t.parameters]
+    try:
+        schema_budget.check(schemas, schema_budget.SchemaBudget(), len(tools or []), f"{where}.tools")
+    except schema_budget.TooComplex as exc:
+        raise ToolError(exc.message, exc.param) from None
     checked: list[Tool] = []
     for i, t in enumerate(tools or []):
         params = t.parameters if t.parameters is not None else {"type": "object", "properties": {}}
