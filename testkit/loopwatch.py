@@ -33,7 +33,7 @@ class Stall:
 @dataclass
 class LoopWatch:
     cpu_s: float = 0.1
-    wall_s: float = 1.0
+    wall_s: float = 2.0
     stalls: list[Stall] = field(default_factory=list)
     callbacks: int = 0
 
@@ -82,7 +82,7 @@ def _install() -> None:
 
 
 @contextmanager
-def watch_loop(loop: asyncio.AbstractEventLoop, cpu_s: float = 0.1, wall_s: float = 1.0) -> Iterator[LoopWatch]:
+def watch_loop(loop: asyncio.AbstractEventLoop, cpu_s: float = 0.1, wall_s: float = 2.0) -> Iterator[LoopWatch]:
     """Time ``loop``'s callbacks while the block runs; ``LoopWatch.check()`` fails on a stall."""
     _install()
     watch = LoopWatch(cpu_s, wall_s)

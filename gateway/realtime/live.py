@@ -208,13 +208,10 @@ class LiveSession:
         svc = self.svc
         rid = action.response_id
         try:
-            grammar = action.tools.grammar  # forced calls (the vocabulary is built once, ~0.5 s)
+            grammar = action.tools.grammar  # forced calls: compiled on the grammar thread (gateway.grammars)
             messages = toolcalls.render(action.messages, action.tools.tools)
-            prompt = await chat_tokens(svc.backend, messages, svc) if svc.tokenizes else None
-            if pending.cancelled or self.handles.get(rid) is not pending:
-                return
-            # compiled on the grammar thread (gateway.grammars), not on the loop
             constraint = await off_loop(constrain.constraint_for, svc.backend, grammar) if grammar else None
+            prompt = await chat_tokens(svc.backend, messages, svc) if svc.tokenizes else None
             if pending.cancelled or self.handles.get(rid) is not pending:
                 return
             job = svc.decode_job(

@@ -13,10 +13,11 @@ import httpx
 
 from testkit.loopwatch import LoopWatch, watch_loop
 
-# /health from another client during an attack: generous for a loaded 2-core CI machine, where the
-# probe's own thread shares the GIL with the server; what matters here is the loop, which the
-# watch checks callback by callback (bench/abuse.py reports the p99 against the 100 ms target)
-HEALTH_MAX_S = 1.0
+# /health from another client during an attack: generous, for a loaded 2-core CI machine where the
+# probe's own thread shares the GIL with the server (1.16 s seen at load average 19 with no stall);
+# it catches the freezes of seconds. The 100 ms bound is the loop watch's, callback by callback, in
+# CPU time (bench/abuse.py reports the /health p99 against the 100 ms target)
+HEALTH_MAX_S = 5.0
 
 
 @dataclass
