@@ -33,7 +33,7 @@ def fuzzed(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, Erro
         root.removeHandler(log)
 
 
-@settings(max_examples=300, deadline=None, suppress_health_check=list(HealthCheck))
+@settings(max_examples=200, deadline=None, suppress_health_check=list(HealthCheck))
 @given(req=requests())
 def test_no_request_gets_a_500_or_a_traceback(fuzzed: tuple[Any, ErrorLog], req: FuzzRequest):
     addr, log = fuzzed
