@@ -239,6 +239,7 @@ class FilesConfig(_Frozen):
     max_file_bytes: int = Field(default=16 * _MIB, ge=1, le=1024 * _GIB)  # one uploaded file
     # stored bytes per API key (all keyless clients share one)
     quota_bytes_per_key: int = Field(default=256 * _MIB, ge=1, le=1024**5)
+    max_per_key: int = Field(default=1000, ge=1, le=1_000_000)  # files one API key may keep (more → 429)
     expiry_s: float = Field(default=_DAY_S, gt=0, le=3650 * _DAY_S)  # a file is deleted this long after its upload
 
     @model_validator(mode="after")
@@ -285,6 +286,8 @@ class LimitsConfig(_Frozen):
     max_item_text_chars: int = Field(default=256 * _KIB, ge=1, le=_GIB)
     # instructions in session.update / response.create (fits it too)
     max_instructions_chars: int = Field(default=256 * _KIB, ge=1, le=_GIB)
+    # text of one /v1/completions request's string prompts together (checked before tokenizing)
+    max_prompt_chars: int = Field(default=1024 * 1024, ge=1, le=64 * 1024 * 1024)
 
     @model_validator(mode="after")
     def _echoes_fit_the_replay_buffer(self) -> LimitsConfig:

@@ -45,6 +45,7 @@ from .http.schemas import ChatRequest
 from .services import Services
 from .sink import AsyncSink
 from .startup import start_services, stop_services
+from .tokenize import chat_tokens
 
 FINISH = {"stop": "stop", "length": "length"}  # Done.reason → finish_reason; others pass as they are
 
@@ -212,7 +213,8 @@ class ResponseStream:
             raise StreamOmniError("invalid_value", f"{where}: {first['msg']}", where) from None
         try:
             messages = await chat_messages(svc, req.messages)
-            self.job = serving._job(svc, req, messages)
+            prompt = await chat_tokens(svc.backend, messages, svc) if svc.tokenizes else None  # off the loop
+            self.job = serving._job(svc, req, messages, prompt)
         except ApiError as exc:
             raise StreamOmniError(exc.code, exc.message, exc.param) from None
         try:

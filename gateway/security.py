@@ -124,10 +124,21 @@ def host_allowed(host_header: str, server: ServerConfig) -> bool:
     return _norm(name) in allowed
 
 
+SAFE_METHODS = frozenset({"GET", "HEAD", "OPTIONS"})  # change nothing: any page may send them, no harm done
+
+
+def _refusal(message: str, param: str, code: str) -> JSONResponse:
+    body = {"error": {"message": message, "type": "invalid_request_error", "param": param, "code": code}}
+    return JSONResponse(body, status_code=403)
+
+
 class LocalHostGuard:
     """ASGI middleware for local mode (no API keys): refuse any HTTP request or WebSocket whose
-    ``Host`` is not this server's (403), so a web page cannot reach the API through DNS rebinding.
-    With API keys a page has no key to send, and Host is left to the deployment."""
+    ``Host`` is not this server's (403), so a web page cannot reach the API through DNS rebinding;
+    and any state-changing HTTP request (not GET / HEAD / OPTIONS), of any content type, whose
+    ``Origin`` is a foreign one (403): a page may POST a multipart form anywhere without a CORS
+    preflight, so the content type alone cannot keep it out. With API keys a page has no key to
+    send, and Host and Origin are left to the deployment."""
 
     def __init__(self, app: ASGIApp, server: ServerConfig):
         self.app = app
@@ -137,18 +148,16 @@ class LocalHostGuard:
         if scope["type"] not in ("http", "websocket") or self.server.api_keys:
             await self.app(scope, receive, send)
             return
-        host = HTTPConnection(scope).headers.get("host", "")
-        if host_allowed(host, self.server):
-            await self.app(scope, receive, send)
-        elif scope["type"] == "websocket":
-            await send({"type": "websocket.close", "code": 1008})  # before accept: HTTP 403
+        conn = HTTPConnection(scope)
+        host = conn.headers.get("host", "")
+        if not host_allowed(host, self.server):
+            if scope["type"] == "websocket":
+                await send({"type": "websocket.close", "code": 1008})  # before accept: HTTP 403
+            else:
+                await _refusal("this Host is not served here", "Host", "host_not_allowed")(scope, receive, send)
+        elif scope["type"] == "http" and scope["method"] not in SAFE_METHODS and not check_origin(conn, self.server):
+            await _refusal("requests from this Origin are not allowed", "Origin", "origin_not_allowed")(
+                scope, receive, send
+            )
         else:
-            body = {
-                "error": {
-                    "message": "this Host is not served here",
-                    "type": "invalid_request_error",
-                    "param": "Host",
-                    "code": "host_not_allowed",
-                }
-            }
-            await JSONResponse(body, status_code=403)(scope, receive, send)
+            await self.app(scope, receive, send)

@@ -84,7 +84,7 @@ def file_store(config: Config) -> FileStore | None:
     if not f.enabled:
         return None
     folder = Path(f.folder) if f.folder else Path(tempfile.gettempdir()) / "stream-omni-files"
-    return FileStore(folder, f.quota_bytes_per_key, f.expiry_s)
+    return FileStore(folder, f.quota_bytes_per_key, f.expiry_s, max_per_key=f.max_per_key)
 
 
 def stop_services(svc: Services) -> None:

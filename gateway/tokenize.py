@@ -1,4 +1,4 @@
-"""Chat templating and tokenization off the event loop (issue 24 §3).
+"""Chat templating and tokenization off the event loop.
 
 A long prompt (a conversation, or instructions near their cap) takes the template engine and the
 tokenizer tens of milliseconds to seconds; on the event loop that freezes every socket, pings
@@ -11,6 +11,7 @@ Not the engine's thread: a big prompt there would stall every running response's
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from typing import Protocol
 
@@ -45,3 +46,13 @@ def count_tokens(backend: TextEncoder, text: str) -> int:
     Hugging Face fast tokenizer must not encode from two threads at once. Blocks the caller; items are short
     and each is counted once (gateway.realtime.session caches the counts)."""
     return len(_POOL.submit(backend.encode, text).result()) if text else 0
+
+
+async def text_tokens(encode: Callable[[str], list[int]], texts: list[str], holder: Tokenizing) -> list[list[int]]:
+    """``encode`` of each text (a raw ``/v1/completions`` prompt) on the same tokenizer thread as chat:
+    one request's prompts in one task, counted once in ``holder.tokenizing`` as they wait."""
+    holder.tokenizing += 1
+    try:
+        return await asyncio.wrap_future(_POOL.submit(lambda: [encode(t) for t in texts]))
+    finally:
+        holder.tokenizing -= 1

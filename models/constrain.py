@@ -20,13 +20,17 @@ JSON is compact (no whitespace between tokens): a small model cannot then loop o
 from __future__ import annotations
 
 import json
+import threading
 import warnings
 import weakref
+from collections import OrderedDict
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
+
+from . import schema_budget
 
 TOOL_OPEN, TOOL_CLOSE = "<tool_call>", "</tool_call>"  # Hermes-style tool-call markup (SmolLM2, Qwen…)
 
@@ -47,20 +51,47 @@ def _llg() -> Any:
 # ----------------------------------------------------------------------------- grammars
 
 
-def check_schema(schema: Any, where: str = "schema") -> None:
-    """Raise ``GrammarError`` unless ``schema`` is a JSON Schema (meta-schema) llguidance can compile."""
-    import jsonschema
+_CACHE_SIZE = 256  # schemas (and grammars) remembered: a session repeating its tools compiles them once
+_checked: OrderedDict[str, str | None] = OrderedDict()  # schema digest → why it is refused (None: fine)
+_cache_lock = threading.Lock()  # checks and compiles run on worker threads
 
+
+def _remember(cache: OrderedDict[str, Any], key: str, value: Any) -> None:
+    with _cache_lock:
+        cache[key] = value
+        cache.move_to_end(key)
+        while len(cache) > _CACHE_SIZE:
+            cache.popitem(last=False)
+
+
+def check_schema(schema: Any, where: str = "schema") -> None:
+    """Raise ``GrammarError`` unless ``schema`` is a JSON Schema (meta-schema) llguidance can compile.
+    Remembered by the schema's hash: the same schema is checked once."""
     if not isinstance(schema, dict):
         raise GrammarError(f"{where} must be a JSON object")
+    key = schema_budget.digest(schema)
+    with _cache_lock:
+        known = key in _checked
+        why = _checked.get(key)
+    if not known:
+        why = _why_refused(schema)
+        _remember(_checked, key, why)
+    if why is not None:
+        raise GrammarError(where + why)
+
+
+def _why_refused(schema: dict[str, Any]) -> str | None:
+    import jsonschema
+
     try:
         jsonschema.Draft202012Validator.check_schema(schema)
     except jsonschema.SchemaError as exc:
-        raise GrammarError(f"{where} is not a valid JSON schema: {exc.message}") from None
+        return f" is not a valid JSON schema: {exc.message}"
     grammar = json_grammar(schema)
     is_error, msgs = _llg().LLMatcher.validate_grammar_with_warnings(grammar)
     if is_error:
-        raise GrammarError(f"{where} cannot be enforced: {msgs[0].splitlines()[0][:300]}")
+        return f" cannot be enforced: {msgs[0].splitlines()[0][:300]}"
+    return None
 
 
 MAX_STRING, MAX_ITEMS, MAX_KEYS = 128, 32, 32  # bounds added where a schema sets none (see bounded)
@@ -253,6 +284,13 @@ class Constraint:
             raise GrammarError(self._m.get_error().splitlines()[0][:300])
         self.vocab_size = vocab_size  # the model's V (logits width), may exceed the tokenizer's
 
+    @classmethod
+    def of(cls, matcher: Any, vocab_size: int) -> Constraint:
+        """A constraint on an already compiled matcher (a copy of a cached one)."""
+        out = cls.__new__(cls)
+        out._m, out.vocab_size = matcher, vocab_size
+        return out
+
     def _allowed(self) -> np.ndarray:
         """bool ``[V]``: the tokens the grammar allows next."""
         bits = np.frombuffer(self._m.compute_bitmask(), dtype=np.uint8)
@@ -318,5 +356,18 @@ class Constraint:
         return bool(self._m.is_accepting())
 
 
+_compiled: OrderedDict[str, Any] = OrderedDict()  # (vocab, grammar) digest → a fresh matcher to copy
+
+
 def constraint_for(backend: Any, grammar: str) -> Constraint:
-    return Constraint(grammar_vocab(backend), grammar, backend.vocab_size)
+    """A new response's constraint. The grammar is compiled once per vocabulary (cached by its
+    hash); each response gets a copy of the compiled matcher in its start state."""
+    vocab = grammar_vocab(backend)
+    key = schema_budget.digest([id(vocab), grammar])
+    with _cache_lock:
+        pristine = _compiled.get(key)
+    if pristine is None:
+        first = Constraint(vocab, grammar, backend.vocab_size)
+        _remember(_compiled, key, first._m.deep_copy())
+        return first
+    return Constraint.of(pristine.deep_copy(), backend.vocab_size)

@@ -262,13 +262,8 @@ class LlamaCppBackend:
 
     def _special_texts(self) -> frozenset[str]:
         """Texts that ``llama_tokenize(special=True)`` turns into one token: control and user-defined ones."""
-        texts: frozenset[str] | None = getattr(self, "_specials", None)
-        if texts is None:
-            lc, flags = self._lc, self._lc.LLAMA_TOKEN_ATTR_CONTROL | self._lc.LLAMA_TOKEN_ATTR_USER_DEFINED
-            n = lc.llama_vocab_n_tokens(self._vocab)
-            texts = frozenset(self._token_text(t) for t in range(n) if lc.llama_vocab_get_attr(self._vocab, t) & flags)
-            self._specials = texts  # once, lazily: the first prompt pays ≈ one vocabulary scan
-        return texts
+        self._special_ids()
+        return self._specials
 
     def decode(self, ids: list[int]) -> str:
         if not ids:
@@ -287,8 +282,29 @@ class LlamaCppBackend:
     # ---------------------------------------------------------------- extras
 
     def encode(self, text: str) -> list[int]:
-        """Raw text as a prompt (models.backend.PromptEncoder): the vocab's BOS if it has one."""
-        return self.tokenize(text, special=True, add_bos=True)
+        """Raw text as a prompt (models.backend.PromptEncoder): the vocab's BOS if it has one, and
+        special-token texts as their tokens. The split is ours (``chat_template.split_specials``,
+        linear): llama.cpp's own takes time growing with the square of the number of markers."""
+        specials = self._special_ids()
+        pieces = chat_template.split_specials(text, self._specials)
+        if all(not special for _, special in pieces):
+            return self.tokenize(text, special=False, add_bos=True)
+        ids = self.tokenize("", special=False, add_bos=True)
+        for piece, special in pieces:
+            ids += [specials[piece]] if special else self.tokenize(piece, special=False)
+        return ids
+
+    def _special_ids(self) -> dict[str, int]:
+        """``_special_texts`` → the (first) token id of each; once, lazily (≈ one vocabulary scan)."""
+        found: dict[str, int] | None = getattr(self, "_special_id_map", None)
+        if found is None:
+            lc, flags = self._lc, self._lc.LLAMA_TOKEN_ATTR_CONTROL | self._lc.LLAMA_TOKEN_ATTR_USER_DEFINED
+            found = {}
+            for t in range(lc.llama_vocab_n_tokens(self._vocab)):
+                if lc.llama_vocab_get_attr(self._vocab, t) & flags:
+                    found.setdefault(self._token_text(t), t)
+            self._special_id_map, self._specials = found, frozenset(found)
+        return found
 
     def tokenize(self, text: str, special: bool = False, add_bos: bool = False) -> list[int]:
         lc = self._lc

@@ -3,17 +3,21 @@ proxied from its owner, or taken over if the owner died."""
 
 from __future__ import annotations
 
+import contextlib
 import hmac
+import logging
 
-from starlette.websockets import WebSocket
+from starlette.websockets import WebSocket, WebSocketState
 
 from ..realtime import protocol as p
 from ..realtime.connection import CLOSE_NORMAL, CLOSE_TRY_AGAIN, Connection
 from ..services import Services
 from .node import ClusterNode
 from .proxy import Proxy
-from .store import StoreUnavailable
+from .store import StoreCorrupt, StoreUnavailable
 from .takeover import take_over_session
+
+log = logging.getLogger("stream_omni.cluster")
 
 
 async def resume_in_cluster(s: Services, node: ClusterNode, ws: WebSocket, token: str, key: str, last_seq: int) -> None:
@@ -47,8 +51,22 @@ async def resume_in_cluster(s: Services, node: ClusterNode, ws: WebSocket, token
         view = {**snap["options"], "id": snap["id"], "object": "realtime.session"}
         s.metrics.resumes.inc()
         await Proxy(s, node, ws, token, key, holder).run(last_seq, got[0], int(snap.get("received", 0)), view)
+    except StoreCorrupt as exc:
+        await _unreadable(s, ws, token, exc)
     except StoreUnavailable:
         await refuse_store_unavailable(s, ws)
+    except Exception as exc:  # a record this replica cannot read: this session's resume fails, nothing else
+        await _unreadable(s, ws, token, exc)
+
+
+async def _unreadable(s: Services, ws: WebSocket, token: str, exc: Exception) -> None:
+    """The store held something malformed for this session (a garbage snapshot, event or lease, a
+    key of the wrong type): ``resume_failed`` and a clean close, never a dropped socket."""
+    log.warning("cannot resume a session from the store: %s", type(exc).__name__)
+    if ws.client_state != WebSocketState.CONNECTED:
+        return
+    with contextlib.suppress(Exception):  # the socket may be gone already: then there is nobody to tell
+        await _failed(s, ws, "its stored state is unreadable")
 
 
 async def refuse_store_unavailable(s: Services, ws: WebSocket) -> None:

@@ -26,7 +26,7 @@ from typing import Any
 
 import redis.asyncio as aioredis
 from redis.backoff import NoBackoff
-from redis.exceptions import RedisError
+from redis.exceptions import RedisError, ResponseError
 from redis.retry import Retry
 
 Entries = list[tuple[int, str]]  # (seq, JSON text), seq ascending
@@ -34,6 +34,12 @@ Entries = list[tuple[int, str]]  # (seq, JSON text), seq ascending
 
 class StoreUnavailable(Exception):
     """Redis did not answer: ``/ready`` is false and new sessions are refused (``store_unavailable``)."""
+
+
+class StoreCorrupt(StoreUnavailable):
+    """Redis answered, but refused a command on what a key holds (a key of another type): one
+    session's records are unusable, the store is not down. A ``StoreUnavailable`` to every caller
+    that only knows that one, so no loop dies of it."""
 
 
 # admit: drop expired members, refuse past the limit, else add. KEYS[1]=k:{digest};
@@ -97,6 +103,9 @@ class RedisStore:
         """Await one Redis call; a failure marks the store unavailable and raises ``StoreUnavailable``."""
         try:
             out = await coro
+        except ResponseError as exc:  # e.g. WRONGTYPE: the server is fine, the key is not
+            self.available = True
+            raise StoreCorrupt(str(exc)[:200] or type(exc).__name__) from None
         except (RedisError, OSError) as exc:
             self.available = False
             raise StoreUnavailable(str(exc) or type(exc).__name__) from None

@@ -1,12 +1,12 @@
 """``POST /v1/completions``: raw text completion (OpenAI's legacy Completions API).
 
 No chat template: the prompt is the model's input as given (``models.backend.PromptEncoder``:
-the model's BOS, special tokens parsed). ``prompt`` is a string, a list of strings, token ids or
-a list of token-id lists; each prompt is one choice (``index`` in prompt order), each its own job
-on the same engine and scheduler as chat, under the same limits (body size, ``max_output_tokens``,
-context, engine capacity). Streamed with ``"stream": true`` as numbered SSE frames of
-``text_completion`` objects ending in ``[DONE]``, resumable like chat at
-``GET /v1/completions/<id>/stream``.
+the model's BOS, special tokens parsed in linear time), tokenized off the event loop. ``prompt``
+is a string, a list of strings, token ids or a list of token-id lists; each prompt is one choice
+(``index`` in prompt order), each its own job on the same engine and scheduler as chat, under the
+same limits (body size, ``limits.max_prompt_chars``, ``max_output_tokens``, context, engine
+capacity). Streamed with ``"stream": true`` as numbered SSE frames of ``text_completion`` objects
+ending in ``[DONE]``, resumable like chat at ``GET /v1/completions/<id>/stream``.
 
 ``logprobs: n`` (0..5) gives each generated token's logprob and its ``n`` most likely
 alternatives (plus the chosen token), OpenAI's ``{tokens, token_logprobs, top_logprobs,
@@ -35,6 +35,7 @@ from models.remote import RemoteModel
 
 from ..services import Services
 from ..sink import AsyncSink
+from ..tokenize import text_tokens
 from . import serving, shapes
 from .errors import ApiError, busy, error_body
 from .schemas import SamplingRequest, parse, read_body
@@ -88,7 +89,7 @@ async def create(svc: Services, store: CompletionStore, request: Request, owner:
         raise busy()
     choices = [
         Choice(i, await _echo(svc, req, p) if req.echo else "", _job(svc, req, ids))
-        for i, (p, ids) in enumerate(_prompts(svc, req))
+        for i, (p, ids) in enumerate(await _prompts(svc, req))
     ]
     header = shapes.Header(f"cmpl-{secrets.token_hex(16)}", int(time.time()), svc.backend.name)
     queue: asyncio.Queue[tuple[int, JobEvents]] = asyncio.Queue()
@@ -98,8 +99,9 @@ async def create(svc: Services, store: CompletionStore, request: Request, owner:
     return await _complete(svc, request, req, choices, queue, header)
 
 
-def _prompts(svc: Services, req: CompletionRequest) -> list[tuple[str | list[int], list[int]]]:
-    """(the prompt as given, its ids) for each prompt."""
+async def _prompts(svc: Services, req: CompletionRequest) -> list[tuple[str | list[int], list[int]]]:
+    """(the prompt as given, its ids) for each prompt. Text is tokenized on the tokenizer thread
+    (``gateway.tokenize``), after its size was checked here: never on the event loop."""
     given = req.prompt
     items: list[str | list[int]] = []
     if isinstance(given, str):
@@ -111,13 +113,23 @@ def _prompts(svc: Services, req: CompletionRequest) -> list[tuple[str | list[int
     backend = svc.backend
     if isinstance(backend, RemoteModel):  # a remote engine is driven by messages, not by token ids
         raise ApiError(400, "unsupported_content", "raw completions need a local model (not backend: openai)", "prompt")
+    texts = [p for p in items if isinstance(p, str)]
+    cap = svc.config.limits.max_prompt_chars
+    if sum(map(len, texts)) > cap:
+        raise ApiError(
+            400,
+            "input_too_large",
+            f"the text prompts exceed the limit of {cap} characters (limits.max_prompt_chars)",
+            "prompt",
+        )
+    if texts and not isinstance(backend, PromptEncoder):
+        raise ApiError(400, "unsupported_content", "this model cannot read a raw text prompt", "prompt")
+    encoded = iter(await text_tokens(backend.encode, texts, svc) if texts else [])  # type: ignore[union-attr]
     out: list[tuple[str | list[int], list[int]]] = []
     for i, p in enumerate(items):
         where = "prompt" if len(items) == 1 else f"prompt[{i}]"
         if isinstance(p, str):
-            if not isinstance(backend, PromptEncoder):
-                raise ApiError(400, "unsupported_content", "this model cannot read a raw text prompt", where)
-            ids = backend.encode(p)
+            ids = next(encoded)
         else:
             ids = list(p)
             bad = next((t for t in ids if t >= backend.vocab_size), None)

@@ -18,6 +18,7 @@ _TYPES = {
     410: "invalid_request_error",
     413: "invalid_request_error",
     415: "invalid_request_error",
+    429: "invalid_request_error",
 }
 
 # things a library message may carry that a client must not see

@@ -9,17 +9,27 @@ Files belong to the API key that uploaded them: for any other key they do not ex
 from __future__ import annotations
 
 import asyncio
+from urllib.parse import quote
 
 from starlette.datastructures import UploadFile
+from starlette.exceptions import HTTPException
+from starlette.formparsers import MultiPartException
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 
-from ..files import PURPOSES, FileStore, QuotaExceeded, StoredFile
+from ..files import PURPOSES, FileStore, QuotaExceeded, StoredFile, TooManyFiles
 from ..services import Services
-from ..uploads import REFUSALS, check_upload
+from ..uploads import REFUSALS, check_upload, sniff
 from .errors import ApiError
+from .schemas import header_count
 
 FORM_OVERHEAD = 64 * 1024  # multipart boundaries and the small fields around the file
+MAX_FILENAME = 255  # characters of a filename kept (a longer one is cut, as file systems would)
+
+
+def _why(exc: Exception) -> str:
+    detail = getattr(exc, "detail", None) or getattr(exc, "message", None) or ""
+    return str(detail)[:200] or "malformed"
 
 
 def _store(svc: Services) -> FileStore:
@@ -32,11 +42,21 @@ async def upload(svc: Services, request: Request, owner: str) -> Response:
     store = _store(svc)
     limit = svc.config.files.max_file_bytes
     declared = request.headers.get("content-length")
-    if declared is not None and declared.isdigit() and int(declared) > limit + FORM_OVERHEAD:
-        raise ApiError(413, "file_too_large", f"the file exceeds the limit of {limit} bytes (files.max_file_bytes)")
+    if declared is not None:
+        count = header_count(declared)
+        if count is None:
+            raise ApiError(400, "invalid_request", "Content-Length is not a number", "Content-Length")
+        if count > limit + FORM_OVERHEAD:
+            raise ApiError(413, "file_too_large", f"the file exceeds the limit of {limit} bytes (files.max_file_bytes)")
     if not request.headers.get("content-type", "").startswith("multipart/form-data"):
         raise ApiError(400, "invalid_request", "upload a file as multipart/form-data with fields 'file' and 'purpose'")
-    async with request.form(max_files=1, max_fields=8, max_part_size=limit + FORM_OVERHEAD) as form:
+    try:
+        form = await request.form(max_files=1, max_fields=8, max_part_size=limit + FORM_OVERHEAD)
+    except (HTTPException, MultiPartException) as exc:  # too many fields, a part too big, a bad boundary
+        raise ApiError(400, "invalid_multipart", f"the multipart body cannot be read: {_why(exc)}") from None
+    except (ValueError, LookupError, AssertionError):  # what python-multipart raises on a body it cannot parse
+        raise ApiError(400, "invalid_multipart", "the multipart body cannot be read") from None
+    try:
         purpose, part = form.get("purpose"), form.get("file")
         if not isinstance(purpose, str) or purpose not in PURPOSES:
             raise ApiError(400, "invalid_value", f"purpose must be one of {', '.join(PURPOSES)}", "purpose")
@@ -45,7 +65,9 @@ async def upload(svc: Services, request: Request, owner: str) -> Response:
         data = await part.read(limit + 1)
         if len(data) > limit:
             raise ApiError(413, "file_too_large", f"the file exceeds the limit of {limit} bytes (files.max_file_bytes)")
-        filename, declared_type = part.filename or "upload", part.content_type
+        filename, declared_type = (part.filename or "upload")[:MAX_FILENAME], part.content_type
+    finally:
+        await form.close()
     try:
         kind, mime = await asyncio.to_thread(check_upload, svc, data, purpose, declared_type)
     except REFUSALS as exc:
@@ -54,14 +76,45 @@ async def upload(svc: Services, request: Request, owner: str) -> Response:
         meta = await asyncio.to_thread(store.put, owner, data, filename, purpose, kind, mime)
     except QuotaExceeded as exc:
         raise ApiError(413, "file_quota_exceeded", exc.message + " (files.quota_bytes_per_key)", "file") from None
+    except TooManyFiles as exc:
+        raise ApiError(429, "too_many_files", exc.message + " (files.max_per_key)", "file") from None
     return JSONResponse(meta.openai())
 
 
+MAX_LIST = 10_000  # files in one page of GET /v1/files (OpenAI's bound)
+
+
 async def listing(svc: Services, request: Request, owner: str) -> Response:
+    """OpenAI's page: ``after`` (a file id), ``limit`` (1..10000), ``order`` (asc: upload order, or desc),
+    ``purpose``; ``{object: list, data, first_id, last_id, has_more}``."""
+    q = request.query_params
+    raw_limit = q.get("limit", str(MAX_LIST))
+    if not (raw_limit.isascii() and raw_limit.isdigit() and 1 <= int(raw_limit) <= MAX_LIST):
+        raise ApiError(400, "invalid_value", f"limit must be an integer from 1 to {MAX_LIST}", "limit")
+    order = q.get("order", "asc")
+    if order not in ("asc", "desc"):
+        raise ApiError(400, "invalid_value", "order must be asc or desc", "order")
     files = await asyncio.to_thread(_store(svc).list, owner)
-    purpose = request.query_params.get("purpose")
-    data = [f.openai() for f in files if purpose is None or f.purpose == purpose]
-    return JSONResponse({"object": "list", "data": data, "has_more": False})
+    purpose = q.get("purpose")
+    chosen = [f for f in files if purpose is None or f.purpose == purpose]
+    if order == "desc":
+        chosen.reverse()
+    after = q.get("after")
+    if after is not None:
+        ids = [f.id for f in chosen]
+        if after not in ids:
+            raise ApiError(404, "file_not_found", f"no file {after!r} to list after", "after")
+        chosen = chosen[ids.index(after) + 1 :]
+    page = chosen[: int(raw_limit)]
+    return JSONResponse(
+        {
+            "object": "list",
+            "data": [f.openai() for f in page],
+            "first_id": page[0].id if page else None,
+            "last_id": page[-1].id if page else None,
+            "has_more": len(chosen) > len(page),
+        }
+    )
 
 
 async def _found(svc: Services, request: Request, owner: str) -> StoredFile:
@@ -81,7 +134,23 @@ async def content(svc: Services, request: Request, owner: str) -> Response:
     found = await asyncio.to_thread(_store(svc).read, owner, meta.id)
     if found is None:  # deleted in between
         raise ApiError(404, "file_not_found", f"no file {meta.id!r}: it was deleted, expired or never existed")
-    return Response(found[1], media_type=meta.mime)
+    data = found[1]
+    # served as a download, never as a page of this origin: only a type its bytes prove (an image or
+    # WAV the upload check decoded) is named; anything else, whatever the uploader declared, is octet-stream
+    proven = sniff(data)
+    mime = proven if proven is not None and proven == meta.mime and meta.kind in ("image", "audio") else None
+    return Response(data, media_type=mime or "application/octet-stream", headers=download_headers(meta.filename))
+
+
+def download_headers(filename: str) -> dict[str, str]:
+    """Headers that make a browser save the content instead of rendering it, in a sandbox if it tries."""
+    ascii_name = "".join(c if c.isascii() and c.isprintable() and c not in '"\\;' else "_" for c in filename)[:200]
+    disposition = f"attachment; filename=\"{ascii_name or 'file'}\"; filename*=UTF-8''{quote(filename[:200])}"
+    return {
+        "Content-Disposition": disposition,
+        "X-Content-Type-Options": "nosniff",
+        "Content-Security-Policy": "sandbox",
+    }
 
 
 async def delete(svc: Services, request: Request, owner: str) -> Response:

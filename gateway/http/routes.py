@@ -33,6 +33,7 @@ from ..security import bearer, http_api_key_ok, key_digest
 from ..services import Services
 from . import audio_speech, completions, files, serving
 from .errors import ApiError, error_response
+from .schemas import header_count
 from .stream import CompletionStore, SseResponse
 
 log = logging.getLogger("stream_omni.http")
@@ -102,9 +103,10 @@ class HttpApi:
         last = request.headers.get("last-event-id")
         if last:
             prefix, _, n = last.strip().rpartition(":")
-            if prefix != cid or not (n.isascii() and n.isdigit()):  # str.isdigit takes '²', int() does not
+            seq = header_count(n)
+            if prefix != cid or seq is None:
                 raise ApiError(400, "invalid_value", f"Last-Event-ID must look like '{cid}:<n>'", "Last-Event-ID")
-            after = int(n)
+            after = seq
         stream = self.store.get(cid, _owner(svc, request))
         if stream is None:
             raise ApiError(

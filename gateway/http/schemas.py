@@ -7,6 +7,7 @@ ones whose effect it cannot honour (``n`` > 1, unknown content parts) are refuse
 
 from __future__ import annotations
 
+import gc
 from typing import Annotated, Any, Literal, TypeVar
 
 from pydantic import BaseModel, ConfigDict, Field, StrictBool, ValidationError, model_validator
@@ -193,9 +194,27 @@ def _param(loc: tuple[int | str, ...]) -> str | None:
 Body = TypeVar("Body", bound=BaseModel)
 
 
+MAX_JSON_CONTAINERS = 50_000  # objects and arrays in one request body (at most; counted as brackets)
+
+
 def parse(body: bytes, model: type[Body] = ChatRequest) -> Body:  # type: ignore[assignment]
     """Bytes → a validated request (``model``: Chat Completions' by default), or ``ApiError`` 400
-    naming the first bad field."""
+    naming the first bad field.
+
+    The parse runs on the event loop, so its cost is bounded before it starts: it grows with the
+    number of JSON objects and arrays, not with bytes (a 16 MB image data URL is one string, cheap),
+    so a body with more than ``MAX_JSON_CONTAINERS`` brackets (an over-count: brackets inside
+    strings count too) is refused: 50,000 parse in about 20 ms. The cyclic GC is paused meanwhile:
+    every container the parse makes stays alive, and collections passing over them took 2-3 times
+    the parse itself."""
+    if body.count(b"{") + body.count(b"[") > MAX_JSON_CONTAINERS:
+        raise ApiError(
+            400,
+            "request_too_complex",
+            f"the request body holds more than {MAX_JSON_CONTAINERS} JSON objects and arrays",
+        )
+    paused = gc.isenabled()
+    gc.disable()
     try:
         return model.model_validate_json(body)
     except ValidationError as exc:
@@ -208,6 +227,16 @@ def parse(body: bytes, model: type[Body] = ChatRequest) -> Body:  # type: ignore
         param = _param(tuple(first["loc"]))
         code = "missing_required_parameter" if first["type"] == "missing" else "invalid_value"
         raise ApiError(400, code, f"{param or 'body'}: {first['msg']}", param) from None
+    finally:
+        if paused:
+            gc.enable()
+
+
+def header_count(value: str) -> int | None:
+    """A header's non-negative integer (at most 18 ASCII digits), or None when it is not one: Python's
+    ``int`` refuses more than 4,300 digits with an error, and no count here needs more than 18."""
+    value = value.strip()
+    return int(value) if value.isascii() and value.isdigit() and len(value) <= 18 else None
 
 
 async def read_body(request: Request, limit: int) -> bytes:
@@ -220,9 +249,10 @@ async def read_body(request: Request, limit: int) -> bytes:
         raise ApiError(415, "unsupported_media_type", "Content-Type must be application/json", "Content-Type")
     declared = request.headers.get("content-length")
     if declared is not None:
-        if not (declared.isascii() and declared.isdigit()):
-            raise ApiError(400, "invalid_request", "Content-Length is not a number")
-        if int(declared) > limit:
+        count = header_count(declared)
+        if count is None:
+            raise ApiError(400, "invalid_request", "Content-Length is not a number", "Content-Length")
+        if count > limit:
             raise _too_large(limit)
     body = bytearray()
     async for piece in request.stream():

@@ -18,6 +18,7 @@ from models.remote import RemoteJob
 from models.toolcalls import TOOL_TAGS
 
 from ..filters import CONTENT_FILTER, FILTER_FAILED, ResponseFilter
+from ..grammars import CompileBusy, off_loop
 from ..services import Services
 from ..sink import AsyncSink
 from ..tokenize import chat_tokens
@@ -66,10 +67,14 @@ async def create(svc: Services, store: CompletionStore, request: Request, owner:
         )
     if not svc.engine_has_room():
         raise busy()
-    plan = tools.plan(req)
-    speech = chat_audio.plan(svc, req)  # modalities audio: the answer is spoken too
-    messages = tools.messages(await chat_messages(svc, req.messages, owner), plan)
-    constraint = await asyncio.to_thread(tools.constraint, svc.backend, plan) if plan.grammar else None
+    tools.check_budget(req)  # before any compilation, and cheap
+    try:
+        plan = await off_loop(tools.plan, req) if req.tools or req.response_format else tools.plan(req)
+        speech = chat_audio.plan(svc, req)  # modalities audio: the answer is spoken too
+        messages = tools.messages(await chat_messages(svc, req.messages, owner), plan)
+        constraint = await off_loop(tools.constraint, svc.backend, plan) if plan.grammar else None
+    except CompileBusy:
+        raise busy("too many schemas are being compiled; retry shortly") from None
     prompt = await chat_tokens(svc.backend, messages, svc) if svc.tokenizes else None  # off the loop
     job = _job(svc, req, messages, prompt, constraint)
     header = shapes.Header(f"chatcmpl-{secrets.token_hex(16)}", int(time.time()), svc.backend.name)

@@ -17,7 +17,7 @@ import secrets
 from dataclasses import dataclass, field
 from typing import Any
 
-from models import constrain, toolcalls
+from models import constrain, schema_budget, toolcalls
 from models.toolcalls import ParsedCall, Tool
 
 from .errors import ApiError
@@ -36,8 +36,27 @@ def _bad(message: str, param: str) -> ApiError:
     return ApiError(400, "invalid_value", message, param)
 
 
+def check_budget(req: ChatRequest) -> None:
+    """The tools' and response_format's schemas within ``models.schema_budget`` (cheap: before any
+    compilation); else ``invalid_request_error`` naming the field."""
+    schemas: list[tuple[str, Any]] = [
+        (f"tools[{i}].function.parameters", t.function.parameters)
+        for i, t in enumerate(req.tools or [])
+        if t.function.parameters is not None
+    ]
+    fmt = req.response_format
+    if fmt is not None and fmt.json_schema is not None and fmt.json_schema.schema_ is not None:
+        schemas.append(("response_format.json_schema.schema", fmt.json_schema.schema_))
+    try:
+        schema_budget.check(schemas, schema_budget.SchemaBudget(), len(req.tools or []), "tools")
+    except schema_budget.TooComplex as exc:
+        raise ApiError(400, "schema_too_complex", exc.message, exc.param) from None
+
+
 def plan(req: ChatRequest) -> ToolPlan:
-    """Check tools, tool_choice, response_format and tool-call history; ``ApiError`` names the field."""
+    """Check tools, tool_choice, response_format and tool-call history; ``ApiError`` names the field.
+    Compiles the schemas (cached by hash): run it off the event loop (``gateway.grammars``)."""
+    check_budget(req)
     tools: list[Tool] = []
     for i, t in enumerate(req.tools or []):
         params = t.function.parameters if t.function.parameters is not None else {"type": "object", "properties": {}}

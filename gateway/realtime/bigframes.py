@@ -30,6 +30,8 @@ from multiprocessing.connection import Connection
 from pathlib import Path
 from typing import Any
 
+from models import schema_budget
+
 from . import protocol as p
 
 # A worker's CPU priority below the gateway's: on a busy box a big frame's parse waits, not the event
@@ -57,9 +59,27 @@ def parse_checked(raw: str | bytes, limits: ParseLimits) -> Any:
     try:
         ev = p.parse(raw, limits.max_depth)
         p.check_sizes(ev, limits.max_item_chars, limits.max_instructions_chars)
+        check_schema_budget(ev)
         return ev
     except p.ProtocolError as exc:
         return exc
+
+
+def check_schema_budget(ev: Any) -> None:
+    """Tools of a ``session.update`` / ``response.create`` within ``models.schema_budget``, checked
+    here (in the parse process, for a big frame) before the session copies and re-validates them
+    on the event loop; else ``ProtocolError`` naming the field."""
+    if isinstance(ev, p.SessionUpdate):
+        where, tools = "session", ev.session.tools
+    elif isinstance(ev, p.ResponseCreate) and ev.response is not None:
+        where, tools = "response", ev.response.tools
+    else:
+        return
+    schemas = [(f"{where}.tools[{i}].parameters", t.parameters) for i, t in enumerate(tools or []) if t.parameters]
+    try:
+        schema_budget.check(schemas, schema_budget.SchemaBudget(), len(tools or []), f"{where}.tools")
+    except schema_budget.TooComplex as exc:
+        raise p.ProtocolError("invalid_value", exc.message, ev.event_id, exc.param) from None
 
 
 def _serve(frames: Connection, results: Connection, limits: ParseLimits) -> None:  # a worker's main

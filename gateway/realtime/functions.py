@@ -13,7 +13,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from models import constrain, toolcalls
+from models import constrain, schema_budget, toolcalls
 from models.toolcalls import ParsedCall, Tool
 
 from . import protocol as p
@@ -42,7 +42,16 @@ def plan(
     """``where``: "session" or "response" (the field prefix in errors). Raises ``ToolError``.
 
     A forced call (``required`` or a named tool) is exactly one call: a small model under a grammar that
-    allowed more wrote the same call twice, and the client ran its tool twice."""
+    allowed more wrote the same call twice, and the client ran its tool twice.
+
+    The schemas are measured against ``models.schema_budget`` first (a bounded walk), then
+    checked; a check is remembered by the schema's hash, so a session's tools, checked at
+    ``session.update``, cost nothing again at each ``response.create``."""
+    schemas = [(f"{where}.tools[{i}].parameters", t.parameters) for i, t in enumerate(tools or []) if t.parameters]
+    try:
+        schema_budget.check(schemas, schema_budget.SchemaBudget(), len(tools or []), f"{where}.tools")
+    except schema_budget.TooComplex as exc:
+        raise ToolError(exc.message, exc.param) from None
     checked: list[Tool] = []
     for i, t in enumerate(tools or []):
         params = t.parameters if t.parameters is not None else {"type": "object", "properties": {}}

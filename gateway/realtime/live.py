@@ -25,6 +25,7 @@ from models.engine import EngineBusy, Handle
 from processors.image import ImageError
 
 from ..filters import FILTER_FAILED, ResponseFilter
+from ..grammars import CompileBusy, off_loop
 from ..services import Services
 from ..sink import AsyncSink
 from ..tokenize import chat_tokens
@@ -201,8 +202,9 @@ class LiveSession:
         svc = self.svc
         rid = action.response_id
         try:
-            grammar = action.tools.grammar  # forced calls (the vocabulary is built once, ~0.5 s)
+            grammar = action.tools.grammar  # forced calls: compiled on the grammar thread (gateway.grammars)
             messages = toolcalls.render(action.messages, action.tools.tools)
+            constraint = await off_loop(constrain.constraint_for, svc.backend, grammar) if grammar else None
             prompt = await chat_tokens(svc.backend, messages, svc) if svc.tokenizes else None
             if pending.cancelled or self.handles.get(rid) is not pending:
                 return
@@ -212,14 +214,14 @@ class LiveSession:
                 action.sampling,
                 {**action.scheduler, "tool_intercept": toolcalls.TOOL_TAGS},
                 prompt,
-                constrain.constraint_for(svc.backend, grammar) if grammar else None,
+                constraint,
             )
             self.handles[rid] = svc.engine.submit(job, AsyncSink(asyncio.get_running_loop(), self.model_q, rid))
             self.filters[rid] = ResponseFilter(svc.filters, self.session.id, rid)
         except ContextOverflow as exc:
             self.send(self.session.error("context_length_exceeded", str(exc)))
             self.send(self.session.on_done(rid, "error", {"error_code": "context_length_exceeded"}, {}))
-        except EngineBusy:
+        except (EngineBusy, CompileBusy):
             self.send(self.session.on_done(rid, "error", {"error_code": "server_busy"}, {}))
         except GrammarError as exc:  # a backend without a tokenizer a grammar can use
             self.send(self.session.error("unsupported_value", f"forced tool calls are not available here: {exc}"))
