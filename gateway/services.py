@@ -29,6 +29,7 @@ from .metrics import Metrics
 from .realtime.bigframes import FrameParser
 from .realtime.registry import SessionRegistry
 from .realtime.session import SessionDefaults
+from .tools.state import McpPolicy
 
 # (drafter, verifier) for one response, or (None, None): see models.speculative
 Drafting = tuple[Any, Any]
@@ -84,6 +85,13 @@ class Services:
             top_p=c.session.top_p,
             max_output_tokens=c.session.max_output_tokens,
             scheduler={},
+            mcp=McpPolicy(
+                allowed_urls=c.tools.mcp_allowed_urls,
+                servers=tuple(c.tools.mcp_servers),
+                list_ttl_s=c.tools.mcp_list_ttl_s,
+                max_calls_per_response=c.tools.mcp_max_calls_per_response,
+                max_tools=c.tools.mcp_max_tools,
+            ),
         )
 
     def sampling(self, opts: dict[str, Any]) -> SamplingParams:

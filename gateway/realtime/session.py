@@ -15,6 +15,9 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ..options import SchedulerOptions
+from ..tools.session import McpOutput
+from ..tools.state import McpPolicy, McpState
+from ..tools.wire import McpApprovalResponseItem
 from . import functions
 from . import protocol as p
 from .actions import Action, CancelResponse, Output, StartResponse
@@ -38,9 +41,10 @@ class SessionDefaults:
     output_modalities: tuple[str, ...] = ("text",)
     scheduler: dict[str, Any] = field(default_factory=dict)  # SchedulerOptions defaults
     max_items: int = 512  # conversation items kept per session
+    mcp: McpPolicy = field(default_factory=McpPolicy)  # what MCP servers it may reach (config tools)
 
 
-class Session(ImageOutput):
+class Session(ImageOutput, McpOutput):
     def __init__(self, defaults: SessionDefaults, stamp: Callable[[dict[str, Any]], dict[str, Any]]):
         """``stamp`` gives each outgoing event its ``seq`` (and records it for replay)."""
         self.id = _new_id("sess")
@@ -57,6 +61,7 @@ class Session(ImageOutput):
             scheduler=SchedulerOptions(**defaults.scheduler) if defaults.scheduler else None,
         )
         self.conversation = Conversation(defaults.max_items)
+        self.mcp = McpState(defaults.mcp)
         self.response: ResponseState | None = None
         self._pending: set[str] = set()  # items whose content is still being made (see item_pending)
         self._held: p.ResponseCreate | None = None  # a response.create waiting for them
@@ -132,6 +137,7 @@ class Session(ImageOutput):
             return self.error(
                 "model_not_found", f"model {ev.session.model!r} is not served here", ev.event_id, "session.model"
             )
+        ev = self.mcp_strip(ev)
         patch = ev.session.model_dump(exclude_unset=True)
         merged = self.options.model_dump(exclude_unset=False)
         for key, value in patch.items():
@@ -143,11 +149,12 @@ class Session(ImageOutput):
         try:
             # the tools' schemas only: tool_choice against the tools is checked when a response uses them, as
             # LiveKit (written against OpenAI) sends tool_choice in its first session.update, its tools in a later one
-            functions.plan(options.tools, None, "session")
+            self.mcp.plan(options.tools, None, "session")
         except functions.ToolError as exc:  # the session keeps its options
             return self.error("invalid_value", exc.message, ev.event_id, exc.param)
         self.options = options
-        return self._out(p.server_event("session.updated", session=self.session_view()))
+        out = self._out(p.server_event("session.updated", session=self.session_view()))
+        return out.extend(self.mcp_list(options.tools)) if "tools" in patch else out
 
     @property
     def items(self) -> list[Item]:
@@ -169,6 +176,8 @@ class Session(ImageOutput):
             if ev.item.call_id not in functions.call_ids(self.items):
                 return self.error("invalid_value", f"no function call {ev.item.call_id!r}", ev.event_id, "item.call_id")
             return self.add_item(functions.output_item(ev.item), ev.previous_item_id, ev.event_id)
+        if isinstance(ev.item, McpApprovalResponseItem):
+            return self.mcp_approval(ev, self.add_item)
         if isinstance(ev.item, p.FunctionCallItem):
             call = functions.call_item(ev.item.call_id, ev.item.name, ev.item.arguments, "completed", ev.item.id)
             return self.add_item(call, ev.previous_item_id, ev.event_id)
@@ -309,7 +318,7 @@ class Session(ImageOutput):
         modalities = list(pick("output_modalities") or ["text"])
         where = "response" if opts.tools is not None or opts.tool_choice is not None else "session"
         try:
-            tools = functions.plan(pick("tools"), pick("tool_choice"), where)
+            tools, self.mcp.last_routes = self.mcp.plan(pick("tools"), pick("tool_choice"), where)
         except functions.ToolError as exc:
             return self.error("invalid_value", exc.message, ev.event_id, exc.param)
         action = StartResponse(
@@ -346,6 +355,10 @@ class Session(ImageOutput):
                 f"response {self.response.id} is still in progress",
                 ev.event_id,
             )
+        ev = self.mcp_strip(ev)
+        held = self.mcp_hold(ev)  # MCP listings it needs come first
+        if held is not None:
+            return held
         planned = self._plan(ev, _new_id("resp"), [])
         if isinstance(planned, Output):
             return planned
@@ -373,7 +386,10 @@ class Session(ImageOutput):
                 "usage": None,
             },
         )
-        out = self._out(created, actions=[action])
+        calls = self.mcp_begin(ev, action, self.mcp.last_routes)  # approved MCP calls run first
+        out = self._out(created, actions=[action] if calls is None else [])
+        if calls is not None:
+            out.extend(calls)
         if "image" in modalities:
             prompt = next((m["content"] for m in reversed(action.messages) if m["role"] == "user"), "")
             out.extend(self.image_request(rid, prompt))
@@ -431,6 +447,9 @@ class Session(ImageOutput):
         call = functions.parse(body, r.known_tools) if r is not None and r.id == response_id else None
         if r is None or call is None:
             return Output()  # late, or not a call of an offered tool: dropped, never shown
+        mcp = self.mcp_on_call(r.id, call)  # the gateway runs it (gateway.tools)
+        if mcp is not None:
+            return mcp
         item, events = functions.call_events(r.id, call, 1 + len(r.images) + len(r.calls), self.conversation.last_id)
         r.calls.append(item)
         return self._out(*events)
@@ -439,6 +458,9 @@ class Session(ImageOutput):
         r = self.response
         if r is None or r.id != response_id:
             return Output()  # already ended (cancel path)
+        calls = self.mcp_on_done(r.id, reason)  # MCP calls to run: the response goes on after them
+        if calls is not None:
+            return calls
         if reason == "stop":
             return self._finish(r, "completed", None, metrics, usage)
         if reason == "length":
@@ -465,6 +487,7 @@ class Session(ImageOutput):
         if self.response is not r:
             raise RuntimeError(f"expected active response {r.id}, found {self.response and self.response.id}")
         self.response = None
+        self.mcp_end(r)
         item = r.item("completed" if status == "completed" else "incomplete") if r.started else None
         if item is not None and r.store:  # the conversation keeps exactly the delivered text
             self.conversation.append(item)
