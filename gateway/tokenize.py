@@ -11,8 +11,11 @@ Not the engine's thread: a big prompt there would stall every running response's
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
-from typing import Protocol
+from typing import Any, Protocol, TypeVar
+
+T = TypeVar("T")
 
 
 class ChatTokenizer(Protocol):
@@ -34,3 +37,8 @@ async def chat_tokens(backend: ChatTokenizer, messages: list[dict[str, str]], ho
         return await asyncio.wrap_future(_POOL.submit(backend.chat_tokens, messages))
     finally:
         holder.tokenizing -= 1
+
+
+async def on_tokenizer_thread(fn: Callable[..., T], *args: Any) -> T:
+    """``fn(*args)`` on the tokenizer's one thread (any other use of the tokenizer, e.g. counting a tool's output)."""
+    return await asyncio.wrap_future(_POOL.submit(fn, *args))

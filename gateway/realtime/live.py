@@ -28,6 +28,7 @@ from ..filters import FILTER_FAILED, ResponseFilter
 from ..services import Services
 from ..sink import AsyncSink
 from ..tokenize import chat_tokens
+from ..tools.runner import McpRunner
 from ..uploads import REFUSALS, data_url_text, file_text
 from . import protocol as p
 from .actions import Action, CancelResponse, Output, StartImage, StartResponse
@@ -66,13 +67,11 @@ class Speculation:
 
     def serves(self, action: StartResponse) -> bool:
         """Is it exactly the generation ``action`` asks for (same prompt, same sampling)?"""
-        a = self.action
-        return (a.messages, a.sampling, a.scheduler, a.output_modalities) == (
-            action.messages,
-            action.sampling,
-            action.scheduler,
-            action.output_modalities,
-        )
+
+        def key(a: StartResponse) -> tuple[Any, ...]:
+            return (a.messages, a.sampling, a.scheduler, a.output_modalities)
+
+        return key(self.action) == key(action)
 
 
 class _Tokenizing:
@@ -123,6 +122,7 @@ class LiveSession:
         self._ignored: set[str] = set()  # dropped speculations: their late events mean nothing
         self._alias: dict[str, str] = {}  # an adopted speculation's job id → the response it became
         self.session.view_hook = self.media.describe
+        self.tools = McpRunner(self, self.session, services.config.tools, services.backend)  # MCP calls
         self._tasks: set[asyncio.Task[None]] = set()
         self._media_lock = asyncio.Lock()
         self.image_cancels: dict[str, list[threading.Event]] = {}  # response id → its image jobs
@@ -167,10 +167,13 @@ class LiveSession:
                 self.svc.metrics.cancels.inc()
             for flag in self.image_cancels.pop(action.response_id, []):
                 flag.set()  # denoising stops within one step
+            self.tools.cancel(action.response_id)
         elif isinstance(action, StartResponse):
             self._start(action)
         elif isinstance(action, StartImage):
             self._start_image(action)
+        else:  # MCP listings and calls (gateway.tools)
+            self.tools.act(action)
 
     def _start_image(self, action: StartImage) -> None:
         rid, item_id = action.response_id, action.item_id
@@ -491,6 +494,7 @@ class LiveSession:
         self._pump.cancel()
         for t in list(self._tasks):
             t.cancel()
+        self._spawn(self.tools.close())
         self.changed.set()
         if self.mirror is not None:
             self.mirror.wake()  # its last events, then its end, reach the store
