@@ -109,7 +109,7 @@ class Connection:
             return self.guard.refusal
         if isinstance(exc, BaseExceptionGroup) and exc.exceptions:
             return self._why(exc.exceptions[0])
-        return f"the server could not be reached ({type(exc).__name__})"
+        return f"the server could not be reached: {_message(exc)}"
 
     async def session(self) -> ClientSession:
         if self.ep.url is not None and self.guard.allowed is not None:
