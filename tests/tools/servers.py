@@ -10,6 +10,7 @@ MODE ``good`` (default): add, capital, sleep. MODE ``evil``: hang, flood, huge, 
 from __future__ import annotations
 
 import asyncio
+import json
 import os
 import sys
 from typing import Any
@@ -72,6 +73,11 @@ def evil() -> Any:
         os._exit(3)
 
     @mcp.tool()
+    def malformed() -> str:
+        """Answered by ``broken`` below with a result that breaks the protocol's schema."""
+        return "never seen"
+
+    @mcp.tool()
     def env() -> str:
         """The server's own environment variable names."""
         return ",".join(sorted(os.environ))
@@ -86,6 +92,39 @@ def logged(app: Any, log: str) -> Any:
         if scope["type"] == "http":
             out.write(f"{scope['method']} {scope['path']}\n")
         await app(scope, receive, send)
+
+    return wrapper
+
+
+def broken(app: Any) -> Any:
+    """Answers a call of the ``malformed`` tool with a JSON-RPC result of the wrong shape."""
+
+    async def wrapper(scope: dict[str, Any], receive: Any, send: Any) -> None:
+        if scope["type"] != "http" or scope["method"] != "POST":
+            await app(scope, receive, send)
+            return
+        body, more = b"", True
+        while more:
+            message = await receive()
+            body += message.get("body", b"")
+            more = message.get("more_body", False)
+        request = json.loads(body or b"{}")
+        if isinstance(request, dict) and (request.get("params") or {}).get("name") == "malformed":
+            answer = json.dumps({"jsonrpc": "2.0", "id": request["id"], "result": {"content": "not a list"}}).encode()
+            headers = [(b"content-type", b"application/json")]
+            await send({"type": "http.response.start", "status": 200, "headers": headers})
+            await send({"type": "http.response.body", "body": answer})
+            return
+        sent = False
+
+        async def replay() -> dict[str, Any]:
+            nonlocal sent
+            if sent:
+                return await receive()
+            sent = True
+            return {"type": "http.request", "body": body, "more_body": False}
+
+        await app(scope, replay, send)
 
     return wrapper
 
@@ -111,8 +150,10 @@ def main() -> None:
     mode = sys.argv[4] if len(sys.argv) > 4 else "good"
     if mode.startswith("redirect:"):
         app = redirect(mode.partition(":")[2])
+    elif mode == "evil":
+        app = broken(evil().streamable_http_app())
     else:
-        app = (evil() if mode == "evil" else good()).streamable_http_app()
+        app = good().streamable_http_app()
     uvicorn.run(logged(app, log), host="127.0.0.1", port=port, log_level="warning", lifespan="on")
 
 
