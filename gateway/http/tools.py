@@ -21,7 +21,7 @@ from models import constrain, toolcalls
 from models.toolcalls import ParsedCall, Tool
 
 from .errors import ApiError
-from .schemas import ChatRequest, NamedToolChoice
+from .schemas import ChatRequest, NamedToolChoice, ToolDef
 
 
 @dataclass(frozen=True)
@@ -36,10 +36,13 @@ def _bad(message: str, param: str) -> ApiError:
     return ApiError(400, "invalid_value", message, param)
 
 
-def plan(req: ChatRequest) -> ToolPlan:
-    """Check tools, tool_choice, response_format and tool-call history; ``ApiError`` names the field."""
+def plan(req: ChatRequest, extra: list[Tool] | None = None) -> ToolPlan:
+    """Check tools, tool_choice, response_format and tool-call history; ``ApiError`` names the field.
+    ``extra``: more tools to offer (MCP servers' tools, gateway.tools.chat), checked already."""
     tools: list[Tool] = []
     for i, t in enumerate(req.tools or []):
+        if not isinstance(t, ToolDef):  # an mcp server: its tools come in extra
+            continue
         params = t.function.parameters if t.function.parameters is not None else {"type": "object", "properties": {}}
         where = f"tools[{i}].function.parameters"
         try:
@@ -49,6 +52,7 @@ def plan(req: ChatRequest) -> ToolPlan:
         if any(x.name == t.function.name for x in tools):
             raise _bad(f"two tools are named {t.function.name!r}", f"tools[{i}].function.name")
         tools.append(Tool(t.function.name, t.function.description, params))
+    tools += extra or []
     for i, m in enumerate(req.messages):
         for j, c in enumerate(m.tool_calls or []):
             try:

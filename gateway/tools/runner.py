@@ -129,17 +129,7 @@ class McpRunner:
         self.host.send(self.session.mcp_result(a.response_id, a.item_id, output, error))
 
     async def cap(self, text: str) -> str:
-        """At most mcp_max_output_bytes, then mcp_max_output_tokens by the model's own tokenizer when it has one."""
-        c = self.config
-        text = policy.cap_output(text, c.mcp_max_output_bytes, c.mcp_max_output_bytes)  # bytes; tokens below
-        tok = self.tokenizer
-        if tok is None:
-            return policy.cap_output(text, c.mcp_max_output_bytes, c.mcp_max_output_tokens)
-        ids = await on_tokenizer_thread(tok.encode, text)
-        if len(ids) <= c.mcp_max_output_tokens:
-            return text
-        head = await on_tokenizer_thread(tok.decode, ids[: c.mcp_max_output_tokens - 8])  # room for the note
-        return head + policy.TRUNCATED
+        return await capped(self.config, self.tokenizer, text)
 
     async def close(self) -> None:
         for tasks in list(self.tasks.values()):
@@ -147,3 +137,16 @@ class McpRunner:
                 task.cancel()
         conns, self.connections = list(self.connections.values()), {}
         await asyncio.gather(*(c.close() for c in conns), return_exceptions=True)
+
+
+async def capped(c: ToolsConfig, tokenizer: Any, text: str) -> str:
+    """At most mcp_max_output_bytes, then mcp_max_output_tokens by the model's own tokenizer when it has one
+    (``encode`` / ``decode``; else estimated from the bytes)."""
+    text = policy.cap_output(text, c.mcp_max_output_bytes, c.mcp_max_output_bytes)  # bytes; tokens below
+    if not (hasattr(tokenizer, "encode") and hasattr(tokenizer, "decode")):
+        return policy.cap_output(text, c.mcp_max_output_bytes, c.mcp_max_output_tokens)
+    ids = await on_tokenizer_thread(tokenizer.encode, text)
+    if len(ids) <= c.mcp_max_output_tokens:
+        return text
+    head = await on_tokenizer_thread(tokenizer.decode, ids[: c.mcp_max_output_tokens - 8])  # room for the note
+    return str(head) + policy.TRUNCATED
