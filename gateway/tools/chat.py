@@ -37,7 +37,7 @@ class ChatMcp:
         self.routes: dict[str, str] = {}  # tool name → server label
         self.calls = 0  # calls run for this request
 
-    async def list(self, taken: set[str]) -> None:
+    async def list_all(self, taken: set[str]) -> None:
         """Every server's tools (schemas the grammar compiles, names not taken); ``ApiError`` 502 when one fails."""
         for label, conn in self.connections.items():
             try:
@@ -110,7 +110,7 @@ async def open_for(svc: Services, tools: list[Any] | None, stream: bool, taken: 
         raise ApiError(400, "unsupported_value", "mcp tools answer with stream: false only", "stream")
     mcp = ChatMcp(svc, list(dict.fromkeys(names)))
     try:
-        await mcp.list(taken)
+        await mcp.list_all(taken)
     except BaseException:
         await mcp.close()
         raise

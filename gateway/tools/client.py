@@ -119,7 +119,10 @@ class Connection:
                 raise CallFailed("http_error", str(exc)) from None
         if self._task is None:
             self._task = asyncio.create_task(self._serve(), name=f"mcp-{self.ep.label}")
-        return await self._bounded(asyncio.shield(self._ready), self.limits.connect_timeout_s, "connecting")
+        session: ClientSession = await self._bounded(
+            asyncio.shield(self._ready), self.limits.connect_timeout_s, "connecting"
+        )
+        return session
 
     async def _bounded(self, aw: Any, limit_s: float, doing: str) -> Any:
         """``aw`` within ``limit_s``, or sooner the guard's refusal; failures as ``CallFailed``."""
@@ -148,11 +151,8 @@ class Connection:
         tools: list[dict[str, Any]] = []
         cursor: str | None = None
         for _ in range(16):  # pages, bounded
-            page = await self._bounded(
-                session.list_tools(cursor=cursor) if cursor else session.list_tools(),
-                self.limits.call_timeout_s,
-                "listing",
-            )
+            params = types.PaginatedRequestParams(cursor=cursor) if cursor else None
+            page = await self._bounded(session.list_tools(params=params), self.limits.call_timeout_s, "listing")
             for t in page.tools:
                 tools.append(
                     {
