@@ -62,9 +62,11 @@ def start_mcp() -> tuple[subprocess.Popen[bytes], str]:
 
 async def until(ws: Any, type_: str) -> tuple[dict[str, Any], float]:
     while True:
-        ev = json.loads(await asyncio.wait_for(ws.recv(), 120))
+        ev = json.loads(await asyncio.wait_for(ws.recv(), 300))
         if ev["type"] == "error":
             raise RuntimeError(ev["error"])
+        if ev["type"] == "response.done" and type_ != "response.done":
+            raise RuntimeError(f"the response ended before {type_}: {ev['response']['status_details']}")
         if ev["type"] == type_:
             return ev, time.perf_counter()
 
@@ -90,7 +92,7 @@ async def run(addr: str, url: str, rounds: int) -> dict[str, list[float]]:
                 choice = {"type": "mcp", "server_label": "calc", "name": "add"}
                 await ws.send(
                     json.dumps(
-                        {"type": "response.create", "response": {"tool_choice": choice, "max_output_tokens": 16}}
+                        {"type": "response.create", "response": {"tool_choice": choice, "max_output_tokens": 96}}
                     )
                 )
                 _, start = await until(ws, "response.mcp_call.in_progress")

@@ -203,3 +203,21 @@ async def test_a_redirect_to_a_disallowed_address_is_refused(tiny_backend, serve
         assert hop.requests() and len(mcp_http.requests()) == before  # the hop was asked; the target never
     finally:
         stop(hop)
+
+
+async def test_a_forced_call_from_a_model_that_knows_nothing_of_tools_still_parses(
+    tiny_backend, server_factory, mcp_http
+):
+    """The random-init tiny model writes whatever the grammar lets through: the arguments of the forced call
+    decode under the tool's JSON schema, so the call always happens and the server accepts it."""
+    with server_factory(tiny_backend, **NO_AUDIO, **{"tools.mcp_allowed_urls": [mcp_http.url]}) as addr:
+        manager, conn, seen = await open_session(addr, [tool(mcp_http)])
+        try:
+            await until(conn, "mcp_list_tools.completed", seen)
+            done = await ask(conn, "Add two numbers", seen, **forced("add"), max_output_tokens=200)
+        finally:
+            await manager.__aexit__(None, None, None)
+    (item,) = [o for o in done.output if o.type == "mcp_call"]
+    args = json.loads(item.arguments)
+    assert set(args) == {"a", "b"} and all(isinstance(v, int) for v in args.values())
+    assert item.error is None and item.output == str(args["a"] + args["b"])  # the server computed it
