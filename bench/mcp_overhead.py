@@ -92,7 +92,7 @@ async def run(addr: str, url: str, rounds: int) -> dict[str, list[float]]:
                 choice = {"type": "mcp", "server_label": "calc", "name": "add"}
                 await ws.send(
                     json.dumps(
-                        {"type": "response.create", "response": {"tool_choice": choice, "max_output_tokens": 96}}
+                        {"type": "response.create", "response": {"tool_choice": choice, "max_output_tokens": 48}}
                     )
                 )
                 _, start = await until(ws, "response.mcp_call.in_progress")
