@@ -67,11 +67,8 @@ class Speculation:
 
     def serves(self, action: StartResponse) -> bool:
         """Is it exactly the generation ``action`` asks for (same prompt, same sampling)?"""
-
-        def key(a: StartResponse) -> tuple[Any, ...]:
-            return (a.messages, a.sampling, a.scheduler, a.output_modalities)
-
-        return key(self.action) == key(action)
+        same = ("messages", "sampling", "scheduler", "output_modalities")
+        return all(getattr(self.action, f) == getattr(action, f) for f in same)
 
 
 class _Tokenizing:
