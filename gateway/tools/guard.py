@@ -40,10 +40,12 @@ class Guard:
             return t.host, t.host
         try:
             rule = policy.check_url(url, self.allowed)
-            host = policy.split(url).host
-            port = policy.split(url).port
-            infos = await asyncio.get_running_loop().getaddrinfo(host, port, type=socket.SOCK_STREAM)
-            addresses = [str(info[4][0]) for info in infos]
+            host, port = policy.split(url).host, policy.split(url).port
+            if policy.is_address(host):  # nothing to resolve (a resolver thread costs ms on a busy box)
+                addresses = [host]
+            else:
+                infos = await asyncio.get_running_loop().getaddrinfo(host, port, type=socket.SOCK_STREAM)
+                addresses = [str(info[4][0]) for info in infos]
             if not addresses:
                 raise policy.PolicyError("the server's name has no address")
             for address in addresses:

@@ -97,6 +97,10 @@ def _literal(host: str) -> ipaddress.IPv4Address | ipaddress.IPv6Address | None:
         return None
 
 
+def is_address(host: str) -> bool:
+    return _literal(host) is not None
+
+
 def check_address(address: str, rule_host: str) -> None:
     """May a connection admitted by an entry whose host is ``rule_host`` go to ``address`` (resolved)?
 

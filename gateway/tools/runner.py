@@ -143,6 +143,8 @@ async def capped(c: ToolsConfig, tokenizer: Any, text: str) -> str:
     """At most mcp_max_output_bytes, then mcp_max_output_tokens by the model's own tokenizer when it has one
     (``encode`` / ``decode``; else estimated from the bytes)."""
     text = policy.cap_output(text, c.mcp_max_output_bytes, c.mcp_max_output_bytes)  # bytes; tokens below
+    if len(text.encode("utf-8")) <= c.mcp_max_output_tokens:  # a token is at least a byte: nothing to count
+        return text
     if not (hasattr(tokenizer, "encode") and hasattr(tokenizer, "decode")):
         return policy.cap_output(text, c.mcp_max_output_bytes, c.mcp_max_output_tokens)
     ids = await on_tokenizer_thread(tokenizer.encode, text)
