@@ -337,6 +337,39 @@ class WebRtcConfig(_Frozen):
         return self
 
 
+class McpServerConfig(_Frozen):
+    """One MCP server the gateway's own configuration names (sessions refer to it by its label)."""
+
+    url: str | None = None  # Streamable HTTP endpoint (trusted: the allow-list is for client-supplied URLs)
+    headers: dict[str, str] = {}  # sent with every request to url (never logged or echoed)
+    command: str | None = None  # stdio: the server's executable (an absolute path; it starts with an empty PATH)
+    args: tuple[str, ...] = ()  # stdio: its arguments
+    env: dict[str, str] = {}  # stdio: its whole environment (nothing of the gateway's is passed on)
+    cwd: str | None = None  # stdio: its working folder
+
+    @model_validator(mode="after")
+    def _one_transport(self) -> McpServerConfig:
+        if (self.url is None) == (self.command is None):
+            raise ValueError("an MCP server needs exactly one of url (Streamable HTTP) and command (stdio)")
+        return self
+
+
+class ToolsConfig(_Frozen):
+    mcp_servers: dict[str, McpServerConfig] = {}  # label → a server sessions and Chat Completions may name
+    # client-supplied server_url must fall under one of these URLs (scheme, host, port, path prefix; a host
+    # "*.example.com" allows its subdomains). Empty: clients can name configured servers only. A name that
+    # resolves to an internal address is refused; an entry whose host is that address itself allows it.
+    mcp_allowed_urls: tuple[str, ...] = ()
+    mcp_connect_timeout_s: float = Field(default=5.0, gt=0, le=60)  # reaching a server and its handshake
+    mcp_call_timeout_s: float = Field(default=20.0, gt=0, le=600)  # one tool call, or one listing
+    mcp_list_ttl_s: float = Field(default=300.0, ge=0, le=86400)  # a session reuses a server's listing this long
+    mcp_max_calls_per_response: int = Field(default=8, ge=1, le=64)  # tool calls one response may run
+    mcp_max_output_bytes: int = Field(default=64 * 1024, ge=256, le=1024 * 1024)  # of a result the model reads
+    mcp_max_output_tokens: int = Field(default=2048, ge=16, le=32768)  # of a result the model reads
+    mcp_max_response_bytes: int = Field(default=4 * 1024 * 1024, ge=4096, le=64 * 1024 * 1024)  # one HTTP answer
+    mcp_max_tools: int = Field(default=64, ge=1, le=512)  # tools taken from one server's listing
+
+
 class Config(_Frozen):
     server: ServerConfig = ServerConfig()
     model: ModelConfig = ModelConfig()
@@ -351,6 +384,7 @@ class Config(_Frozen):
     limits: LimitsConfig = LimitsConfig()
     files: FilesConfig = FilesConfig()
     webrtc: WebRtcConfig = WebRtcConfig()
+    tools: ToolsConfig = ToolsConfig()  # server-side tools (MCP), docs/TOOLS.md
     filters: tuple[str, ...] = ()  # "module:callable" chunk filters run on each chunk before it is sent
 
     @model_validator(mode="after")

@@ -29,6 +29,7 @@ from .metrics import Metrics
 from .realtime.bigframes import FrameParser
 from .realtime.registry import SessionRegistry
 from .realtime.session import SessionDefaults
+from .tools.state import McpPolicy
 
 # (drafter, verifier) for one response, or (None, None): see models.speculative
 Drafting = tuple[Any, Any]
@@ -93,6 +94,13 @@ class Services:
             # truncation estimates: local models only (a remote engine's tokenizer is not ours to count with)
             max_context=local.max_context if local is not None and countable else 0,
             count_tokens=self._count_tokens if countable else None,
+            mcp=McpPolicy(
+                allowed_urls=c.tools.mcp_allowed_urls,
+                servers=tuple(c.tools.mcp_servers),
+                list_ttl_s=c.tools.mcp_list_ttl_s,
+                max_calls_per_response=c.tools.mcp_max_calls_per_response,
+                max_tools=c.tools.mcp_max_tools,
+            ),
         )
 
     def _count_tokens(self, text: str) -> int:

@@ -13,7 +13,9 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
-from typing import Protocol
+from typing import Any, Protocol, TypeVar
+
+T = TypeVar("T")
 
 
 class ChatTokenizer(Protocol):
@@ -56,3 +58,8 @@ async def text_tokens(encode: Callable[[str], list[int]], texts: list[str], hold
         return await asyncio.wrap_future(_POOL.submit(lambda: [encode(t) for t in texts]))
     finally:
         holder.tokenizing -= 1
+
+
+async def on_tokenizer_thread(fn: Callable[..., T], *args: Any) -> T:
+    """``fn(*args)`` on the tokenizer's one thread (any other use of the tokenizer, e.g. counting a tool's output)."""
+    return await asyncio.wrap_future(_POOL.submit(fn, *args))

@@ -102,6 +102,14 @@ class ToolDef(_Strict):
     function: FunctionDef
 
 
+class McpToolDef(_Strict):
+    """An extension: a server of the gateway's ``tools.mcp_servers`` whose tools the gateway runs itself."""
+
+    model_config = ConfigDict(extra="ignore", strict=True)
+    type: Literal["mcp"]
+    server_label: str = Field(min_length=1, max_length=64)
+
+
 class NamedFunction(_Strict):
     name: str
 
@@ -161,7 +169,7 @@ class ChatRequest(SamplingRequest):
     messages: list[Message] = Field(min_length=1)
     max_tokens: int | None = Field(None, ge=1)
     max_completion_tokens: int | None = Field(None, ge=1)
-    tools: list[ToolDef] | None = Field(None, max_length=128)
+    tools: list[ToolDef | McpToolDef] | None = Field(None, max_length=128)
     tool_choice: Literal["none", "auto", "required"] | NamedToolChoice | None = None
     parallel_tool_calls: StrictBool = True
     response_format: ResponseFormat | None = None

@@ -15,17 +15,18 @@ from starlette.responses import JSONResponse, Response
 from models.decode import ContextOverflow, DecodeJob, Done, JobEvents
 from models.engine import EngineBusy, Handle
 from models.remote import RemoteJob
-from models.toolcalls import TOOL_TAGS
+from models.toolcalls import TOOL_TAGS, ParsedCall
 
 from ..filters import CONTENT_FILTER, FILTER_FAILED, ResponseFilter
 from ..grammars import CompileBusy, off_loop
 from ..services import Services
 from ..sink import AsyncSink
 from ..tokenize import chat_tokens
+from ..tools import chat as mcp_chat
 from . import chat_audio, shapes, tools
 from .content import chat_messages
 from .errors import ApiError, busy, error_body
-from .schemas import ChatRequest, parse, read_body
+from .schemas import ChatRequest, ToolDef, parse, read_body
 from .stream import CompletionStore, CompletionStream, SseResponse, dumps
 
 log = logging.getLogger("stream_omni.http")
@@ -68,19 +69,37 @@ async def create(svc: Services, store: CompletionStore, request: Request, owner:
     if not svc.engine_has_room():
         raise busy()
     tools.check_budget(req)  # before any compilation, and cheap
+    functions = {t.function.name for t in req.tools or [] if isinstance(t, ToolDef)}
+    mcp = await mcp_chat.open_for(svc, req.tools, req.stream, functions)  # configured MCP servers, listed
     try:
-        plan = await off_loop(tools.plan, req) if req.tools or req.response_format else tools.plan(req)
-        speech = chat_audio.plan(svc, req)  # modalities audio: the answer is spoken too
-        messages = tools.messages(await chat_messages(svc, req.messages, owner), plan)
-        constraint = await off_loop(tools.constraint, svc.backend, plan) if plan.grammar else None
-    except CompileBusy:
-        raise busy("too many schemas are being compiled; retry shortly") from None
-    prompt = await chat_tokens(svc.backend, messages, svc) if svc.tokenizes else None  # off the loop
-    job = _job(svc, req, messages, prompt, constraint)
-    header = shapes.Header(f"chatcmpl-{secrets.token_hex(16)}", int(time.time()), svc.backend.name)
-    if req.stream:
-        return _start_stream(svc, store, owner, req, job, header, plan, speech)
-    return await _complete(svc, request, job, header, plan, speech)
+        try:
+            extra = mcp.tools if mcp else None
+            plan = await off_loop(tools.plan, req, extra) if req.tools or req.response_format else tools.plan(req)
+            speech = chat_audio.plan(svc, req)  # modalities audio: the answer is spoken too
+            turns = await chat_messages(svc, req.messages, owner)
+            messages = tools.messages(turns, plan)
+            constraint = await off_loop(tools.constraint, svc.backend, plan) if plan.grammar else None
+        except CompileBusy:
+            raise busy("too many schemas are being compiled; retry shortly") from None
+        prompt = await chat_tokens(svc.backend, messages, svc) if svc.tokenizes else None  # off the loop
+        job = _job(svc, req, messages, prompt, constraint)
+        header = shapes.Header(f"chatcmpl-{secrets.token_hex(16)}", int(time.time()), svc.backend.name)
+        if req.stream:
+            return _start_stream(svc, store, owner, req, job, header, plan, speech)
+        while mcp is not None:  # the gateway runs the MCP calls of each answer, then the model goes on
+            response, text, calls = await _complete(svc, request, job, header, plan, speech)
+            ours = [c for c in calls if c.name in mcp.routes]
+            if not ours or len(ours) < len(calls):  # no MCP call, or the client's own functions to call too
+                return response
+            turns += await mcp.run(text, ours)
+            plan = tools.ToolPlan([] if mcp.spent else plan.tools, plan.known, None, True)  # forced once
+            messages = tools.messages(turns, plan)
+            prompt = await chat_tokens(svc.backend, messages, svc) if svc.tokenizes else None
+            job = _job(svc, req, messages, prompt)
+        return (await _complete(svc, request, job, header, plan, speech))[0]
+    finally:
+        if mcp is not None:
+            await mcp.close()
 
 
 def _job(
@@ -152,7 +171,8 @@ def _cancel(svc: Services, handle: Handle) -> Callable[[], None]:
 
 async def _complete(
     svc: Services, request: Request, job: Job, h: shapes.Header, plan: tools.ToolPlan, speech: Any = None
-) -> Response:
+) -> tuple[Response, str, list[ParsedCall]]:
+    """The response, and the answer's text and calls (for the MCP rounds)."""
     handle, queue = _submit(svc, job, h.id)
     flt = ResponseFilter(svc.filters, None, h.id)
     collect = asyncio.create_task(_collect(queue, flt, handle))
@@ -167,16 +187,16 @@ async def _complete(
         handle.cancel()  # no-op when finished; never leaves a job running if this task is cancelled
     _finished(svc, done)
     if flt.error is not None:
-        return JSONResponse(error_body(500, FILTER_FAILED, flt.error), status_code=500)
+        return JSONResponse(error_body(500, FILTER_FAILED, flt.error), status_code=500), text, []
     if flt.stopped:
-        return JSONResponse(shapes.completion(h, text, CONTENT_FILTER, done.metrics))
+        return JSONResponse(shapes.completion(h, text, CONTENT_FILTER, done.metrics)), text, []
     if done.reason == "cancelled":
-        return Response(status_code=499)  # nobody is listening
+        return Response(status_code=499), text, []  # nobody is listening
     if done.reason not in shapes.FINISH:
         code = _error_code(done)
         status = FAILED_STATUS.get(code, 500)
         headers = {"Retry-After": "1"} if code == "server_busy" else None
-        return JSONResponse(error_body(status, code, _FAILED[code]), status_code=status, headers=headers)
+        return JSONResponse(error_body(status, code, _FAILED[code]), status_code=status, headers=headers), text, []
     calls = tools.parse(bodies, plan)
     body = shapes.completion(h, text, "tool_calls" if calls else shapes.FINISH[done.reason], done.metrics)
     if calls:
@@ -185,7 +205,7 @@ async def _complete(
         message["content"] = text.strip() or None
     elif speech is not None:
         await chat_audio.attach(svc, body, text, speech)
-    return JSONResponse(body)
+    return JSONResponse(body), text, calls
 
 
 async def _collect(

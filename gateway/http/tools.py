@@ -21,7 +21,7 @@ from models import constrain, schema_budget, toolcalls
 from models.toolcalls import ParsedCall, Tool
 
 from .errors import ApiError
-from .schemas import ChatRequest, NamedToolChoice
+from .schemas import ChatRequest, NamedToolChoice, ToolDef
 
 
 @dataclass(frozen=True)
@@ -42,7 +42,7 @@ def check_budget(req: ChatRequest) -> None:
     schemas: list[tuple[str, Any]] = [
         (f"tools[{i}].function.parameters", t.function.parameters)
         for i, t in enumerate(req.tools or [])
-        if t.function.parameters is not None
+        if isinstance(t, ToolDef) and t.function.parameters is not None
     ]
     fmt = req.response_format
     if fmt is not None and fmt.json_schema is not None and fmt.json_schema.schema_ is not None:
@@ -53,12 +53,15 @@ def check_budget(req: ChatRequest) -> None:
         raise ApiError(400, "schema_too_complex", exc.message, exc.param) from None
 
 
-def plan(req: ChatRequest) -> ToolPlan:
+def plan(req: ChatRequest, extra: list[Tool] | None = None) -> ToolPlan:
     """Check tools, tool_choice, response_format and tool-call history; ``ApiError`` names the field.
+    ``extra``: more tools to offer (MCP servers' tools, gateway.tools.chat), checked already.
     Compiles the schemas (cached by hash): run it off the event loop (``gateway.grammars``)."""
     check_budget(req)
     tools: list[Tool] = []
     for i, t in enumerate(req.tools or []):
+        if not isinstance(t, ToolDef):  # an mcp server: its tools come in extra
+            continue
         params = t.function.parameters if t.function.parameters is not None else {"type": "object", "properties": {}}
         where = f"tools[{i}].function.parameters"
         try:
@@ -68,6 +71,7 @@ def plan(req: ChatRequest) -> ToolPlan:
         if any(x.name == t.function.name for x in tools):
             raise _bad(f"two tools are named {t.function.name!r}", f"tools[{i}].function.name")
         tools.append(Tool(t.function.name, t.function.description, params))
+    tools += extra or []
     for i, m in enumerate(req.messages):
         for j, c in enumerate(m.tool_calls or []):
             try:

@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+from ..tools.actions import CallTool, ListTools
 from . import functions
 
 
@@ -34,7 +35,7 @@ class StartImage:
     prompt: str
 
 
-Action = StartResponse | CancelResponse | StartImage  # what the I/O layer must do
+Action = StartResponse | CancelResponse | StartImage | ListTools | CallTool  # what the I/O layer must do
 
 
 @dataclass

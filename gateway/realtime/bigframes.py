@@ -75,7 +75,11 @@ def check_schema_budget(ev: Any) -> None:
         where, tools = "response", ev.response.tools
     else:
         return
-    schemas = [(f"{where}.tools[{i}].parameters", t.parameters) for i, t in enumerate(tools or []) if t.parameters]
+    schemas = [
+        (f"{where}.tools[{i}].parameters", t.parameters)
+        for i, t in enumerate(tools or [])
+        if isinstance(t, p.FunctionTool) and t.parameters
+    ]
     try:
         schema_budget.check(schemas, schema_budget.SchemaBudget(), len(tools or []), f"{where}.tools")
     except schema_budget.TooComplex as exc:

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from ..tools.events import messages as mcp_messages
+
 Item = dict[str, Any]  # a realtime.item as sent on the wire: {id, type, role, status, content: [...]}
 
 
@@ -74,8 +76,12 @@ class Conversation:
         an assistant turn's ``tool_calls``, their outputs are ``tool`` turns (models.toolcalls renders both).
         ``skip``: ids of items truncated out of the model's context (gateway.realtime.truncation)."""
         msgs: list[dict[str, Any]] = [{"role": "system", "content": system}] if system else []
+        requests = {i["id"]: i for i in self.items if i.get("type") == "mcp_approval_request"}
         for item in self.items:
             if item["id"] in skip:
+                continue
+            if str(item.get("type")).startswith("mcp_"):  # server-side tools (gateway.tools)
+                msgs.extend(mcp_messages(item, requests))
                 continue
             if item.get("type") == "function_call":
                 call = {"name": item["name"], "arguments": item["arguments"]}

@@ -74,6 +74,8 @@ class ItemEvents:
         if isinstance(ev.item, p.FunctionCallItem):
             call = functions.call_item(ev.item.call_id, ev.item.name, ev.item.arguments, "completed", ev.item.id)
             return self.add_item(call, ev.previous_item_id, ev.event_id)
+        if not isinstance(ev.item, p.MessageItem):  # an MCP approval answer: Session routes it (gateway.tools)
+            return self.error("invalid_value", f"unexpected item type {ev.item.type!r}", ev.event_id, "item.type")
         try:
             item = _message(ev.item, "item")
         except ItemError as exc:

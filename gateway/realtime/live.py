@@ -29,6 +29,7 @@ from ..grammars import CompileBusy, off_loop
 from ..services import Services
 from ..sink import AsyncSink
 from ..tokenize import chat_tokens
+from ..tools.runner import McpRunner
 from ..uploads import REFUSALS, data_url_text, file_text
 from . import protocol as p
 from .actions import Action, CancelResponse, Output, StartImage, StartResponse
@@ -106,6 +107,7 @@ class LiveSession:
         self._ignored: set[str] = set()  # dropped speculations: their late events mean nothing
         self._alias: dict[str, str] = {}  # an adopted speculation's job id → the response it became
         self.session.view_hook = self.media.describe
+        self.tools = McpRunner(self, self.session, services.config.tools, services.backend)  # MCP calls
         self._tasks: set[asyncio.Task[None]] = set()
         self._media_lock = asyncio.Lock()
         self.image_cancels: dict[str, list[threading.Event]] = {}  # response id → its image jobs
@@ -160,12 +162,15 @@ class LiveSession:
             for flag in self.image_cancels.pop(action.response_id, []):
                 flag.set()  # denoising stops within one step
             self.speaker.cancel(action.response_id)  # deltas and synthesis stop now
+            self.tools.cancel(action.response_id)
         elif isinstance(action, Speak):
             self.speaker.submit(action)
         elif isinstance(action, StartResponse):
             self._start(action)
         elif isinstance(action, StartImage):
             self._start_image(action)
+        else:  # MCP listings and calls (gateway.tools)
+            self.tools.act(action)
 
     def _start_image(self, action: StartImage) -> None:
         rid, item_id = action.response_id, action.item_id
@@ -491,6 +496,7 @@ class LiveSession:
         self._pump.cancel()
         for t in list(self._tasks):
             t.cancel()
+        self._spawn(self.tools.close())
         self.changed.set()
         if self.mirror is not None:
             self.mirror.wake()  # its last events, then its end, reach the store

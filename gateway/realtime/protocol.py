@@ -17,6 +17,7 @@ import numpy as np
 from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError, model_validator
 
 from ..options import SchedulerOptions
+from ..tools.wire import McpApprovalResponseItem, McpTool, NamedMcpTool
 
 MAX_JSON_DEPTH = 32  # a nesting limit far below any parser's recursion limit
 NOT_UTF8 = "invalid_utf8"  # a big text frame handed over undecoded (gateway.wsreader) was not UTF-8: closed 1007
@@ -86,11 +87,11 @@ class NamedTool(_Lenient):
     name: str
 
 
-ToolChoice = Literal["auto", "none", "required"] | NamedTool
+ToolChoice = Literal["auto", "none", "required"] | NamedTool | NamedMcpTool
 
 
 class ToolOptions(SamplingOptions):
-    tools: list[FunctionTool] | None = Field(default=None, max_length=128)
+    tools: list[FunctionTool | McpTool] | None = Field(default=None, max_length=128)
     tool_choice: ToolChoice | None = None
     parallel_tool_calls: bool | None = None  # false: at most one call per response
 
@@ -240,7 +241,7 @@ class SessionUpdate(_ClientEvent):
 class ItemCreate(_ClientEvent):
     type: Literal["conversation.item.create"]
     previous_item_id: str | None = None
-    item: MessageItem | FunctionCallItem | FunctionCallOutputItem
+    item: MessageItem | FunctionCallItem | FunctionCallOutputItem | McpApprovalResponseItem
 
 
 class ItemTruncate(_ClientEvent):
@@ -402,7 +403,7 @@ def parse(raw: str | bytes, max_depth: int = MAX_JSON_DEPTH) -> Any:
         raise ProtocolError("invalid_value", f"{loc or 'event'}: {first['msg']}", event_id, loc) from None
 
 
-def _item_chars(item: MessageItem | FunctionCallItem | FunctionCallOutputItem) -> int:
+def _item_chars(item: object) -> int:
     if isinstance(item, MessageItem):
         return sum(
             len(c.text) if isinstance(c, InputText) else len(c.transcript or "") if isinstance(c, InputAudio) else 0

@@ -17,6 +17,9 @@ from typing import Any
 from models import toolcalls
 
 from ..options import SchedulerOptions
+from ..tools.session import McpOutput
+from ..tools.state import McpPolicy, McpState
+from ..tools.wire import McpApprovalResponseItem
 from . import functions, truncation
 from . import protocol as p
 from .actions import Action, CancelResponse, Output, StartResponse
@@ -54,9 +57,10 @@ class SessionDefaults:
     voices: tuple[str, ...] = ()  # installed voices (audio.output.voice)
     max_context: int = 0  # the model's context in tokens; 0: unknown (no truncation)
     count_tokens: Callable[[str], int] | None = None  # a text's tokens (truncation's estimates)
+    mcp: McpPolicy = field(default_factory=McpPolicy)  # what MCP servers it may reach (config tools)
 
 
-class Session(ImageOutput, SpeechOutput, ItemEvents):
+class Session(ImageOutput, SpeechOutput, McpOutput, ItemEvents):
     def __init__(self, defaults: SessionDefaults, stamp: Callable[[dict[str, Any]], dict[str, Any]]):
         """``stamp`` gives each outgoing event its ``seq`` (and records it for replay)."""
         self.id = _new_id("sess")
@@ -73,6 +77,7 @@ class Session(ImageOutput, SpeechOutput, ItemEvents):
             scheduler=SchedulerOptions(**defaults.scheduler) if defaults.scheduler else None,
         )
         self.conversation = Conversation(defaults.max_items)
+        self.mcp = McpState(defaults.mcp)
         self.response: ResponseState | None = None
         self.spoken: dict[str, SpokenItem] = {}  # spoken assistant items: what truncating them needs
         self._pending: set[str] = set()  # items whose content is still being made (see item_pending)
@@ -154,6 +159,7 @@ class Session(ImageOutput, SpeechOutput, ItemEvents):
             return self.error(
                 "model_not_found", f"model {ev.session.model!r} is not served here", ev.event_id, "session.model"
             )
+        ev = self.mcp_strip(ev)
         patch = ev.session.model_dump(exclude_unset=True)
         merged = self.options.model_dump(exclude_unset=False)
         for key, value in patch.items():
@@ -168,11 +174,17 @@ class Session(ImageOutput, SpeechOutput, ItemEvents):
         try:
             # the tools' schemas only: tool_choice against the tools is checked when a response uses them, as
             # LiveKit (written against OpenAI) sends tool_choice in its first session.update, its tools in a later one
-            functions.plan(options.tools, None, "session")
+            self.mcp.plan(options.tools, None, "session")
         except functions.ToolError as exc:  # the session keeps its options
             return self.error("invalid_value", exc.message, ev.event_id, exc.param)
         self.options = options
-        return self._out(p.server_event("session.updated", session=self.session_view()))
+        out = self._out(p.server_event("session.updated", session=self.session_view()))
+        return out.extend(self.mcp_list(options.tools)) if "tools" in patch else out
+
+    def _on_conversation_item_create(self, ev: p.ItemCreate) -> Output:
+        if isinstance(ev.item, McpApprovalResponseItem):  # answers a pending MCP call (gateway.tools)
+            return self.mcp_approval(ev, self.add_item)
+        return super()._on_conversation_item_create(ev)  # type: ignore[no-any-return]
 
     def _on_conversation_item_truncate(self, ev: p.ItemTruncate) -> Output:
         r = self.response
@@ -231,7 +243,8 @@ class Session(ImageOutput, SpeechOutput, ItemEvents):
             modalities = ["audio"] if self.defaults.speech is not None else ["text"]
         where = "response" if opts.tools is not None or opts.tool_choice is not None else "session"
         try:
-            tools = functions.plan(pick("tools"), pick("tool_choice"), where, pick("parallel_tool_calls") is not False)
+            parallel = pick("parallel_tool_calls") is not False
+            tools, self.mcp.last_routes = self.mcp.plan(pick("tools"), pick("tool_choice"), where, parallel)
         except functions.ToolError as exc:
             return self.error("invalid_value", exc.message, ev.event_id, exc.param)
         if opts.input is not None:  # out-of-band context: the given items only
@@ -278,10 +291,14 @@ class Session(ImageOutput, SpeechOutput, ItemEvents):
                 f"response {self.response.id} is still in progress",
                 ev.event_id,
             )
+        ev = self.mcp_strip(ev)
         audio_opts = ev.response.audio if ev.response is not None else None
         refused = check_output(audio_opts.output if audio_opts else None, self.defaults.voices, "response")
         if refused is not None:
             return self.error("invalid_value", refused[0], ev.event_id, refused[1])
+        held = self.mcp_hold(ev)  # MCP listings it needs come first
+        if held is not None:
+            return held
         planned = self._plan(ev, _new_id("resp"), [])
         if isinstance(planned, Output):
             return planned
@@ -312,7 +329,10 @@ class Session(ImageOutput, SpeechOutput, ItemEvents):
                 "usage": None,
             },
         )
-        out = self._out(created, actions=[action])
+        calls = self.mcp_begin(ev, action, self.mcp.last_routes)  # approved MCP calls run first
+        out = self._out(created, actions=[action] if calls is None else [])
+        if calls is not None:
+            out.extend(calls)
         if "image" in modalities:
             prompt = next((m["content"] for m in reversed(action.messages) if m["role"] == "user"), "")
             out.extend(self.image_request(rid, prompt))
@@ -392,6 +412,9 @@ class Session(ImageOutput, SpeechOutput, ItemEvents):
             return Output()  # late, or not a call of an offered tool: dropped, never shown
         if r.calls and not r.parallel:
             return Output()  # parallel_tool_calls false: the first call only
+        mcp = self.mcp_on_call(r.id, call)  # the gateway runs it (gateway.tools)
+        if mcp is not None:
+            return mcp
         item, events = functions.call_events(r.id, call, r.take_index, self.conversation.last_id)
         r.calls.append(item)
         if r.store:
@@ -404,6 +427,9 @@ class Session(ImageOutput, SpeechOutput, ItemEvents):
         r = self.response
         if r is None or r.id != response_id:
             return Output()  # already ended (cancel path)
+        calls = self.mcp_on_done(r.id, reason)  # MCP calls to run: the response goes on after them
+        if calls is not None:
+            return calls
         if reason == "stop":
             return self._finish(r, "completed", None, metrics, usage)
         if reason == "length":
@@ -430,6 +456,7 @@ class Session(ImageOutput, SpeechOutput, ItemEvents):
         if self.response is not r:
             raise RuntimeError(f"expected active response {r.id}, found {self.response and self.response.id}")
         self.response = None
+        self.mcp_end(r)
         # a reply of whitespace alone is still a reply, unless it only separated calls (or was never delivered)
         # (spoken, whitespace says nothing)
         held = r.held and not r.calls and status != "cancelled" and r.audio is None

@@ -1,0 +1,1 @@
+"""Server-side tools: remote and configured MCP servers that the gateway calls itself (docs/TOOLS.md)."""

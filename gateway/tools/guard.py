@@ -1,0 +1,105 @@
+"""The SSRF guard of client-supplied MCP servers: an HTTP transport that checks every request it sends
+(redirects included) against the allow-list, resolves the host itself, checks each address, and connects
+to the address it checked (so a second DNS answer cannot differ). It also caps every answer's size.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import socket
+from collections.abc import AsyncIterator
+
+import httpx2
+
+from . import policy
+
+
+class Refused(httpx2.TransportError):
+    """A request the policy refused (never sent) or an answer over its size."""
+
+
+class Guard:
+    """What one server's connection may reach; remembers why it refused, for the client's error."""
+
+    def __init__(self, allowed: tuple[str, ...] | None, max_response_bytes: int):
+        self.allowed = allowed  # None: a configured server (trusted), only the size cap applies
+        self.max_response_bytes = max_response_bytes
+        self.refusal: str | None = None
+        self.refused = asyncio.Event()  # set with refusal: a pending operation stops waiting
+
+    def refuse(self, message: str) -> Refused:
+        if self.refusal is None:
+            self.refusal = message
+        self.refused.set()
+        return Refused(message)
+
+    async def admit(self, url: str) -> tuple[str, str]:
+        """``url``'s host and the checked address to connect to; ``Refused`` (nothing was sent) when not allowed."""
+        if self.allowed is None:
+            t = policy.split(url)
+            return t.host, t.host
+        try:
+            rule = policy.check_url(url, self.allowed)
+            host, port = policy.split(url).host, policy.split(url).port
+            if policy.is_address(host):  # nothing to resolve (a resolver thread costs ms on a busy box)
+                addresses = [host]
+            else:
+                infos = await asyncio.get_running_loop().getaddrinfo(host, port, type=socket.SOCK_STREAM)
+                addresses = [str(info[4][0]) for info in infos]
+            if not addresses:
+                raise policy.PolicyError("the server's name has no address")
+            for address in addresses:
+                policy.check_address(address, rule.host)
+        except policy.PolicyError as exc:
+            raise self.refuse(exc.message) from None
+        except OSError:
+            raise self.refuse("the server's name could not be resolved") from None
+        return host, addresses[0]
+
+
+class _Capped(httpx2.AsyncByteStream):
+    def __init__(self, inner: httpx2.AsyncByteStream, guard: Guard):
+        self.inner, self.guard = inner, guard
+
+    async def __aiter__(self) -> AsyncIterator[bytes]:
+        seen = 0
+        async for chunk in self.inner:
+            seen += len(chunk)
+            if seen > self.guard.max_response_bytes:
+                raise self.guard.refuse(f"the server's answer is over {self.guard.max_response_bytes} bytes")
+            yield chunk
+
+    async def aclose(self) -> None:
+        await self.inner.aclose()
+
+
+class GuardedTransport(httpx2.AsyncBaseTransport):
+    def __init__(self, guard: Guard):
+        self.guard = guard
+        self.inner = httpx2.AsyncHTTPTransport(trust_env=False)  # no proxy from the environment
+
+    async def handle_async_request(self, request: httpx2.Request) -> httpx2.Response:
+        host, address = await self.guard.admit(str(request.url))
+        if address != host:  # connect to the checked address; the name stays in Host and in TLS
+            request.url = request.url.copy_with(host=address)
+            if request.url.scheme == "https":
+                request.extensions = {**request.extensions, "sni_hostname": host}
+        response = await self.inner.handle_async_request(request)
+        assert isinstance(response.stream, httpx2.AsyncByteStream)
+        response.stream = _Capped(response.stream, self.guard)
+        return response
+
+    async def aclose(self) -> None:
+        await self.inner.aclose()
+
+
+def client(guard: Guard, headers: dict[str, str], timeout_s: float) -> httpx2.AsyncClient:
+    """The HTTP client one MCP connection uses: guarded, redirects followed (each hop checked), no env proxy."""
+    return httpx2.AsyncClient(
+        transport=GuardedTransport(guard),
+        headers=headers,
+        timeout=httpx2.Timeout(timeout_s, read=None),  # reads are bounded per call (gateway.tools.client)
+        follow_redirects=True,
+        max_redirects=5,
+        trust_env=False,
+    )

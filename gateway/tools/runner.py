@@ -1,0 +1,154 @@
+"""Runs a session's MCP actions (gateway.tools.actions) and feeds the results back into it.
+
+One per ``LiveSession``: a connection per server label, tasks per response (cancelled with it), every
+result capped (tools.mcp_max_output_bytes / _tokens) before the model sees it. A misbehaving server
+costs its call an ``mcp_call`` error, never the session: every wait is bounded and every failure caught.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+from typing import Any, Protocol
+
+from ..config import ToolsConfig
+from ..realtime import protocol as p
+from ..realtime.actions import Output
+from ..tokenize import on_tokenizer_thread
+from . import events, policy
+from .actions import CallTool, ListTools, Server
+from .client import CallFailed, Connection, Endpoint, Limits
+
+log = logging.getLogger("stream_omni.mcp")
+
+
+class Host(Protocol):
+    """What the runner needs of its ``LiveSession``."""
+
+    def send(self, out: Output) -> None: ...
+
+    def _create_response(self, ev: p.ResponseCreate) -> None: ...
+
+
+class McpRunner:
+    def __init__(self, host: Host, session: Any, config: ToolsConfig, tokenizer: Any = None):
+        """``session``: the sans-I/O ``Session`` (its ``mcp_*`` methods); ``tokenizer``: the model's (``encode``,
+        ``decode``), when it has one, to cap outputs in its tokens."""
+        self.host, self.session, self.config = host, session, config
+        self.tokenizer = tokenizer if hasattr(tokenizer, "encode") and hasattr(tokenizer, "decode") else None
+        self.limits = Limits(config.mcp_connect_timeout_s, config.mcp_call_timeout_s, config.mcp_max_response_bytes)
+        self.connections: dict[str, Connection] = {}
+        self.tasks: dict[str, set[asyncio.Task[None]]] = {}  # response id (or "list") → its tasks
+
+    def act(self, action: ListTools | CallTool) -> None:
+        key = action.response_id if isinstance(action, CallTool) else "list"
+        coro = self._call(action) if isinstance(action, CallTool) else self._list(action)
+        task = asyncio.create_task(coro, name="mcp-action")
+        self.tasks.setdefault(key, set()).add(task)
+        task.add_done_callback(lambda t: self.tasks.get(key, set()).discard(t))
+
+    def cancel(self, response_id: str) -> None:
+        for task in self.tasks.pop(response_id, set()):
+            task.cancel()
+
+    def endpoint(self, server: Server) -> Endpoint:
+        if server.url is None:
+            c = self.config.mcp_servers[server.label]
+            return Endpoint(server.label, c.url, dict(c.headers), None, c.command, c.args, dict(c.env), c.cwd)
+        headers = dict(self.session.mcp.secrets.get(server.label, {}))
+        return Endpoint(server.label, server.url, headers, self.config.mcp_allowed_urls)
+
+    def connection(self, server: Server) -> Connection:
+        """The label's open connection; a new one when it died, or its server changed."""
+        ep = self.endpoint(server)
+        conn = self.connections.get(server.label)
+        if conn is None or conn.dead or conn.ep != ep:
+            if conn is not None:
+                self._spawn_close(conn)
+            conn = self.connections[server.label] = Connection(ep, self.limits)
+        return conn
+
+    def _drop(self, label: str, conn: Connection) -> None:
+        """After a timeout or a broken answer the connection is not trusted again."""
+        if self.connections.get(label) is conn:
+            del self.connections[label]
+        self._spawn_close(conn)
+
+    def _spawn_close(self, conn: Connection) -> None:
+        task = asyncio.create_task(conn.close(), name="mcp-close")
+        self.tasks.setdefault("close", set()).add(task)
+        task.add_done_callback(lambda t: self.tasks.get("close", set()).discard(t))
+
+    async def _list(self, a: ListTools) -> None:
+        label = a.server.label
+        tools: list[dict[str, Any]] | None = None
+        error: str | None = None
+        try:
+            conn = self.connection(a.server)
+            try:
+                tools = await conn.list_tools()
+            except CallFailed:
+                self._drop(label, conn)
+                raise
+        except CallFailed as exc:
+            error = exc.message
+        except Exception as exc:  # whatever the server did, the session goes on
+            log.warning("listing the tools of %s failed: %s", label, type(exc).__name__)
+            error = "the server could not be listed"
+        finally:
+            out = self.session.mcp_listed(label, a.item_id, tools, error)
+            self.host.send(out)
+            go = self.session.settle(f"mcp-list-{label}")
+            if go is not None:
+                self.host._create_response(go)
+
+    async def _call(self, a: CallTool) -> None:
+        output: str | None = None
+        error: dict[str, Any] | None = None
+        try:
+            try:
+                args = json.loads(a.arguments)
+            except ValueError:
+                raise CallFailed("protocol_error", "the arguments are not JSON") from None
+            conn = self.connection(a.server)
+            try:
+                text = await conn.call(a.name, args)
+            except CallFailed as exc:
+                if exc.kind != "tool_execution_error" or "timed out" in exc.message:
+                    self._drop(a.server.label, conn)
+                raise
+            output = await self.cap(text)
+        except CallFailed as exc:
+            error = events.tool_error(exc.kind, exc.message)
+        except asyncio.CancelledError:
+            raise  # the response ended: nothing to report
+        except Exception as exc:
+            log.warning("calling %s on %s failed: %s", a.name, a.server.label, type(exc).__name__)
+            error = events.tool_error("protocol_error", "the call failed")
+        self.host.send(self.session.mcp_result(a.response_id, a.item_id, output, error))
+
+    async def cap(self, text: str) -> str:
+        return await capped(self.config, self.tokenizer, text)
+
+    async def close(self) -> None:
+        for tasks in list(self.tasks.values()):
+            for task in list(tasks):
+                task.cancel()
+        conns, self.connections = list(self.connections.values()), {}
+        await asyncio.gather(*(c.close() for c in conns), return_exceptions=True)
+
+
+async def capped(c: ToolsConfig, tokenizer: Any, text: str) -> str:
+    """At most mcp_max_output_bytes, then mcp_max_output_tokens by the model's own tokenizer when it has one
+    (``encode`` / ``decode``; else estimated from the bytes)."""
+    text = policy.cap_output(text, c.mcp_max_output_bytes, c.mcp_max_output_bytes)  # bytes; tokens below
+    if len(text.encode("utf-8")) <= c.mcp_max_output_tokens:  # a token is at least a byte: nothing to count
+        return text
+    if not (hasattr(tokenizer, "encode") and hasattr(tokenizer, "decode")):
+        return policy.cap_output(text, c.mcp_max_output_bytes, c.mcp_max_output_tokens)
+    ids = await on_tokenizer_thread(tokenizer.encode, text)
+    if len(ids) <= c.mcp_max_output_tokens:
+        return text
+    head = await on_tokenizer_thread(tokenizer.decode, ids[: c.mcp_max_output_tokens - 8])  # room for the note
+    return str(head) + policy.TRUNCATED

@@ -1,0 +1,161 @@
+"""MCP servers for the tests, built with the ``mcp`` package's own server (FastMCP / MCPServer).
+
+``python -m tests.tools.servers http PORT LOG [MODE]`` serves Streamable HTTP at
+``http://127.0.0.1:PORT/mcp`` and appends one line per HTTP request it receives to ``LOG`` (so a test
+can assert that a refused server saw nothing); ``python -m tests.tools.servers stdio`` speaks stdio.
+MODE ``good`` (default): add, capital, sleep. MODE ``evil``: hang, flood, huge, die, env. MODE
+``redirect:URL``: every request is answered 307 to URL.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import sys
+from typing import Any
+
+from mcp.server.mcpserver import Context
+from mcp.server.mcpserver import MCPServer as Server  # FastMCP, renamed in mcp 2
+from mcp.server.mcpserver.exceptions import ToolError
+
+CAPITALS = {"France": "Paris", "Japan": "Tokyo", "Kenya": "Nairobi"}
+
+
+def good() -> Any:
+    mcp = Server("calc")
+
+    @mcp.tool()
+    def add(a: int, b: int) -> int:
+        """Add two integers."""
+        return a + b
+
+    @mcp.tool()
+    def capital(country: str) -> str:
+        """The capital city of a country."""
+        if country not in CAPITALS:
+            raise ToolError(f"no capital known for {country}")
+        return CAPITALS[country]
+
+    @mcp.tool()
+    async def sleep(seconds: float) -> str:
+        """Wait, then say so."""
+        await asyncio.sleep(seconds)
+        return f"slept {seconds}"
+
+    return mcp
+
+
+def evil() -> Any:
+    mcp = Server("evil")
+
+    @mcp.tool()
+    async def hang() -> str:
+        """Never answers."""
+        await asyncio.Event().wait()
+        return ""
+
+    @mcp.tool()
+    async def flood(ctx: Context) -> str:
+        """Streams log messages forever, never a result."""
+        while True:
+            await ctx.info("x" * 1000)
+            await asyncio.sleep(0.001)
+
+    @mcp.tool()
+    def huge() -> str:
+        """An answer far over any cap."""
+        return "y" * (8 * 1024 * 1024)
+
+    @mcp.tool()
+    def die() -> str:
+        """The process dies mid-call."""
+        os._exit(3)
+
+    @mcp.tool()
+    def malformed() -> str:
+        """Answered by ``broken`` below with a result that breaks the protocol's schema."""
+        return "never seen"
+
+    @mcp.tool()
+    def env() -> str:
+        """The server's own environment variable names."""
+        return ",".join(sorted(os.environ))
+
+    return mcp
+
+
+def logged(app: Any, log: str) -> Any:
+    out = open(log, "a", buffering=1)  # open for the server's life, a line per request
+
+    async def wrapper(scope: dict[str, Any], receive: Any, send: Any) -> None:
+        if scope["type"] == "http":
+            out.write(f"{scope['method']} {scope['path']}\n")
+        await app(scope, receive, send)
+
+    return wrapper
+
+
+def broken(app: Any) -> Any:
+    """Answers a call of the ``malformed`` tool with a JSON-RPC result of the wrong shape."""
+
+    async def wrapper(scope: dict[str, Any], receive: Any, send: Any) -> None:
+        if scope["type"] != "http" or scope["method"] != "POST":
+            await app(scope, receive, send)
+            return
+        body, more = b"", True
+        while more:
+            message = await receive()
+            body += message.get("body", b"")
+            more = message.get("more_body", False)
+        request = json.loads(body or b"{}")
+        if isinstance(request, dict) and (request.get("params") or {}).get("name") == "malformed":
+            answer = json.dumps({"jsonrpc": "2.0", "id": request["id"], "result": {"content": "not a list"}}).encode()
+            headers = [(b"content-type", b"application/json")]
+            await send({"type": "http.response.start", "status": 200, "headers": headers})
+            await send({"type": "http.response.body", "body": answer})
+            return
+        sent = False
+
+        async def replay() -> dict[str, Any]:
+            nonlocal sent
+            if sent:
+                return await receive()
+            sent = True
+            return {"type": "http.request", "body": body, "more_body": False}
+
+        await app(scope, replay, send)
+
+    return wrapper
+
+
+def redirect(target: str) -> Any:
+    async def app(scope: dict[str, Any], receive: Any, send: Any) -> None:
+        if scope["type"] != "http":
+            return
+        await send({"type": "http.response.start", "status": 307, "headers": [(b"location", target.encode())]})
+        await send({"type": "http.response.body", "body": b""})
+
+    return app
+
+
+def main() -> None:
+    kind = sys.argv[1]
+    if kind == "stdio":
+        (evil() if sys.argv[2:] == ["evil"] else good()).run("stdio")
+        return
+    import uvicorn
+
+    port, log = int(sys.argv[2]), sys.argv[3]
+    mode = sys.argv[4] if len(sys.argv) > 4 else "good"
+    if mode.startswith("redirect:"):
+        app = redirect(mode.partition(":")[2])
+    elif mode == "evil":
+        app = broken(evil().streamable_http_app())
+    else:
+        app = good().streamable_http_app()
+    uvicorn.run(logged(app, log), host="127.0.0.1", port=port, log_level="warning", lifespan="on")
+
+
+if __name__ == "__main__":
+    main()
