@@ -12,7 +12,8 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from models.backend import Backend, KVState, PromptEncoder
-from models.decode import DecodeJob, TokenConstraint
+from models.decode import DecodeJob
+from models.decode_ports import TokenConstraint
 from models.engine import Engine
 from models.remote import RemoteJob, RemoteModel
 from models.remote_engine import RemoteEngine

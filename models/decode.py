@@ -16,50 +16,14 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import Any
 
 import numpy as np
 
 from .backend import Backend, KVState, sync_prefix
+from .decode_ports import Drafter, TokenConstraint, Verifier
 from .sampling import SamplingParams, choose, log_softmax
 from .scheduler import Chunk, ChunkScheduler, SchedulerConfig
-
-
-class Drafter(Protocol):
-    """Proposes up to ``k`` next tokens for ``context`` (the ids so far, prompt included)."""
-
-    def propose(self, context: list[int], k: int) -> list[int]: ...
-
-
-class Verifier(Protocol):
-    """Chooses the lookahead ``k`` and accepts drafted tokens (models.speculative)."""
-
-    def lookahead(self, load: int = 0) -> int:
-        """``load``: how many other tokens share this step's forward (the batch accounts for it)."""
-        ...
-
-    def accept(
-        self, rows: np.ndarray, drafts: list[int], params: SamplingParams, rng: np.random.Generator
-    ) -> tuple[list[int], int]:
-        """``rows [len(drafts)+1, V]`` → (accepted draft prefix + one bonus/corrected token, n_accepted)."""
-        ...
-
-    def record(self, drafted: int, accepted: int, seconds: float) -> None: ...
-
-
-class TokenConstraint(Protocol):
-    """A grammar over the next tokens (models.constrain.Constraint): masks rows, follows chosen tokens."""
-
-    def mask(self, row: np.ndarray, greedy: bool = False) -> np.ndarray: ...
-
-    def mask_rows(self, rows: np.ndarray, drafts: list[int], greedy: bool = False) -> None: ...
-
-    def valid_prefix(self, tokens: list[int]) -> int: ...
-
-    def advance(self, tokens: list[int]) -> None: ...
-
-    @property
-    def complete(self) -> bool: ...
 
 
 class ContextOverflow(Exception):

@@ -6,11 +6,20 @@ A mixin of ``Session``: it reads the active response and stamps events through t
 from __future__ import annotations
 
 import secrets
+from dataclasses import dataclass
 from typing import Any
 
 from . import protocol as p
 from .actions import Output, StartImage
 from .responses import ResponseState
+
+
+@dataclass(frozen=True)
+class ImageProgress:
+    """One event of an image being generated (models.image_gen, from its worker thread)."""
+
+    item_id: str  # the response's image_generation_call item
+    event: dict[str, Any]  # {"kind": "partial" | "completed" | "failed" | "cancelled", …}
 
 
 class ImageOutput:

@@ -14,7 +14,6 @@ import logging
 import secrets
 import threading
 from collections.abc import Callable, Coroutine
-from dataclasses import dataclass
 from typing import Any, Protocol
 
 from models import constrain, toolcalls
@@ -35,6 +34,7 @@ from . import protocol as p
 from .actions import Action, CancelResponse, Output, StartImage, StartResponse
 from .bigframes import ParseLimits, parse_checked
 from .idle import IdleTimer
+from .images import ImageProgress
 from .media import MediaInput
 from .registry import Attachment
 from .replay import ReplayBuffer
@@ -44,14 +44,6 @@ from .speculation import Speculation
 from .speech_out import Speak, prefetch_text
 
 log = logging.getLogger("stream_omni.live")
-
-
-@dataclass(frozen=True)
-class ImageProgress:
-    """One event of an image being generated (models.image_gen, from its worker thread)."""
-
-    item_id: str  # the response's image_generation_call item
-    event: dict[str, Any]  # {"kind": "partial" | "completed" | "failed" | "cancelled", …}
 
 
 ModelMessage = tuple[str, JobEvents | ImageProgress]  # (response id, what the model produced)
