@@ -29,12 +29,14 @@ LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
             "gateway.filters",
             "gateway.uploads",
             "gateway.tokenize",
+            "gateway.grammars",
             "gateway.services",
         ),
     ),
     # the voices' synthesis pool sits with the Realtime room whose speech settings it takes; HTTP uses it from above
-    ("gateway.realtime", ("gateway.realtime", "gateway.speech")),
-    ("gateway.http", ("gateway.http",)),
+    # server-side tools (MCP) are part of the Realtime session they run in; their Chat Completions use sits with HTTP
+    ("gateway.realtime", ("gateway.realtime", "gateway.speech", "gateway.tools")),
+    ("gateway.http", ("gateway.http", "gateway.tools.chat")),
     ("gateway.cluster", ("gateway.cluster",)),
     ("wiring", ("gateway",)),  # app, startup, loading, inprocess, cli, server: everything else in gateway/
 )

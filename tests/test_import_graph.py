@@ -17,6 +17,7 @@ KNOWN_BACK_UP = {
     ("gateway.services", "gateway.realtime.bigframes"),
     ("gateway.services", "gateway.realtime.registry"),
     ("gateway.services", "gateway.realtime.session"),
+    ("gateway.services", "gateway.tools.state"),  # the MCP policy it hands each session, like its defaults
 }
 
 
