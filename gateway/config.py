@@ -133,6 +133,9 @@ class AudioConfig(_Frozen):
     # WAV test clip's "capital of France" came back "capital and friends", so it is opt-in
     encoder_headroom_s: float | None = Field(default=None, ge=0, le=30)
     turn_detection: Literal["server_vad", "none"] = "server_vad"  # default for new sessions
+    # voice sessions served at once; past it a new one gets server_busy (text sessions are not counted);
+    # null: measured at start-up (how many passes one batched Whisper call finishes within its budget)
+    max_concurrent_turns: int | None = Field(default=None, ge=1, le=1024)
     max_buffer_s: float = 600.0  # buffered input audio per turn
 
 
