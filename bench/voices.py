@@ -31,6 +31,7 @@ from typing import Any
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
 from bench.common import machine, markdown_table, server_process, write  # noqa: E402
+from gateway.realtime.asr_worker import THREAD_NAME  # noqa: E402
 
 # 2-6 s each at espeak's 150 wpm; every speaker of a round says another one
 UTTERANCES = [
@@ -70,20 +71,31 @@ def scrape(addr: str) -> dict[str, float]:
     return out
 
 
-def server_cpu_s() -> float:
-    """CPU seconds (user + system) of our child processes serving (the `stream-omni serve` we started)."""
-    total = 0.0
+def server_cpu_s() -> tuple[float, float]:
+    """CPU seconds (user + system) of the `stream-omni serve` we started: (all its threads, Whisper's:
+    the worker thread and the compute threads it started, which inherit its OS name)."""
+    total = whisper = 0.0
     tick = os.sysconf("SC_CLK_TCK")
     me = os.getpid()
     for pid in filter(str.isdigit, os.listdir("/proc")):
         try:
             with open(f"/proc/{pid}/stat") as f:
-                fields = f.read().rsplit(")", 1)[1].split()
+                if int(f.read().rsplit(")", 1)[1].split()[1]) != me:  # not our child
+                    continue
+            tasks = os.listdir(f"/proc/{pid}/task")
         except OSError:
             continue
-        if int(fields[1]) == me:  # ppid
-            total += (int(fields[11]) + int(fields[12])) / tick
-    return total
+        for tid in tasks:
+            try:
+                with open(f"/proc/{pid}/task/{tid}/stat") as f:
+                    stat = f.read()
+            except OSError:  # the thread ended meanwhile
+                continue
+            name, fields = stat[stat.index("(") + 1 : stat.rindex(")")], stat.rsplit(")", 1)[1].split()
+            cpu = (int(fields[11]) + int(fields[12])) / tick
+            total += cpu
+            whisper += cpu if name == THREAD_NAME.decode() else 0.0
+    return total, whisper
 
 
 def pcm_for(text: str) -> tuple[bytes, int, float]:
@@ -293,14 +305,12 @@ def main() -> None:
             vad = after.get("stream_omni:voice_stage_seconds_sum{stage=vad}", 0) - before.get(
                 "stream_omni:voice_stage_seconds_sum{stage=vad}", 0
             )
-            asr = after.get("stream_omni:voice_asr_cpu_seconds_total{}", 0) - before.get(
-                "stream_omni:voice_asr_cpu_seconds_total{}", 0
-            )
+            asr = cpu1[1] - cpu0[1]
             row.update(
                 {
                     "CPU s VAD": vad,
                     "CPU s Whisper": asr,
-                    "CPU s rest": (cpu1 - cpu0) - vad - asr,
+                    "CPU s rest": (cpu1[0] - cpu0[0]) - vad - asr,
                     "load 1m": la,
                     "load after": load(),
                 }

@@ -80,9 +80,6 @@ class Metrics:
         self.voice_batch = Histogram(
             "stream_omni:voice_asr_batch_passes", "Passes per Whisper call", registry=r, buckets=(1, 2, 3, 4, 6, 8)
         )
-        self.voice_asr_cpu = Counter(
-            "stream_omni:voice_asr_cpu_seconds", "CPU time of the Whisper worker thread", registry=r
-        )
         self.voice_shed = Counter(
             "stream_omni:voice_partials_shed", "Partial transcript passes dropped under load", registry=r
         )

@@ -6,7 +6,9 @@ the engine has it, else pass by pass). Queue state is touched on the event loop 
 only runs Whisper. A shed partial raises ``PassShed`` in its session.
 
 Seats: past ``capacity`` voice sessions, a new one is refused (``server_busy``) rather than made
-to wait behind the others' passes; text sessions never take a seat.
+to wait behind the others' passes; text sessions never take a seat. A seat is held while its
+session streams audio: one silent for ``SEAT_IDLE_S`` (its socket dropped, or it stopped sending)
+gives it up, and takes one again with its next frame if one is free.
 """
 
 from __future__ import annotations
@@ -30,9 +32,11 @@ log = logging.getLogger("stream_omni.asr")
 FRAMES_PER_S = 100
 
 
-# the gating passes of speakers who stop together must be back within this (the silence window
-# leaves ≈ 0.45 s after the pause pass starts before the reply is due): capacity is what fits
-ASR_BUDGET_S = 0.45
+# the gating passes of speakers who stop together must be back within this: the pause pass starts
+# ≈ 0.1 s after the end of speech, and the reply's first text is due 1 s after it, less the LLM's
+# first token and a partial call it may wait for. Capacity is how many passes one call does in it.
+ASR_BUDGET_S = 0.6
+SEAT_IDLE_S = 3.0  # a voice session sending no audio this long gives its seat up
 MAX_MEASURED = 64
 
 
@@ -62,6 +66,20 @@ def measure_capacity(asr: Transcriber, budget_s: float = ASR_BUDGET_S) -> int:
     return min(max(capacity, 1), MAX_MEASURED)
 
 
+THREAD_NAME = b"so-asr"  # the OS name of the worker thread (and of the compute threads it starts)
+
+
+def _os_thread_name() -> None:
+    """Name the worker thread for the OS (top -H, /proc): CTranslate2's compute threads, started from
+    it, inherit the name, so the CPU that Whisper takes can be told from the LLM's."""
+    try:
+        import ctypes
+
+        ctypes.CDLL(None).prctl(15, THREAD_NAME, 0, 0, 0)  # PR_SET_NAME (Linux)
+    except (OSError, AttributeError):
+        pass
+
+
 class PassShed(Exception):
     """The queue dropped this partial pass before it ran (load, or a gating pass waited for it)."""
 
@@ -83,24 +101,27 @@ class AsrWorker:
         self._tickets = itertools.count(1)
         self._futures: dict[int, asyncio.Future[str]] = {}
         self._audio: dict[int, np.ndarray] = {}
-        self._thread = ThreadPoolExecutor(1, thread_name_prefix="asr")
-        self._seats: set[str] = set()
-        self.cpu_s = 0.0  # thread CPU seconds spent in Whisper (bench voices: CPU per stage)
+        self._thread = ThreadPoolExecutor(1, thread_name_prefix="asr", initializer=_os_thread_name)
+        self._seats: dict[str, float] = {}  # session → when its last audio came
 
     # ------------------------------------------------------------------ seats
 
     def seat(self, session: str) -> bool:
-        """Take (or keep) a voice seat for ``session``: False when all ``capacity`` are taken."""
-        if session in self._seats:
-            return True
-        if len(self._seats) >= self.capacity:
-            return False
-        self._seats.add(session)
-        self._gauge()
+        """Take (or keep) a voice seat for ``session``, which sent audio now: False when all are taken."""
+        now = self.clock()
+        if session not in self._seats and len(self._seats) >= self.capacity:
+            for idle in [s for s, seen in self._seats.items() if now - seen > SEAT_IDLE_S]:
+                del self._seats[idle]
+            if len(self._seats) >= self.capacity:
+                return False
+        fresh = session not in self._seats
+        self._seats[session] = now
+        if fresh:
+            self._gauge()
         return True
 
     def unseat(self, session: str) -> None:
-        self._seats.discard(session)
+        self._seats.pop(session, None)
         self._gauge()
 
     @property
@@ -153,14 +174,12 @@ class AsrWorker:
         job = asyncio.get_running_loop().run_in_executor(self._thread, self._run, audios)
         job.add_done_callback(lambda f: self._done(tickets, f))
 
-    def _run(self, audios: Sequence[np.ndarray]) -> tuple[list[str], float]:
-        """On the worker thread: one call over the batch (or one per pass), with its CPU time."""
-        cpu = time.thread_time()
+    def _run(self, audios: Sequence[np.ndarray]) -> list[str]:
+        """On the worker thread: one call over the batch (or one per pass)."""
         batch = getattr(self.asr, "transcribe_batch", None)
-        texts = list(batch(audios)) if batch is not None else [self.asr.transcribe(a) for a in audios]
-        return texts, time.thread_time() - cpu
+        return list(batch(audios)) if batch is not None else [self.asr.transcribe(a) for a in audios]
 
-    def _done(self, tickets: list[int], job: asyncio.Future[tuple[list[str], float]]) -> None:
+    def _done(self, tickets: list[int], job: asyncio.Future[list[str]]) -> None:
         batch = self.queue.running
         now = self.clock()
         self.queue.finished(now)
@@ -173,11 +192,7 @@ class AsrWorker:
             for t in tickets:
                 self._fail(t, exc)
         else:
-            texts, cpu = job.result()
-            self.cpu_s += cpu
-            if self.metrics is not None:
-                self.metrics.voice_asr_cpu.inc(cpu)
-            for t, text in zip(tickets, texts, strict=True):
+            for t, text in zip(tickets, job.result(), strict=True):
                 fut = self._futures.pop(t, None)
                 if fut is not None and not fut.done():
                     fut.set_result(text)

@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 from gateway.realtime.asr_queue import QueueConfig
-from gateway.realtime.asr_worker import AsrWorker, PassShed
+from gateway.realtime.asr_worker import SEAT_IDLE_S, AsrWorker, PassShed
 from processors.asr import DEFAULT_HEADROOM_S, AsrConfig, encoder_frames, word_error_rate
 from testkit.speech import silence, speak
 from tests.conftest import requires_espeak
@@ -92,12 +92,19 @@ async def test_a_withdrawn_pass_raises_pass_shed_and_never_runs() -> None:
         worker.close()
 
 
-def test_seats() -> None:
-    worker = AsrWorker(GatedAsr(), capacity=2)
+def test_seats_are_held_while_audio_comes_and_freed_by_silence_or_close() -> None:
+    clock = [0.0]
+    worker = AsrWorker(GatedAsr(), capacity=2, clock=lambda: clock[0])
     assert worker.seat("a") and worker.seat("b") and worker.seat("a")
     assert not worker.seat("c")
     worker.unseat("a")
     assert worker.seat("c") and worker.seated == 2
+    clock[0] = SEAT_IDLE_S  # b and c went quiet SEAT_IDLE_S ago: still theirs
+    assert not worker.seat("d")
+    assert worker.seat("c")  # c speaks on
+    clock[0] += 0.1  # b has been silent longer than SEAT_IDLE_S: its seat goes to d
+    assert worker.seat("d") and worker.seated == 2
+    assert not worker.seat("b")
     worker.close()
 
 
