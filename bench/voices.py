@@ -31,7 +31,6 @@ from typing import Any
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
 from bench.common import machine, markdown_table, server_process, write  # noqa: E402
-from gateway.realtime.asr_worker import THREAD_NAME  # noqa: E402
 
 # 2-6 s each at espeak's 150 wpm; every speaker of a round says another one
 UTTERANCES = [
@@ -48,6 +47,7 @@ RATE = 24_000
 FRAME_MS = 40
 ROUNDS = {1: 5, 2: 3, 4: 2, 8: 1}  # about the same number of turns per N
 STAGGER_S = 1.0
+WHISPER_THREAD = "so-asr"  # gateway.realtime.asr_worker.THREAD_NAME (not imported: the bench also runs older servers)
 STAGE = "stream_omni:voice_stage_seconds_sum"
 
 
@@ -94,7 +94,7 @@ def server_cpu_s() -> tuple[float, float]:
             name, fields = stat[stat.index("(") + 1 : stat.rindex(")")], stat.rsplit(")", 1)[1].split()
             cpu = (int(fields[11]) + int(fields[12])) / tick
             total += cpu
-            whisper += cpu if name == THREAD_NAME.decode() else 0.0
+            whisper += cpu if name == WHISPER_THREAD else 0.0
     return total, whisper
 
 
@@ -226,7 +226,14 @@ async def level(addr: str, n: int, rounds: int, with_text: bool) -> tuple[list[d
         await asyncio.sleep(2.0)  # its first reply is decoding
     runs: list[dict[str, Any]] = []
     for r in range(rounds):
-        runs += await round_of(addr, n, r * n)
+        before = await asyncio.to_thread(scrape, addr)
+        got = await round_of(addr, n, r * n)
+        after = await asyncio.to_thread(scrape, addr)
+        spec = "stream_omni:voice_speculation_total{outcome=%s}"
+        counts = {k: after.get(spec % k, 0.0) - before.get(spec % k, 0.0) for k in ("prepared", "committed")}
+        for run in got:  # replies prepared at the pause / adopted at commit, over the round (per turn at N = 1)
+            run.update({f"round_{k}": v for k, v in counts.items()})
+        runs += got
         await asyncio.sleep(0.5)
     stop.set()
     return runs, (await reader if reader is not None else None)

@@ -14,10 +14,12 @@ gives it up, and takes one again with its next frame if one is free.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import itertools
 import logging
+import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
@@ -66,18 +68,34 @@ def measure_capacity(asr: Transcriber, budget_s: float = ASR_BUDGET_S) -> int:
     return min(max(capacity, 1), MAX_MEASURED)
 
 
-THREAD_NAME = b"so-asr"  # the OS name of the worker thread (and of the compute threads it starts)
+THREAD_NAME = b"so-asr"  # the OS name of the worker thread and of Whisper's compute threads
 
 
-def _os_thread_name() -> None:
-    """Name the worker thread for the OS (top -H, /proc): CTranslate2's compute threads, started from
-    it, inherit the name, so the CPU that Whisper takes can be told from the LLM's."""
+def _os_thread_name(name: bytes = THREAD_NAME) -> None:
+    """Name the calling thread for the OS (top -H, /proc), so the CPU Whisper takes can be told from the LLM's."""
     try:
         import ctypes
 
-        ctypes.CDLL(None).prctl(15, THREAD_NAME, 0, 0, 0)  # PR_SET_NAME (Linux)
+        ctypes.CDLL(None).prctl(15, name, 0, 0, 0)  # PR_SET_NAME (Linux)
     except (OSError, AttributeError):
         pass
+
+
+@contextlib.contextmanager
+def whisper_threads_named() -> Iterator[None]:
+    """Around loading Whisper: CTranslate2 starts its compute threads then, and they keep the name the
+    loading thread had (a pool thread: its own name comes back afterwards)."""
+    try:
+        with open(f"/proc/self/task/{threading.get_native_id()}/comm", "rb") as f:
+            before = f.read().strip()
+    except OSError:
+        before = None
+    _os_thread_name()
+    try:
+        yield
+    finally:
+        if before is not None:
+            _os_thread_name(before)
 
 
 class PassShed(Exception):
