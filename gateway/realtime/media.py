@@ -360,8 +360,12 @@ class MediaInput:
         audio = decode_base64_pcm16(b64, rate, self.svc.audio_limits)
         return await self.worker().transcribe(self.session.id, "final", audio)
 
+    def release_seat(self) -> None:
+        """Give this session's voice seat up (its socket went; its next audio takes one again)."""
+        if self.svc.asr_worker is not None:
+            self.svc.asr_worker.unseat(self.session.id)
+
     def close(self) -> None:
         for t in self.tasks:
             t.cancel()
-        if self.svc.asr_worker is not None:
-            self.svc.asr_worker.unseat(self.session.id)
+        self.release_seat()

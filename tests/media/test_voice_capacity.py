@@ -127,7 +127,7 @@ def test_a_batch_gives_each_clip_the_words_it_gets_alone(headroom: float | None)
 
 @requires_espeak
 async def test_past_capacity_a_new_voice_session_is_told_server_busy_and_text_still_works(tiny_backend, server_factory):
-    with server_factory(tiny_backend, **{"audio.max_concurrent_turns": 1, "server.grace_period_s": 0}) as addr:
+    with server_factory(tiny_backend, **{"audio.max_concurrent_turns": 1}) as addr:
         a = await RealtimeClient.connect(addr)
         b = await RealtimeClient.connect(addr)
         await a.until("session.created")
@@ -143,7 +143,7 @@ async def test_past_capacity_a_new_voice_session_is_told_server_busy_and_text_st
         assert "1 voice session" in err["error"]["message"]
         done = await b.ask("Say hi.")  # text sessions are still served
         assert done["response"]["status"] in ("completed", "incomplete")
-        await a.close()  # its seat frees: b's speech is heard now
+        await a.close()  # its socket goes (its session waits for a resume): the seat frees, b's speech is heard
         await stream(b, pcm24(np.concatenate([silence(0.3), speak("Please open the kitchen window."), silence(1.0)])))
         await b.until("input_audio_buffer.speech_started", timeout=60)
         await b.close()
