@@ -181,7 +181,8 @@ class MediaInput:
             self._refused = True
             self.svc.metrics.errors.labels(code="server_busy").inc()
             msg = (
-                f"voice capacity reached: this server serves {worker.capacity} voice sessions at once; "
+                f"voice capacity reached: this server serves {worker.capacity} voice "
+                f"session{'' if worker.capacity == 1 else 's'} at once; "
                 "its audio is dropped until one ends (text still works)"
             )
             self.send(self.session.error("server_busy", msg, event_id, "audio"))
