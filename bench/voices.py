@@ -276,6 +276,7 @@ def main() -> None:
     ap.add_argument("--rounds", type=int, default=None, help="rounds per N (default: 5, 3, 2, 1 for 1, 2, 4, 8)")
     ap.add_argument("--headroom", type=float, default=None, help="audio.encoder_headroom_s (default: the server's)")
     ap.add_argument("--capacity", type=int, default=None, help="audio.max_concurrent_turns (default: measured)")
+    ap.add_argument("--threads", type=int, default=None, help="audio.threads (Whisper's compute threads)")
     ap.add_argument("--text", action="store_true", help="one text session decoding through every round")
     ap.add_argument("--name", default="voices", help="results file name under bench/results/")
     args = ap.parse_args()
@@ -283,6 +284,8 @@ def main() -> None:
     overrides: dict[str, Any] = {"session.max_output_tokens": 400, "speculative.drafter": "none"}
     if args.headroom is not None:
         overrides["audio.encoder_headroom_s"] = args.headroom
+    if args.threads is not None:
+        overrides["audio.threads"] = args.threads
     if args.capacity is not None:
         overrides["audio.max_concurrent_turns"] = args.capacity
     rows: list[dict[str, Any]] = []

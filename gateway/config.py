@@ -131,6 +131,7 @@ class AudioConfig(_Frozen):
     # faster-whisper encodes a clip as its length + this many seconds instead of Whisper's fixed 30 s
     # (≈2-3x less time per pass on tiny.en, the same WER or better: docs/VOICE.md); null: always 30 s
     encoder_headroom_s: float | None = Field(default=10.0, ge=0, le=30)
+    threads: int = Field(default=2, ge=1, le=64)  # Whisper's compute threads (they share the cores with the LLM's)
     turn_detection: Literal["server_vad", "none"] = "server_vad"  # default for new sessions
     # voice sessions served at once; past it a new one gets server_busy (text sessions are not counted);
     # null: measured at start-up (how many passes one batched Whisper call finishes within its budget)

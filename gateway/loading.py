@@ -26,7 +26,9 @@ def load_audio(config: Config) -> Transcriber:
 
     a = config.audio
     with whisper_threads_named():
-        asr = load_asr(AsrConfig(a.engine, a.model, a.language, encoder_headroom_s=a.encoder_headroom_s))
+        asr = load_asr(
+            AsrConfig(a.engine, a.model, a.language, cpu_threads=a.threads, encoder_headroom_s=a.encoder_headroom_s)
+        )
     SileroVad()  # load the ONNX model now, not on the first frame
     return asr
 
