@@ -11,6 +11,7 @@ import asyncio
 import logging
 import secrets
 import time
+from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Protocol
@@ -51,6 +52,7 @@ class SpokenTurn:
     taker: TurnTaker
     audio: np.ndarray | None = None  # float32 [n] at 16 kHz, set at speech_stopped
     tickets: dict[int, int] = field(default_factory=dict)  # pass id → the worker's ticket, while queued or running
+    completed: Completed | None = None  # its transcript, held until every earlier turn's is out
 
 
 class Speculator(Protocol):
@@ -81,6 +83,9 @@ class MediaInput:
         self.tasks: set[asyncio.Task[None]] = set()
         self._asr_lock = asyncio.Lock()  # one committed turn transcribed at a time per session: turns finish in order
         self._refused = False  # told server_busy for voice; audio is dropped until a seat frees
+        # stopped turns whose transcript is not out yet, oldest first: the shared worker may finish a
+        # later turn's pass first (its pause pass ran while this one's waited), transcripts go out in order
+        self._stopped_turns: deque[SpokenTurn] = deque()
 
     # ------------------------------------------------------------------ configuration
 
@@ -230,6 +235,7 @@ class MediaInput:
         if spoken is None:  # cannot happen: a VAD turn always starts first
             spoken = SpokenTurn(f"item_{secrets.token_hex(8)}", TurnTaker(TurnConfig(interval_ms=0), turn.start_ms))
         spoken.audio = turn.audio
+        self._stopped_turns.append(spoken)
         self._act(spoken, spoken.taker.stopped(turn.end_ms))
         self._unblock(spoken)
 
@@ -263,7 +269,14 @@ class MediaInput:
                 self.send(self.session.audio_committed(item_id))
                 self.session.item_pending(item_id)
             elif isinstance(a, Completed):
-                self._completed(item_id, a)
+                if spoken not in self._stopped_turns:
+                    self._completed(item_id, a)
+                    continue
+                spoken.completed = a
+                while self._stopped_turns and self._stopped_turns[0].completed is not None:
+                    done = self._stopped_turns.popleft()
+                    assert done.completed is not None
+                    self._completed(done.item_id, done.completed)
             elif isinstance(a, Prepare):
                 if self.speculator is not None:
                     self.speculator.prepare(a.speculation, a.transcript)
