@@ -198,10 +198,13 @@ class AudioConfig(_Frozen):
     model: Literal["tiny.en", "base"] = "tiny.en"  # bundled English tiny, or multilingual base (optional wheels)
     language: str | None = None  # ISO 639-1; None: English for *.en, detected otherwise
     # faster-whisper encodes a clip as its length + this many seconds instead of Whisper's fixed 30 s
-    # (≈5x less time per pass on tiny.en: docs/VOICE.md); null (default): always 30 s — with 6 s a
-    # WAV test clip's "capital of France" came back "capital and friends", so it is opt-in
-    encoder_headroom_s: float | None = Field(default=None, ge=0, le=30)
+    # (≈2-3x less time per pass on tiny.en, the same WER or better: docs/VOICE.md); null: always 30 s
+    encoder_headroom_s: float | None = Field(default=10.0, ge=0, le=30)
+    threads: int = Field(default=2, ge=1, le=64)  # Whisper's compute threads (they share the cores with the LLM's)
     turn_detection: Literal["server_vad", "none"] = "server_vad"  # default for new sessions
+    # voice sessions served at once; past it a new one gets server_busy (text sessions are not counted);
+    # null: measured at start-up (how many passes one batched Whisper call finishes within its budget)
+    max_concurrent_turns: int | None = Field(default=None, ge=1, le=1024)
     max_buffer_s: float = Field(default=600.0, gt=0, le=_DAY_S)  # buffered input audio per turn
     output: SpeechConfig = SpeechConfig()  # spoken replies: voices, default format and speed
 

@@ -23,8 +23,13 @@ def load_audio(config: Config) -> Transcriber:
     from processors.asr import AsrConfig, load_asr
     from processors.vad import SileroVad
 
+    from .realtime.asr_worker import whisper_threads_named
+
     a = config.audio
-    asr = load_asr(AsrConfig(a.engine, a.model, a.language, encoder_headroom_s=a.encoder_headroom_s))
+    with whisper_threads_named():
+        asr = load_asr(
+            AsrConfig(a.engine, a.model, a.language, cpu_threads=a.threads, encoder_headroom_s=a.encoder_headroom_s)
+        )
     SileroVad()  # load the ONNX model now, not on the first frame
     return asr
 

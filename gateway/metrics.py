@@ -85,6 +85,29 @@ class Metrics:
             buckets=(0.001, 0.002, 0.005, 0.01, 0.02, 0.05, 0.1, 0.2, 0.5),
         )
         self.responses = Counter("stream_omni:responses", "Responses finished by status", ["status"], registry=r)
+        # voice input shared by every session (gateway.realtime.asr_worker): queue, stages, seats
+        self.voice_queue = Gauge(
+            "stream_omni:voice_asr_queue_depth", "Whisper passes waiting for the worker", registry=r
+        )
+        self.voice_seats = Gauge("stream_omni:voice_sessions", "Voice sessions holding a seat", registry=r)
+        self.voice_capacity = Gauge(
+            "stream_omni:voice_capacity", "Voice sessions served at once (audio.max_concurrent_turns)", registry=r
+        )
+        self.voice_stage = Histogram(
+            "stream_omni:voice_stage_seconds",
+            "Voice pipeline stages: vad (one frame through the VAD), asr_wait (a pass queued → started), "
+            "asr_run (one Whisper call, all passes batched in it); the LLM's first token is "
+            "stream_omni:time_to_first_token_seconds",
+            ["stage"],
+            registry=r,
+            buckets=(0.001, 0.002, *_LATENCY_BUCKETS),
+        )
+        self.voice_batch = Histogram(
+            "stream_omni:voice_asr_batch_passes", "Passes per Whisper call", registry=r, buckets=(1, 2, 3, 4, 6, 8)
+        )
+        self.voice_shed = Counter(
+            "stream_omni:voice_partials_shed", "Partial transcript passes dropped under load", registry=r
+        )
 
     def observe_response(self, m: dict[str, Any]) -> None:
         if m.get("ttft_ms") is not None:

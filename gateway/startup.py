@@ -19,6 +19,7 @@ from .config import Config
 from .files import FileStore
 from .filters import load_filters
 from .loading import default_loader, image_limits, load_audio, load_speculator, load_vision, make_engine
+from .realtime.asr_worker import AsrWorker, measure_capacity
 from .realtime.bigframes import FrameParser, ParseLimits
 from .realtime.registry import SessionRegistry
 from .services import Services
@@ -74,6 +75,10 @@ async def start_services(
     svc.processors.register(ImageProcessor(image_limits(config), describer))
     svc.processors.register(WavProcessor(svc.audio_limits, asr))
     svc.processors.load_entry_points()
+    if asr is not None:  # one Whisper worker for every session's passes, and the voice seats
+        capacity = config.audio.max_concurrent_turns or await asyncio.to_thread(measure_capacity, asr)
+        svc.asr_worker = AsrWorker(asr, capacity, metrics=svc.metrics)
+        svc.metrics.voice_capacity.set(capacity)
     if config.limits.parse_processes > 0:  # no process starts before the first big frame
         svc.frame_parser = FrameParser(ParseLimits.of(config.limits), config.limits.parse_processes)
     return svc
@@ -92,6 +97,8 @@ def stop_services(svc: Services) -> None:
     svc.engine.close()
     if svc.speech is not None:
         svc.speech.close()
+    if svc.asr_worker is not None:
+        svc.asr_worker.close()
     if svc.frame_parser is not None:
         svc.frame_parser.close()
     if svc.image_gen is not None:

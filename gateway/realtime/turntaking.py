@@ -234,6 +234,20 @@ class TurnTaker:
             return [Completed(None, "", False, None)]
         return self._next()
 
+    def shed(self, pass_id: int) -> list[TurnAction]:
+        """The ASR queue dropped partial pass ``pass_id`` before it ran (under load, or because a
+        gating pass waits for it): no words from it; a pause or final pass waiting for it starts now."""
+        if self._running is None or self._running[0] != pass_id or self._running[1] != "partial":
+            return []  # only a partial is ever shed
+        return [] if self._finish(pass_id) is None or self.done else self._next()
+
+    @property
+    def blocked_on(self) -> int | None:
+        """The partial pass a pause or final pass waits for (the queue may shed it), if any."""
+        if self._want is None or self._running is None or self._running[1] != "partial":
+            return None
+        return self._running[0]
+
     def abandon(self) -> list[TurnAction]:
         """The turn was dropped (manual commit, clear, new settings)."""
         if self.done:
