@@ -405,16 +405,27 @@ class ConfigError(Exception):
 
 
 def nest_overrides(overrides: dict[str, Any]) -> dict[str, Any]:
-    """``{"server.port": 9000}`` → ``{"server": {"port": 9000}}``; a top-level key (``filters``) stays
-    as it is; None values are left out."""
+    """``{"server.port": 9000, "audio.output.enabled": False}`` → ``{"server": {"port": 9000}, "audio":
+    {"output": {"enabled": False}}}``; a top-level key (``filters``) stays as it is; None values are left out."""
     data: dict[str, Any] = {}
     for dotted, value in overrides.items():
-        if value is not None and "." not in dotted:
-            data[dotted] = value
-        elif value is not None:
-            section, _, key = dotted.partition(".")
-            data.setdefault(section, {})[key] = value
+        if value is None:
+            continue
+        *path, key = dotted.split(".")
+        node = data
+        for part in path:
+            node = node.setdefault(part, {})
+        node[key] = value
     return data
+
+
+def _merge(into: dict[str, Any], new: dict[str, Any]) -> None:
+    """``new`` over ``into``, section by section (an override keeps the YAML's other keys beside it)."""
+    for key, value in new.items():
+        if isinstance(value, dict) and isinstance(into.get(key), dict):
+            _merge(into[key], value)
+        else:
+            into[key] = value
 
 
 def load_config(path: str | Path | None = None, **overrides: Any) -> Config:
@@ -427,11 +438,7 @@ def load_config(path: str | Path | None = None, **overrides: Any) -> Config:
             raise ConfigError(f"cannot read config {path}: {exc}") from None
         if not isinstance(data, dict):
             raise ConfigError(f"config {path} must be a mapping")
-    for section, values in nest_overrides(overrides).items():
-        if isinstance(values, dict):
-            data.setdefault(section, {}).update(values)
-        else:
-            data[section] = values
+    _merge(data, nest_overrides(overrides))
     try:
         return Config.model_validate(data)
     except ValidationError as exc:
