@@ -118,6 +118,7 @@ def test_uploads_are_checked_as_inline_data_is(server_factory, tmp_path):
 def test_files_belong_to_their_key_and_a_quota_bounds_them(server_factory, tmp_path):
     cfg = {**NO_AUDIO, "server.api_keys": ["k1", "k2"], "files.folder": str(tmp_path)}
     cfg["files.quota_bytes_per_key"] = 30_000
+    cfg["files.max_file_bytes"] = 25_000  # one file must fit the quota (the config refuses otherwise)
     with server_factory(FakeBackend(), **cfg) as addr:
         mine, theirs = client(addr, "k1"), client(addr, "k2")
         f = mine.files.create(file=("a.bin", b"a" * 20_000, "application/octet-stream"), purpose="user_data")
