@@ -14,6 +14,8 @@ from hypothesis import HealthCheck, given, settings
 from testkit.fake_backend import FakeBackend
 from testkit.httpfuzz import ErrorLog, FuzzRequest, requests, send
 
+pytestmark = pytest.mark.server  # a real uvicorn server for the whole module
+
 
 @pytest.fixture(scope="module")
 def fuzzed(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, ErrorLog]]:
