@@ -14,7 +14,7 @@ import logging
 import secrets
 import threading
 from collections.abc import Callable, Coroutine
-from typing import Any
+from typing import Any, Protocol
 
 from models import constrain, toolcalls
 from models.backend import Parking
@@ -36,7 +36,7 @@ from .bigframes import ParseLimits, parse_checked
 from .idle import IdleTimer
 from .images import ImageProgress
 from .media import MediaInput
-from .registry import Attachment, Mirrored
+from .registry import Attachment
 from .replay import ReplayBuffer
 from .session import Session
 from .speaker import Speaker
@@ -56,6 +56,17 @@ class _Tokenizing:
 
     def cancel(self) -> None:
         self.cancelled = True
+
+
+class Mirrored(Protocol):
+    """The session's copy in a shared store (``gateway.cluster.mirror.Mirror``), when there is one."""
+
+    mirrored: int  # the last seq the store holds
+    holding: bool  # sockets send only what the store holds (False while it is unavailable)
+
+    def wake(self) -> None:
+        """New events (or the end): write them to the store."""
+        ...
 
 
 class LiveSession:
@@ -84,7 +95,6 @@ class LiveSession:
         self.media = MediaInput(self.session, services, self.send, self._create_response, self)
         self.idle = IdleTimer(self.media.idle_timeout, self._idle_fired)
         self.speculation: Speculation | None = None
-        self._preparing: int | None = None  # the turn whose reply is being tokenized to be prepared unseen
         self.speaker = Speaker(services.speech, lambda r: self.send(self.session.on_speech(r)))
         self._ignored: set[str] = set()  # dropped speculations: their late events mean nothing
         self._alias: dict[str, str] = {}  # an adopted speculation's job id → the response it became
@@ -235,18 +245,9 @@ class LiveSession:
             return
         if action.tools.tools or action.tools.grammar:  # a reply that may call tools is not prepared unseen
             return
-        self._preparing = key
-        self._spawn(self._prepare(key, action))
-
-    async def _prepare(self, key: int, action: StartResponse) -> None:
-        """Tokenize off the loop (as every response is), then submit unseen, unless the turn moved on meanwhile:
-        speech resumed (``drop``), another pause, or the turn committed and its response started."""
         svc, rid = self.svc, action.response_id
         try:
-            prompt = await chat_tokens(svc.backend, action.messages, svc) if svc.tokenizes else None
-            if self._preparing != key or self.speculation is not None or self.handles or self.closed:
-                return
-            job = svc.decode_job(self.state, action.messages, action.sampling, action.scheduler, prompt)
+            job = svc.decode_job(self.state, action.messages, action.sampling, action.scheduler)
             handle = svc.engine.submit(job, AsyncSink(asyncio.get_running_loop(), self.model_q, rid))
         except (ContextOverflow, EngineBusy, ValueError):
             return  # the real response will meet (and report) the same problem, or start normally
@@ -255,8 +256,6 @@ class LiveSession:
 
     def drop(self, key: int) -> None:
         """Speech resumed: the prepared reply goes, silently (its job is cancelled within a step)."""
-        if self._preparing == key:
-            self._preparing = None  # still tokenizing: it will not be submitted
         spec = self.speculation
         if spec is not None and spec.key == key:
             self.speculation = None
