@@ -251,7 +251,7 @@ async def read_body(request: Request, limit: int) -> bytes:
     """The whole JSON body, refusing more than ``limit`` bytes (by Content-Length and as it streams in).
 
     ``Content-Type`` must be ``application/json``: a web page may POST ``text/plain`` to any
-    server without a CORS preflight, but not JSON (issue 24 §8: local mode has no key to stop it)."""
+    server without a CORS preflight, but not JSON (local mode has no key to stop it)."""
     media = request.headers.get("content-type", "").partition(";")[0].strip().lower()
     if media != "application/json":
         raise ApiError(415, "unsupported_media_type", "Content-Type must be application/json", "Content-Type")
