@@ -14,14 +14,13 @@ import logging
 import secrets
 import threading
 from collections.abc import Callable, Coroutine
-from typing import Any, Protocol
+from typing import Any
 
 from models import constrain, toolcalls
 from models.backend import Parking
 from models.constrain import GrammarError
 from models.decode import ContextOverflow, JobEvents
 from models.engine import EngineBusy, Handle
-from processors.image import ImageError
 
 from ..filters import FILTER_FAILED, ResponseFilter
 from ..grammars import CompileBusy, off_loop
@@ -29,44 +28,25 @@ from ..services import Services
 from ..sink import AsyncSink
 from ..tokenize import chat_tokens
 from ..tools.runner import McpRunner
-from ..uploads import REFUSALS, data_url_text, file_text
+from ..uploads import REFUSALS
 from . import protocol as p
 from .actions import Action, CancelResponse, Output, StartImage, StartResponse
 from .bigframes import ParseLimits, parse_checked
+from .content import resolve_parts
 from .idle import IdleTimer
 from .images import ImageProgress
 from .media import MediaInput
-from .registry import Attachment
+from .registry import Attachment, Mirrored
 from .replay import ReplayBuffer
 from .session import Session
 from .speaker import Speaker
-from .speculation import Speculation
+from .speculation import AfterPrepare, Speculation, Tokenizing
 from .speech_out import Speak, prefetch_text
 
 log = logging.getLogger("stream_omni.live")
 
 
 ModelMessage = tuple[str, JobEvents | ImageProgress]  # (response id, what the model produced)
-
-
-class _Tokenizing:
-    """Stands in ``handles`` for a response whose prompt is being tokenized; ``cancel`` like a Handle's."""
-
-    cancelled = False
-
-    def cancel(self) -> None:
-        self.cancelled = True
-
-
-class Mirrored(Protocol):
-    """The session's copy in a shared store (``gateway.cluster.mirror.Mirror``), when there is one."""
-
-    mirrored: int  # the last seq the store holds
-    holding: bool  # sockets send only what the store holds (False while it is unavailable)
-
-    def wake(self) -> None:
-        """New events (or the end): write them to the store."""
-        ...
 
 
 class LiveSession:
@@ -89,12 +69,14 @@ class LiveSession:
         self.changed = asyncio.Event()  # set whenever the outbox grows
         self.session = Session(services.session_defaults, self.outbox.stamp)
         self.state = services.backend.new_state()
-        self.handles: dict[str, Handle | _Tokenizing] = {}
+        self.handles: dict[str, Handle | Tokenizing] = {}
         self.filters: dict[str, ResponseFilter] = {}  # response id → its chunk filtering
         self.model_q: asyncio.Queue[ModelMessage] = asyncio.Queue()
         self.media = MediaInput(self.session, services, self.send, self._create_response, self)
         self.idle = IdleTimer(self.media.idle_timeout, self._idle_fired)
         self.speculation: Speculation | None = None
+        self._preparing: asyncio.Task[None] | None = None  # a reply being tokenized to be prepared unseen
+        self._preparing_key: int | None = None  # its turn, while it may still be submitted
         self.speaker = Speaker(services.speech, lambda r: self.send(self.session.on_speech(r)))
         self._ignored: set[str] = set()  # dropped speculations: their late events mean nothing
         self._alias: dict[str, str] = {}  # an adopted speculation's job id → the response it became
@@ -182,6 +164,11 @@ class LiveSession:
         gen.submit(action.prompt, None, on_event, cancel)
 
     def _start(self, action: StartResponse) -> None:
+        if self._preparing is not None:  # the reply to this turn may be a moment from prepared: wait for it
+            waiting = AfterPrepare()
+            self.handles[action.response_id] = waiting  # a cancel or close meanwhile marks it
+            self._spawn(self._after_prepare(action, waiting, self._preparing))
+            return
         spec, self.speculation = self.speculation, None
         if spec is not None:
             if spec.serves(action):
@@ -189,11 +176,11 @@ class LiveSession:
                 return
             self.svc.metrics.speculation.labels(outcome="mismatched").inc()
             self._forget(spec)  # the engine retires a cancelled job before the next one touches the cache
-        pending = _Tokenizing()
+        pending = Tokenizing()
         self.handles[action.response_id] = pending  # a cancel or close meanwhile marks it
         self._spawn(self._submit(action, pending))
 
-    async def _submit(self, action: StartResponse, pending: _Tokenizing) -> None:
+    async def _submit(self, action: StartResponse, pending: Tokenizing) -> None:
         """Tokenize off the loop (gateway.tokenize), then hand the job to the engine — unless the
         response was cancelled meanwhile (the session already ended it with response.done)."""
         svc = self.svc
@@ -240,22 +227,48 @@ class LiveSession:
         if self.speculation is not None:
             self._forget(self.speculation)
             self.speculation = None
+        self._preparing_key = None  # one still tokenizing is superseded: it will not be submitted
         action = self.session.preview_response(transcript)
         if action is None or self.handles or self.closed or not self.svc.engine_has_room():
             return
         if action.tools.tools or action.tools.grammar:  # a reply that may call tools is not prepared unseen
             return
+        self._preparing_key = key
+        self._preparing = self._spawn(self._prepare(key, action))
+
+    async def _prepare(self, key: int, action: StartResponse) -> None:
+        """Tokenize off the loop, as every response is, then submit unseen, unless the turn moved on
+        meanwhile (speech resumed, another pause) or something else started."""
         svc, rid = self.svc, action.response_id
         try:
-            job = svc.decode_job(self.state, action.messages, action.sampling, action.scheduler)
+            prompt = await chat_tokens(svc.backend, action.messages, svc) if svc.tokenizes else None
+            others = any(not isinstance(h, AfterPrepare) for h in self.handles.values())
+            if self._preparing_key != key or others or self.closed:
+                return
+            job = svc.decode_job(self.state, action.messages, action.sampling, action.scheduler, prompt)
             handle = svc.engine.submit(job, AsyncSink(asyncio.get_running_loop(), self.model_q, rid))
         except (ContextOverflow, EngineBusy, ValueError):
             return  # the real response will meet (and report) the same problem, or start normally
+        finally:
+            if self._preparing_key == key:
+                self._preparing_key = None
+            if self._preparing is asyncio.current_task():
+                self._preparing = None
         self.speculation = Speculation(key, action, handle)
         self.svc.metrics.speculation.labels(outcome="prepared").inc()
 
+    async def _after_prepare(self, action: StartResponse, waiting: AfterPrepare, prep: asyncio.Task[None]) -> None:
+        with contextlib.suppress(Exception):  # its failure was logged; the response starts normally
+            await asyncio.shield(prep)
+        if self.handles.get(action.response_id) is waiting:
+            del self.handles[action.response_id]
+            if not waiting.cancelled and not self.closed:
+                self._start(action)
+
     def drop(self, key: int) -> None:
         """Speech resumed: the prepared reply goes, silently (its job is cancelled within a step)."""
+        if self._preparing_key == key:
+            self._preparing_key = None  # still tokenizing: it will not be submitted
         spec = self.speculation
         if spec is not None and spec.key == key:
             self.speculation = None
@@ -340,36 +353,9 @@ class LiveSession:
 
     async def _resolve_item(self, ev: p.ItemCreate) -> None:
         assert isinstance(ev.item, p.MessageItem)  # only messages carry media
-        parts: list[p.InputText | p.InputImage | p.InputAudio | p.InputFile] = []
+        owner = self.key if self.svc.config.server.api_keys else ""  # "" on a server without keys
         try:
-            for part in ev.item.content:
-                # files belong to the uploader's key, as the HTTP API names it ("" on a server without keys)
-                owner = self.key if self.svc.config.server.api_keys else ""
-                if isinstance(part, p.InputAudio) and part.transcript is None and part.file_id is not None:
-                    _, text = await file_text(self.svc, owner, part.file_id, "audio")
-                    parts.append(p.InputText(type="input_text", text=text))
-                elif isinstance(part, p.InputImage) and part.file_id is not None:
-                    _, text = await file_text(self.svc, owner, part.file_id, "image")
-                    parts.append(p.InputText(type="input_text", text=text))
-                elif isinstance(part, p.InputFile):
-                    if part.file_id is not None:
-                        _, text = await file_text(self.svc, owner, part.file_id)
-                    else:
-                        text = await data_url_text(self.svc, part.file_data or "", self.svc.config.files.max_file_bytes)
-                    parts.append(p.InputText(type="input_text", text=text))
-                elif isinstance(part, p.InputAudio):
-                    text = part.transcript or await self.media.resolve_audio_part(part.audio or "")
-                    parts.append(p.InputText(type="input_text", text=text))
-                elif isinstance(part, p.InputImage):
-                    describe = self.svc.image_describer
-                    if describe is None:
-                        raise ImageError(
-                            "unsupported_content", "image input is not enabled on this server (config: vision.mode)"
-                        )
-                    url = part.image_url or ""
-                    parts.append(p.InputText(type="input_text", text=await asyncio.to_thread(describe, url)))
-                else:
-                    parts.append(part)
+            parts = await resolve_parts(self.svc, owner, ev.item.content, self.media.resolve_audio_part)
         except REFUSALS as exc:
             self.svc.metrics.errors.labels(code=exc.code).inc()
             self.send(self.session.error(exc.code, exc.message, ev.event_id, "item.content"))
@@ -377,10 +363,11 @@ class LiveSession:
         resolved = ev.model_copy(update={"item": ev.item.model_copy(update={"content": parts})})
         self.send(self.session.handle(resolved))
 
-    def _spawn(self, coro: Coroutine[Any, Any, None]) -> None:
+    def _spawn(self, coro: Coroutine[Any, Any, None]) -> asyncio.Task[None]:
         task = asyncio.create_task(coro)
         self._tasks.add(task)
         task.add_done_callback(self._task_done)
+        return task
 
     def _task_done(self, task: asyncio.Task[None]) -> None:
         self._tasks.discard(task)

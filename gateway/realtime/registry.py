@@ -11,6 +11,17 @@ from typing import Protocol
 log = logging.getLogger("stream_omni.registry")
 
 
+class Mirrored(Protocol):
+    """The session's copy in a shared store (``gateway.cluster.mirror.Mirror``), when there is one."""
+
+    mirrored: int  # the last seq the store holds
+    holding: bool  # sockets send only what the store holds (False while it is unavailable)
+
+    def wake(self) -> None:
+        """New events (or the end): write them to the store."""
+        ...
+
+
 class TooManySessions(Exception):
     pass
 

@@ -32,3 +32,17 @@ class Speculation:
             action.scheduler,
             action.output_modalities,
         )
+
+
+class Tokenizing:
+    """Stands in a session's ``handles`` for a response whose prompt is being tokenized; ``cancel`` like a Handle's."""
+
+    cancelled = False
+
+    def cancel(self) -> None:
+        self.cancelled = True
+
+
+class AfterPrepare(Tokenizing):
+    """A response whose turn committed while its reply was still being prepared unseen: it waits for
+    that preparation (milliseconds of tokenizing), then adopts the prepared job or starts normally."""

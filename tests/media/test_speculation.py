@@ -52,8 +52,23 @@ def kinds(c: RealtimeClient) -> list[str]:
     return [e["type"] for e in c.events if e["type"] not in ("session.created", "session.updated")]
 
 
-async def test_prepared_reply_commits_with_todays_events_and_barge_in_still_cancels(tiny_backend, server_factory):
+def on_a_loop() -> bool:
+    try:
+        asyncio.get_running_loop()
+    except RuntimeError:
+        return False
+    return True
+
+
+async def test_prepared_reply_commits_with_todays_events_and_barge_in_still_cancels(
+    tiny_backend, server_factory, monkeypatch
+):
     speech = speak("Please open the kitchen window.")
+    tokenized_on_loop: list[bool] = []  # every prompt, the prepared one included, is tokenized off the loop
+    chat_tokens = tiny_backend.chat_tokens
+    monkeypatch.setattr(
+        tiny_backend, "chat_tokens", lambda *a, **k: tokenized_on_loop.append(on_a_loop()) or chat_tokens(*a, **k)
+    )
     with server_factory(tiny_backend, **{"speculative.drafter": "none"}) as addr:
         c = await voice_session(addr)
         await stream(
@@ -65,6 +80,7 @@ async def test_prepared_reply_commits_with_todays_events_and_barge_in_still_canc
         await stream(c, pcm24(silence(1.0)))
         done = await c.until("response.done")
         assert (await counts(addr))["committed"] == 1
+        assert tokenized_on_loop == [False], tokenized_on_loop  # the prepared reply's prompt, on the tokenizer thread
         transcript = next(e for e in c.events if e["type"].endswith("transcription.completed"))["transcript"]
         assert word_error_rate("Please open the kitchen window.", transcript) <= 0.25, transcript
 

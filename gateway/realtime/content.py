@@ -1,0 +1,47 @@
+"""A Realtime message's media parts as text: audio as its transcript, an image as its description, a file as text."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Awaitable, Callable, Sequence
+
+from processors.image import ImageError
+
+from ..services import Services
+from ..uploads import data_url_text, file_text
+from . import protocol as p
+
+Part = p.InputText | p.InputImage | p.InputAudio | p.InputFile
+
+
+async def resolve_parts(
+    svc: Services, owner: str, content: Sequence[Part], transcribe: Callable[[str], Awaitable[str]]
+) -> list[Part]:
+    """Each part as the model sees it; raises one of ``gateway.uploads.REFUSALS`` for a part it cannot use.
+
+    ``owner``: the key the files belong to, as the HTTP API names it; ``transcribe``: base64 audio → text.
+    """
+    parts: list[Part] = []
+    for part in content:
+        if isinstance(part, p.InputAudio) and part.transcript is None and part.file_id is not None:
+            _, text = await file_text(svc, owner, part.file_id, "audio")
+        elif isinstance(part, p.InputImage) and part.file_id is not None:
+            _, text = await file_text(svc, owner, part.file_id, "image")
+        elif isinstance(part, p.InputFile):
+            if part.file_id is not None:
+                _, text = await file_text(svc, owner, part.file_id)
+            else:
+                text = await data_url_text(svc, part.file_data or "", svc.config.files.max_file_bytes)
+        elif isinstance(part, p.InputAudio):
+            text = part.transcript or await transcribe(part.audio or "")
+        elif isinstance(part, p.InputImage):
+            describe = svc.image_describer
+            if describe is None:
+                msg = "image input is not enabled on this server (config: vision.mode)"
+                raise ImageError("unsupported_content", msg)
+            text = await asyncio.to_thread(describe, part.image_url or "")
+        else:
+            parts.append(part)
+            continue
+        parts.append(p.InputText(type="input_text", text=text))
+    return parts
