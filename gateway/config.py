@@ -279,6 +279,9 @@ class LimitsConfig(_Frozen):
     # thread, where the parse still holds the GIL, and so the loop, for tens of ms per 15 MB frame
     parse_processes: int = Field(default=1, ge=0, le=256)
     max_http_body_bytes: int = Field(default=16 * _MIB, ge=1, le=_GIB)  # one HTTP request body
+    # HTTP request body bytes per second per API key (all keys as one without keys); past a burst of
+    # one largest body, a request is refused 429 with Retry-After before its body is read. null: unlimited
+    http_bytes_per_s_per_key: int | None = Field(default=4 * _MIB, ge=1, le=1024 * _GIB)
     # events a client may lag behind before it counts as slow …
     outbound_queue: int = Field(default=1024, ge=1, le=1_000_000)
     # … and a send blocked this long (it stopped reading): closed 1013

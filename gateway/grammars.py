@@ -15,12 +15,14 @@ from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from typing import ParamSpec, TypeVar
 
+from .workers import yield_to_decoding
+
 P = ParamSpec("P")
 T = TypeVar("T")
 
 MAX_WAITING = 8  # compilations queued or running at once, all clients together
 
-_POOL = ThreadPoolExecutor(max_workers=1, thread_name_prefix="grammar")
+_POOL = ThreadPoolExecutor(max_workers=1, thread_name_prefix="grammar", initializer=yield_to_decoding)
 _lock = threading.Lock()  # several event loops (test servers) share the pool
 _waiting = 0
 

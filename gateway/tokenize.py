@@ -15,6 +15,8 @@ from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, Protocol, TypeVar
 
+from .workers import yield_to_decoding
+
 T = TypeVar("T")
 
 
@@ -22,7 +24,7 @@ class ChatTokenizer(Protocol):
     def chat_tokens(self, messages: list[dict[str, str]], add_generation_prompt: bool = True) -> list[int]: ...
 
 
-_POOL = ThreadPoolExecutor(max_workers=1, thread_name_prefix="tokenize")
+_POOL = ThreadPoolExecutor(max_workers=1, thread_name_prefix="tokenize", initializer=yield_to_decoding)
 
 
 class Tokenizing(Protocol):

@@ -28,6 +28,7 @@ LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
             "gateway.files",
             "gateway.filters",
             "gateway.uploads",
+            "gateway.workers",
             "gateway.tokenize",
             "gateway.grammars",
             "gateway.services",

@@ -23,6 +23,7 @@ non-streamed request is cancelled as soon as its client disconnects.
 from __future__ import annotations
 
 import logging
+import time
 from collections.abc import Awaitable, Callable
 
 from starlette.requests import Request
@@ -32,6 +33,7 @@ from starlette.routing import BaseRoute, Route
 from ..security import bearer, http_api_key_ok, key_digest
 from ..services import Services
 from . import audio_speech, completions, files, serving
+from .budget import ByteBudget
 from .errors import ApiError, error_response
 from .schemas import header_count
 from .stream import CompletionStore, SseResponse
@@ -47,6 +49,7 @@ class HttpApi:
     def __init__(self, services: Callable[[], Services]):
         self.services = services  # the app's Services once started
         self.store = CompletionStore()
+        self._budget: ByteBudget | None = None  # built from the config on the first POST
 
     def routes(self) -> list[BaseRoute]:
         return [
@@ -73,6 +76,8 @@ class HttpApi:
                         "invalid or missing API key (Authorization: Bearer …)",
                         headers={"WWW-Authenticate": "Bearer"},
                     )
+                if request.method == "POST":
+                    self._spend(svc, request)
                 return await handler(svc, request)
             except ApiError as exc:
                 svc.metrics.errors.labels(code=exc.code).inc()
@@ -83,6 +88,24 @@ class HttpApi:
                 return error_response(ApiError(500, "server_error", "the server failed to handle this request"))
 
         return endpoint
+
+    def _spend(self, svc: Services, request: Request) -> None:
+        """The key's body-byte budget (``gateway.http.budget``): 429 before the body is read when spent."""
+        limits = svc.config.limits
+        if limits.http_bytes_per_s_per_key is None:
+            return
+        if self._budget is None:
+            burst = max(limits.max_http_body_bytes, svc.config.files.max_file_bytes + files.FORM_OVERHEAD)
+            self._budget = ByteBudget(limits.http_bytes_per_s_per_key, burst)
+        declared = request.headers.get("content-length")
+        wait = self._budget.admit(_owner(svc, request), header_count(declared) if declared else None, time.monotonic())
+        if wait:
+            raise ApiError(
+                429,
+                "rate_limit_exceeded",
+                "this key sent more request bytes than limits.http_bytes_per_s_per_key allows; retry later",
+                headers={"Retry-After": str(int(wait))},
+            )
 
     async def _create(self, svc: Services, request: Request) -> Response:
         return await serving.create(svc, self.store, request, _owner(svc, request))
