@@ -15,8 +15,6 @@ from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, Protocol, TypeVar
 
-from .workers import yield_to_decoding
-
 T = TypeVar("T")
 
 
@@ -24,7 +22,9 @@ class ChatTokenizer(Protocol):
     def chat_tokens(self, messages: list[dict[str, str]], add_generation_prompt: bool = True) -> list[int]: ...
 
 
-_POOL = ThreadPoolExecutor(max_workers=1, thread_name_prefix="tokenize", initializer=yield_to_decoding)
+# Normal priority, unlike the grammar thread: the event loop waits on this one synchronously to count
+# a conversation item's tokens (count_tokens), and a low-priority thread would stretch that wait.
+_POOL = ThreadPoolExecutor(max_workers=1, thread_name_prefix="tokenize")
 
 
 class Tokenizing(Protocol):
