@@ -18,6 +18,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import json
 import os
 import statistics
 import subprocess
@@ -133,11 +134,15 @@ def main() -> None:
     ap.add_argument("--threads", type=int, default=2, help="llama-server's threads (the gateway's default is 2)")
     ap.add_argument("--timeout", type=float, default=120.0, help="seconds any one receive may take")
     ap.add_argument("--name", default="batch_ab", help="results file name under bench/results/")
+    ap.add_argument("--set", action="append", default=[], help="config override KEY=VALUE for both servers")
     args = ap.parse_args()
     ns = [int(x) for x in args.sessions.split(",")]
     from models.llm import embedded_gguf
 
-    base = {"audio.enabled": False}
+    base: dict[str, Any] = {"audio.enabled": False}
+    for kv in args.set:
+        key, _, value = kv.partition("=")
+        base[key] = json.loads(value) if value[:1].isdigit() or value in ("true", "false") else value
     with contextlib.ExitStack() as stack:
         systems: dict[str, Round] = {}
         for label, cfg in (("default", {}), ("drafter: none", {"speculative.drafter": "none"})):
@@ -153,7 +158,8 @@ def main() -> None:
     md = f"# bench batch-ab — {machine()}\n\n"
     md += (
         f"Every system up at once, taking turns round by round ({args.reps} repetitions, the order rotating); "
-        f"workload {args.workload} ({WORKLOAD_TEXT[args.workload]}), {args.tokens} tokens per reply, greedy. "
+        f"workload {args.workload} ({WORKLOAD_TEXT[args.workload]}), {args.tokens} tokens per reply, greedy"
+        f"{'; ' + ', '.join(args.set) if args.set else ''}. "
         "A round: N sessions asking at once (N = 1: the prompts one after another). Ratios are per repetition "
         "(paired), median (min–max). loadavg: the highest 1-minute load seen at a round's end.\n\n"
     )
