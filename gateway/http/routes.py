@@ -104,7 +104,8 @@ class HttpApi:
                 429,
                 "rate_limit_exceeded",
                 "this key sent more request bytes than limits.http_bytes_per_s_per_key allows; retry later",
-                headers={"Retry-After": str(int(wait))},
+                # close: the server answers without reading the body, and does not read it after either
+                headers={"Retry-After": str(int(wait)), "Connection": "close"},
             )
 
     async def _create(self, svc: Services, request: Request) -> Response:
