@@ -29,6 +29,7 @@ LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
             "gateway.filters",
             "gateway.uploads",
             "gateway.workers",
+            "gateway.tts_queue",
             "gateway.tokenize",
             "gateway.grammars",
             "gateway.services",

@@ -25,6 +25,7 @@ from processors.speech_text import SpeechText, spoken_text
 from ..realtime.speech_out import OPENAI_VOICES, SpeechSettings
 from ..services import Services
 from .errors import ApiError
+from .schemas import read_body
 
 MAX_INPUT_CHARS = 4096  # OpenAI's limit for one request
 _SENTENCE_END = re.compile(r"(?<=[.!?;:])\s+|\n+")
@@ -98,15 +99,15 @@ def _container(pcm: bytes, fmt: str) -> bytes:
 
 
 async def speech(svc: Services, request: Request) -> Response:
-    req, voice = _parse(await request.body(), svc)
+    req, voice = _parse(await read_body(request, svc.config.limits.max_http_body_bytes), svc)
     assert svc.speech is not None
     settings = SpeechSettings("audio/pcm", voice, req.speed)
     sentences = _sentences(req.input)
 
     async def pcm_chunks() -> AsyncIterator[bytes]:
-        for words in sentences:
+        for rank, words in enumerate(sentences):
             assert svc.speech is not None
-            yield (await svc.speech.run(words, settings)).audio
+            yield (await svc.speech.run(words, settings, rank)).audio
 
     if req.stream_format == "sse":
 

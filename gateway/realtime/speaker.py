@@ -67,7 +67,9 @@ class Speaker:
                 continue
             try:
                 ready = self._ready.pop((action.text, action.settings), None)  # taken: forget() spares it
-                synth = await (ready if ready is not None else self.service.run(action.text, action.settings))
+                synth = await (
+                    ready if ready is not None else self.service.run(action.text, action.settings, action.index)
+                )
             except asyncio.CancelledError:
                 raise
             except Exception as exc:  # a failed synthesis costs this chunk's audio, not the session

@@ -24,7 +24,7 @@ class FakeService:
         self.delay = delay
         self.calls: list[str] = []
 
-    async def run(self, text: str, settings: SpeechSettings) -> Synthesis:
+    async def run(self, text: str, settings: SpeechSettings, rank: int = 0) -> Synthesis:
         self.calls.append(text)
         await asyncio.sleep(self.delay)
         return Synthesis(text.encode(), (1.0,) * len(text.split()))
