@@ -14,7 +14,11 @@ def uvicorn_config_kwargs(config: object) -> dict[str, object]:
 
     limits = config.limits  # type: ignore[attr-defined]
     http, ws = guarded_protocols(config.server, limits.parse_off_loop_bytes)  # type: ignore[attr-defined]
+    tls = config.server.tls  # type: ignore[attr-defined]
+    # (the files were loaded once when the config was checked: gateway.config.TlsConfig)
+    certs = {"ssl_certfile": tls.certfile, "ssl_keyfile": tls.keyfile} if tls is not None else {}
     return {
+        **certs,
         "http": http,  # header deadline, 431, connection caps (gateway/guard.py)
         "ws": ws,  # dead sockets aborted after server.close_timeout_s
         # h11's own limit sits past ours, so an over-size head gets our 431 rather than its 400
@@ -57,7 +61,8 @@ def serve(args: argparse.Namespace) -> int:
         print(f"stream-omni: {exc}", file=sys.stderr)
         return 1
     auth = "API keys required" if s.api_keys else "no API keys: loopback only"
-    print(f"stream-omni: serving {backend.name} on http://{s.host}:{s.port} ({auth})", file=sys.stderr)
+    scheme = "https" if s.tls is not None else "http"
+    print(f"stream-omni: serving {backend.name} on {scheme}://{s.host}:{s.port} ({auth})", file=sys.stderr)
     app = create_app(config, backend_loader=lambda _cfg: backend, engine=engine)
     uv = uvicorn.Config(app, host=s.host, port=s.port, **uvicorn_config_kwargs(config))  # type: ignore[arg-type]
     DrainingServer(uv, app, s.shutdown_timeout_s).run()

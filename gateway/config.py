@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import ipaddress
+import ssl
 from pathlib import Path
 from typing import Any, Literal
 
@@ -31,6 +32,30 @@ class _Frozen(BaseModel):
     model_config = ConfigDict(frozen=True, extra="forbid")
 
 
+class TlsConfig(_Frozen):
+    """HTTPS and wss:// served by the gateway itself (docs/OPERATING.md, "TLS")."""
+
+    certfile: str  # PEM certificate chain, the server's own certificate first
+    keyfile: str  # PEM private key of that certificate, unencrypted (readable by the server only)
+
+    @model_validator(mode="after")
+    def _loads(self) -> TlsConfig:
+        # checked here, so a wrong path or a key of another certificate is a config error at start-up,
+        # not a traceback from uvicorn after the model has loaded
+        for name in ("certfile", "keyfile"):
+            if not Path(getattr(self, name)).is_file():
+                raise ValueError(f"server.tls.{name} {getattr(self, name)!r} is not a readable file")
+        try:
+            # an empty password: an encrypted key fails here instead of prompting on the terminal
+            ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER).load_cert_chain(self.certfile, self.keyfile, password=b"")
+        except (ssl.SSLError, OSError) as exc:
+            raise ValueError(
+                f"server.tls: cannot use certfile {self.certfile!r} with keyfile {self.keyfile!r} "
+                f"(PEM, the key unencrypted and matching the certificate): {exc}"
+            ) from None
+        return self
+
+
 class ServerConfig(_Frozen):
     host: str = "127.0.0.1"  # bind address; with no api_keys only loopback is allowed
     port: int = Field(default=8000, ge=0, le=65535)  # TCP port (0: any free one)
@@ -51,6 +76,7 @@ class ServerConfig(_Frozen):
     max_pending_per_ip: int = Field(default=64, ge=1, le=1_000_000)
     # a closed socket whose client does not read is aborted after this
     close_timeout_s: float = Field(default=5.0, gt=0, le=3600)
+    tls: TlsConfig | None = None  # {certfile, keyfile}: serve https:// and wss:// directly; null: plain HTTP
 
     @model_validator(mode="after")
     def _remote_needs_keys(self) -> ServerConfig:
