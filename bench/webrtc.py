@@ -5,7 +5,9 @@ real-time pace then silence), alternating transports: the time from the end of s
 the frame holding its last sample went out) to the first ``response.output_text.delta``. Then
 calls held open with audio flowing: the server process's CPU per call (over an idle baseline), the
 frames of the server's track each client received per second (50 is real time: fewer is an
-underrun), and the upstream bytes per second of the (aiortc) client's Opus track.
+underrun), and the upstream bytes per second of the (aiortc) client's Opus track. Last, in this
+process, the outbound track's own cost per 20 ms frame: voice (encoded) and idle (cached silence).
+Each row carries the 1-minute load average when it was measured: on a shared box, read it first.
 Writes bench/results/webrtc.{json,md}. Needs espeak-ng.
 """
 
@@ -135,6 +137,31 @@ async def hold_calls(addr: str, n: int, seconds: float, pid: int) -> dict[str, A
     return {"cpu_core_share": (cpu1 - cpu0) / (t1 - t0), "frames_per_s": frames, "up_bytes_per_s": up}
 
 
+async def track_frame_cost(frames: int = 500) -> dict[str, float]:
+    """µs of CPU per frame of the server's outbound track (``PacedTrack.recv``, unpaced): voice and idle."""
+    import numpy as np
+
+    from gateway.webrtc.pacing import RATE, OutboundAudio
+    from gateway.webrtc.tracks import PacedTrack
+    from testkit.speech import speak
+
+    out: dict[str, float] = {}
+    voice = (np.clip(np.tile(speak("One two three four five six seven eight nine ten."), 10), -1, 1) * 32767).astype(
+        np.int16
+    )
+    for case in ("voice", "idle"):
+        source = OutboundAudio()
+        if case == "voice":
+            source.push(np.repeat(voice, RATE // 16_000), "r", "i")
+        track = PacedTrack(source, lambda _events: None)
+        track._start = -1e9  # every frame is due: measure the work, not the pacing
+        t0 = time.process_time()
+        for _ in range(frames):
+            await track.recv()
+        out[case] = (time.process_time() - t0) / frames * 1e6
+    return out
+
+
 async def bytes_sent(c: Any) -> int:
     for s in (await c.pc.getStats()).values():
         if s.type == "outbound-rtp" and s.kind == "audio":
@@ -157,6 +184,7 @@ def main() -> None:
             for text in UTTERANCES:
                 latency["websocket"].append(asyncio.run(over_websocket(addr, text)))
                 latency["webrtc"].append(asyncio.run(over_webrtc(addr, text)))
+        latency_load = round(os.getloadavg()[0], 2)
     held: dict[int, dict[str, Any]] = {}
     with server_process({**overrides, "audio.enabled": False}) as addr:  # media cost alone: no VAD/Whisper
         pid = server_pid(addr.rsplit(":", 1)[1])
@@ -164,29 +192,42 @@ def main() -> None:
         for n in [int(x) for x in args.calls.split(",")]:
             held[n] = asyncio.run(hold_calls(addr, n, args.hold_s, pid))
             held[n]["idle_cpu_core_share"] = idle
+            held[n]["load"] = round(os.getloadavg()[0], 2)
     ws_ms, rtc_ms = median(latency["websocket"]), median(latency["webrtc"])
+    load = latency_load
     rows = [
-        {"measure": "eos → first reply text, WebSocket (median ms)", "value": ws_ms, "target": ""},
-        {"measure": "eos → first reply text, WebRTC (median ms)", "value": rtc_ms, "target": f"≤ {ws_ms + 30:.0f}"},
-        {"measure": "WebRTC − WebSocket (paired medians, ms)", "value": rtc_ms - ws_ms, "target": "≤ 30"},
+        {"measure": "eos → first reply text, WebSocket (median ms)", "value": ws_ms, "target": "", "load": load},
+        {
+            "measure": "eos → first reply text, WebRTC (median ms)",
+            "value": rtc_ms,
+            "target": f"≤ {ws_ms + 30:.0f}",
+            "load": load,
+        },
+        {"measure": "WebRTC − WebSocket (medians, ms)", "value": rtc_ms - ws_ms, "target": "≤ 30", "load": load},
     ]
     for n, h in held.items():
         per_call = (h["cpu_core_share"] - h["idle_cpu_core_share"]) / n
         cpu = f"server CPU per call, {n} calls (% of a core)"
-        rows.append({"measure": cpu, "value": 100 * per_call, "target": "≤ 3"})
+        rows.append({"measure": cpu, "value": 100 * per_call, "target": "≤ 3", "load": h["load"]})
         frames = f"outbound frames/s per call, {n} calls (min)"
-        rows.append({"measure": frames, "value": min(h["frames_per_s"]), "target": "50"})
+        rows.append({"measure": frames, "value": min(h["frames_per_s"]), "target": "50", "load": h["load"]})
         up = median(h["up_bytes_per_s"])
         # aiortc's own encoder (96 kbit/s stereo, ignoring the answer's maxaveragebitrate): Chromium's is
         # measured by tests/e2e/test_webrtc_browser.py
-        rows.append({"measure": f"aiortc client upstream bytes/s, {n} calls (median)", "value": up, "target": ""})
+        up_row = f"aiortc client upstream bytes/s, {n} calls (median)"
+        rows.append({"measure": up_row, "value": up, "target": "", "load": h["load"]})
+    cost = asyncio.run(track_frame_cost())
+    now = os.getloadavg()[0]
+    for case, us in cost.items():
+        frame_row = f"outbound track CPU per 20 ms frame, {case} (µs)"
+        rows.append({"measure": frame_row, "value": us, "target": "", "load": now})
     m = machine()
     md = f"# bench webrtc — {m}\n\nEmbedded model, max 16 output tokens, server VAD defaults, {len(UTTERANCES)} "
     md += f"espeak-ng utterances × {args.rounds} rounds per transport, alternating, 20 ms frames on both paths. "
     md += f"Held calls: {args.hold_s:.0f} s each with speech flowing, audio input off (the media cost alone). "
     md += f"Load average at the end: {os.getloadavg()[0]:.2f}.\n\n"
-    md += markdown_table(rows, ["measure", "value", "target"])
-    write("webrtc", {"machine": m, "latency_ms": latency, "held": held, "rows": rows}, md)
+    md += markdown_table(rows, ["measure", "value", "target", "load"])
+    write("webrtc", {"machine": m, "latency_ms": latency, "held": held, "frame_cost_us": cost, "rows": rows}, md)
 
 
 if __name__ == "__main__":

@@ -359,6 +359,9 @@ class WebRtcConfig(_Frozen):
     offers_per_s: float = Field(default=2.0, gt=0, le=1000)  # offers per second per API key, before media work
     offers_burst: int = Field(default=10, ge=1, le=10_000)  # offers one key may send at once
     stats_interval_s: float = Field(default=2.0, gt=0, le=60)  # how often a call's loss and jitter are sampled
+    # caller's 20 ms frames held before decoding: 0 decodes each as it arrives (the server only listens: a
+    # late packet is dropped, a lost one skipped); aiortc's own playout buffer holds 4 (80 ms more per turn)
+    jitter_prefetch_frames: int = Field(default=0, ge=0, le=8)
 
     @model_validator(mode="after")
     def _port_range(self) -> WebRtcConfig:

@@ -78,6 +78,8 @@ class RtcClient:
         self.opened = asyncio.Event()
         self.audio_frames = 0  # frames of the server's track received
         self.audio_arrived = asyncio.Event()
+        self.record = False  # keep the decoded frames of the server's track (``heard``)
+        self.heard: list[tuple[float, np.ndarray]] = []  # (monotonic arrival, int16 mono 48 kHz) per frame
         self.location = ""
         self.call_id = ""
         self._reader: asyncio.Future[None] | None = None
@@ -90,10 +92,12 @@ class RtcClient:
         session: dict[str, Any] | None = None,
         headers: dict[str, str] | None = None,
         timeout: float = 20,
+        record: bool = False,
     ) -> RtcClient:
         pc = RTCPeerConnection()
         mic = PlayTrack()
         c = cls(pc, mic)
+        c.record = record
         pc.addTrack(mic)
         c.channel = pc.createDataChannel("oai-events")
         c.channel.on("open", c.opened.set)
@@ -118,13 +122,22 @@ class RtcClient:
         async def read() -> None:
             while True:
                 try:
-                    await track.recv()
+                    frame = await track.recv()
                 except MediaStreamError:
                     return
                 self.audio_frames += 1
                 self.audio_arrived.set()
+                if self.record and isinstance(frame, AudioFrame):
+                    channels = len(frame.layout.channels)
+                    mono = frame.to_ndarray().reshape(-1, channels).mean(axis=1).astype(np.int16)
+                    self.heard.append((time.monotonic(), mono))
 
         self._reader = asyncio.ensure_future(read())
+
+    def audio(self, since: float = 0.0, until: float = float("inf")) -> np.ndarray:
+        """The server's track as received (recording on), int16 mono 48 kHz, frames arriving in [since, until)."""
+        parts = [pcm for t, pcm in self.heard if since <= t < until]
+        return np.concatenate(parts) if parts else np.zeros(0, dtype=np.int16)
 
     async def send(self, event: dict[str, Any]) -> None:
         self.channel.send(json.dumps(event))

@@ -41,7 +41,7 @@ from .replay import ReplayBuffer
 from .session import Session
 from .speaker import Speaker
 from .speculation import AfterPrepare, Speculation, Tokenizing
-from .speech_out import Speak, prefetch_text
+from .speech_out import PlayAudio, Speak, prefetch_text
 
 log = logging.getLogger("stream_omni.live")
 
@@ -137,7 +137,7 @@ class LiveSession:
                 flag.set()  # denoising stops within one step
             self.speaker.cancel(action.response_id)  # deltas and synthesis stop now
             self.tools.cancel(action.response_id)
-        elif isinstance(action, Speak):
+        elif isinstance(action, Speak | PlayAudio):  # synthesis, or a call's track
             self.speaker.submit(action)
         elif isinstance(action, StartResponse):
             self._start(action)

@@ -5,7 +5,8 @@ chunk n+1 is synthesized while the client plays chunk n. A cancelled response's 
 dropped from the queue at once and a synthesis already running for it is discarded when it
 returns (one clause, tens of ms). ``prefetch`` synthesizes a text before any response asks for
 it (the first chunk of a reply prepared during the user's pause); a ``Speak`` of the same text and
-settings then takes that result instead of starting again.
+settings then takes that result instead of starting again. On a WebRTC call the session's released
+audio comes back here as ``PlayAudio`` and goes to the call's track (``sink``), in order.
 """
 
 from __future__ import annotations
@@ -16,7 +17,7 @@ import logging
 from collections.abc import Callable
 
 from ..speech import SpeechService, Synthesis
-from .speech_out import Speak, SpeechResult, SpeechSettings
+from .speech_out import PlayAudio, Speak, SpeechResult, SpeechSettings
 
 log = logging.getLogger("stream_omni.speaker")
 
@@ -28,12 +29,18 @@ class Speaker:
         """``service`` None: no voice is loaded (nothing is ever submitted then)."""
         self.service = service
         self.deliver = deliver  # the session's on_speech, from the event loop
+        self.sink: Callable[[PlayAudio], None] | None = None  # a WebRTC call's outbound track, while it has one
         self._queue: asyncio.Queue[Speak] = asyncio.Queue()
         self._cancelled: set[str] = set()  # responses whose chunks are dropped
         self._ready: dict[_Key, asyncio.Future[Synthesis]] = {}  # prefetched syntheses
         self._task = asyncio.create_task(self._run(), name="speaker")
 
-    def submit(self, action: Speak) -> None:
+    def submit(self, action: Speak | PlayAudio) -> None:
+        """A chunk to synthesize, or (on a call) a released chunk to play."""
+        if isinstance(action, PlayAudio):
+            if self.sink is not None:
+                self.sink(action)
+            return
         self._queue.put_nowait(action)
 
     def cancel(self, response_id: str) -> None:

@@ -6,6 +6,10 @@ A mixin of ``Session``. Each scheduler chunk of an audio response becomes one ``
 ``response.output_audio_transcript.delta``. The transcript therefore holds only text whose audio
 was sent, and each piece of it keeps the millisecond its words end at, so that
 ``conversation.item.truncate`` can cut the item to exactly what the listener heard.
+
+On a WebRTC call (``audio_track``) the audio goes to the call's outbound track as ``PlayAudio``
+actions instead of ``output_audio.delta`` events, as OpenAI sends none there; the call knows what
+was played and cuts the item itself (``truncate_heard``).
 """
 
 from __future__ import annotations
@@ -46,6 +50,16 @@ class Speak:
     index: int
     text: str
     settings: SpeechSettings
+
+
+@dataclass(frozen=True)
+class PlayAudio:
+    """Action: play a chunk of ``item_id`` on the call's outbound track (``audio``: in ``format``)."""
+
+    response_id: str
+    item_id: str
+    audio: bytes
+    format: str
 
 
 @dataclass(frozen=True)
@@ -181,6 +195,7 @@ class SpeechOutput:
     response: Any
     conversation: Conversation
     spoken: dict[str, SpokenItem]
+    audio_track = False  # a WebRTC call plays the audio (PlayAudio actions, no output_audio.delta)
 
     def _out(self, *events: dict[str, Any], actions: list[Any] | None = None) -> Any:
         raise NotImplementedError  # Session's
@@ -208,10 +223,14 @@ class SpeechOutput:
         a: AudioState = r.audio
         a.early[result.index] = result
         events: list[dict[str, Any]] = []
+        plays: list[Any] = []
         while a.heard in a.early:
-            events.extend(self._release(r, a, a.early.pop(a.heard)))
+            res = a.early.pop(a.heard)
+            events.extend(self._release(r, a, res))
+            if self.audio_track and res.audio:
+                plays.append(PlayAudio(r.id, r.item_id, res.audio, a.settings.format))
             a.heard += 1
-        out = self._out(*events)
+        out = self._out(*events, actions=plays)
         if r.ending is not None and not r.waiting:
             out.extend(self._finish(r, *r.ending))
         return out
@@ -220,9 +239,14 @@ class SpeechOutput:
         common = {"response_id": r.id, "item_id": r.item_id, "output_index": r.text_index, "content_index": 0}
         pieces = a.chunks.pop(res.index, [])
         start_ms = a.audio_ms
+        sent = 0 if self.audio_track else len(res.audio)  # a call's track plays it instead
         events = [
-            p.server_event("response.output_audio.delta", **common, delta=base64.b64encode(chunk).decode("ascii"))
-            for chunk in (res.audio[i : i + AUDIO_DELTA_BYTES] for i in range(0, len(res.audio), AUDIO_DELTA_BYTES))
+            p.server_event(
+                "response.output_audio.delta",
+                **common,
+                delta=base64.b64encode(res.audio[i : i + AUDIO_DELTA_BYTES]).decode("ascii"),
+            )
+            for i in range(0, sent, AUDIO_DELTA_BYTES)
         ]
         a.audio_bytes += len(res.audio)
         source = "".join(pc.source for pc in pieces)
@@ -277,3 +301,14 @@ class SpeechOutput:
                 audio_end_ms=ev.audio_end_ms,
             )
         )
+
+    def truncate_heard(self, item_id: str, played_ms: int) -> Any:
+        """The server cut a call's playback (barge-in, ``output_audio_buffer.clear``): the spoken item keeps
+        what its track played (``conversation.item.truncated`` says so), as a client's truncate would. An
+        item that is gone, was never kept or is still being spoken (its response ends first) is left alone."""
+        spoken, item = self.spoken.get(item_id), self.conversation.get(item_id)
+        if spoken is None or item is None or (self.response is not None and self.response.item_id == item_id):
+            return self._out()
+        end_ms = min(played_ms, int(spoken.audio_ms))
+        cut = p.ItemTruncate(type="conversation.item.truncate", item_id=item_id, content_index=0, audio_end_ms=end_ms)
+        return self.truncate(cut)

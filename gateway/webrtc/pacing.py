@@ -5,6 +5,10 @@ clock and hands the frame to the Opus encoder, so whatever is queued plays in re
 position here is what the listener has heard (less the network and the client's jitter buffer).
 When nothing is queued the frame is silence: the track never stalls. The transitions a client
 sees as ``output_audio_buffer.started`` / ``.stopped`` / ``.cleared`` come back as values.
+
+A response's audio arrives chunk by chunk (one synthesized clause at a time). Running dry between
+two chunks is an underrun, not the end: ``stopped`` waits until the queue is empty *and* the
+response can add no more audio (GA: no more audio is forthcoming, after ``response.done``).
 """
 
 from __future__ import annotations
@@ -13,6 +17,9 @@ from collections import deque
 from dataclasses import dataclass
 
 import numpy as np
+
+from processors.audio import resample
+from processors.audio_formats import g711_to_pcm16, wire_rate
 
 RATE = 48_000  # Opus' clock: frames go to the encoder at this rate, no resampling there
 FRAME = RATE // 50  # 20 ms, Opus' usual packet
@@ -28,7 +35,7 @@ class Started:
 
 @dataclass(frozen=True)
 class Stopped:
-    """Everything queued has played: ``response_id``'s audio is over."""
+    """Everything of ``response_id`` has played and no more is coming: its audio is over."""
 
     response_id: str
 
@@ -40,9 +47,19 @@ class Cleared:
     response_id: str | None
     item_id: str | None
     played_ms: int  # of that item, when it was cut (the truncation point)
+    items: tuple[tuple[str, int], ...] = ()  # every item cut, playing or still queued: (item id, ms of it played)
 
 
 PlayoutEvent = Started | Stopped | Cleared
+
+
+def track_samples(audio: bytes, fmt: str) -> np.ndarray:
+    """A synthesized chunk in the session's wire format (``audio/pcm`` 24 kHz, G.711 8 kHz) → int16 at ``RATE``."""
+    pcm = g711_to_pcm16(audio, fmt) if fmt in ("audio/pcmu", "audio/pcma") else audio
+    floats = np.frombuffer(pcm[: len(pcm) // 2 * 2], dtype="<i2").astype(np.float32) / 32768.0
+    out = resample(floats, wire_rate(fmt), RATE)
+    samples: np.ndarray = (np.clip(out, -1.0, 1.0) * 32767.0).astype(np.int16)
+    return samples
 
 
 @dataclass
@@ -60,11 +77,18 @@ class OutboundAudio:
         self._queued = 0
         self._playing: tuple[str, str] | None = None  # (response_id, item_id) being heard
         self._played: dict[str, int] = {}  # item id → samples of it played
-        self.frames = 0  # frames handed out, silence included (the track's clock)
+        self.last_response: str | None = None  # the latest response whose audio started
+        self.frames = 0  # frames handed out, silence included
+        self.underruns = 0  # silent frames in the middle of a response (synthesis fell behind real time)
 
     @property
     def playing(self) -> bool:
         return self._playing is not None
+
+    @property
+    def silent(self) -> bool:
+        """Nothing is queued: the next frame is all silence."""
+        return not self._queue
 
     @property
     def queued_ms(self) -> int:
@@ -85,8 +109,11 @@ class OutboundAudio:
             self._queued += len(samples)
         return True
 
-    def next_frame(self) -> tuple[np.ndarray, list[PlayoutEvent]]:
-        """The next 20 ms (queued audio, padded with silence) and what started or stopped with it."""
+    def next_frame(self, open_response: str | None = None) -> tuple[np.ndarray, list[PlayoutEvent]]:
+        """The next 20 ms (queued audio, padded with silence) and what started or stopped with it.
+
+        ``open_response``: the response that may still add audio (the session's active one); while
+        the playing response is that one, running dry is an underrun and nothing stops."""
         out: np.ndarray = np.zeros(FRAME, dtype=np.int16)
         events: list[PlayoutEvent] = []
         filled = 0
@@ -96,6 +123,7 @@ class OutboundAudio:
                 if self._playing is not None:
                     events.append(Stopped(self._playing[0]))
                 events.append(Started(head.response_id))
+                self.last_response = head.response_id
             self._playing = (head.response_id, head.item_id)
             take = min(FRAME - filled, len(head.samples) - self._offset)
             out[filled : filled + take] = head.samples[self._offset : self._offset + take]
@@ -107,17 +135,25 @@ class OutboundAudio:
                 self._queued -= len(head.samples)
                 self._offset = 0
         if not self._queue and self._playing is not None:
-            events.append(Stopped(self._playing[0]))
-            self._playing = None
+            if self._playing[0] != open_response:
+                events.append(Stopped(self._playing[0]))
+                self._playing = None
+            elif filled < FRAME:
+                self.underruns += 1
         self.frames += 1
         return out, events
 
     def clear(self) -> Cleared:
-        """Drop everything queued; what was playing, and how much of it was heard."""
+        """Drop everything queued; what was playing, how much of it was heard, and every item cut."""
+        cut: dict[str, int] = {}
+        if self._playing is not None:
+            cut[self._playing[1]] = self.played_ms(self._playing[1])
+        for chunk in self._queue:
+            cut.setdefault(chunk.item_id, self.played_ms(chunk.item_id))
         playing = self._playing or ((self._queue[0].response_id, self._queue[0].item_id) if self._queue else None)
         self._queue.clear()
         self._queued = self._offset = 0
         self._playing = None
         if playing is None:
             return Cleared(None, None, 0)
-        return Cleared(playing[0], playing[1], self.played_ms(playing[1]))
+        return Cleared(playing[0], playing[1], self.played_ms(playing[1]), tuple(cut.items()))

@@ -17,11 +17,12 @@ from ..realtime import protocol as p
 from ..realtime.actions import Output
 from ..realtime.connection import CLOSE_TRY_AGAIN, Connection
 from ..realtime.live import LiveSession
+from ..realtime.speech_out import PlayAudio
 from .channel import LABEL, DataChannelSocket
-from .pacing import Cleared, OutboundAudio, PlayoutEvent, Started, Stopped
+from .pacing import Cleared, OutboundAudio, PlayoutEvent, Started, Stopped, track_samples
 from .ports import bind_in_range
 from .sdp import Offer, with_opus_bitrate, with_public_ip
-from .tracks import PacedTrack, pump_inbound
+from .tracks import PacedTrack, pump_inbound, shorten_jitter_buffer
 
 log = logging.getLogger("stream_omni.webrtc")
 
@@ -33,15 +34,25 @@ def ice_servers(cfg: WebRtcConfig) -> list[RTCIceServer]:
 
 
 class Call:
-    def __init__(self, live: LiveSession, call_id: str, cfg: WebRtcConfig, on_end: Callable[[Call], None]):
+    def __init__(
+        self,
+        live: LiveSession,
+        call_id: str,
+        cfg: WebRtcConfig,
+        on_end: Callable[[Call], None],
+        source: OutboundAudio | None = None,
+    ):
+        """``source``: the outbound queue of the call this one resumes (its audio plays on from where it stopped)."""
         self.live = live
         self.svc = live.svc
         self.call_id = call_id
         self.cfg = cfg
         self.on_end = on_end  # the call table forgets it
         self.pc = RTCPeerConnection(RTCConfiguration(iceServers=ice_servers(cfg)))
-        self.source = OutboundAudio()
-        self.track = PacedTrack(self.source, self._playout)
+        self.source = source if source is not None else OutboundAudio()
+        self.track = PacedTrack(self.source, self._playout, self._open_response)
+        self._muted: str | None = None  # a response whose audio was cut: the rest of it is not played
+        self._cut: list[tuple[str, int]] = []  # items cut, to truncate once their response has ended
         self.connection: Connection | None = None
         self.opened = asyncio.Event()  # the data channel is up
         self.ended = False
@@ -64,6 +75,7 @@ class Call:
         for t in pc.getTransceivers():
             if t.kind == "audio":
                 t.setCodecPreferences(opus)
+                shorten_jitter_buffer(t.receiver, self.cfg.jitter_prefetch_frames)
                 pc.addTrack(self.track)  # binds to the offer's audio transceiver
                 break
         if self.cfg.udp_ports is not None:
@@ -71,6 +83,9 @@ class Call:
         await pc.setLocalDescription(await pc.createAnswer())
         sdp = with_opus_bitrate(pc.localDescription.sdp, offer.opus_payload, self.cfg.upstream_kbps * 1000)
         self.live.taps.append(self._heard)
+        # the reply's audio goes on the track from now on (no output_audio.delta on oai-events, as on OpenAI)
+        self.live.session.audio_track = True
+        self.live.speaker.sink = self._play
         self._spawn(self._watch(), "webrtc-watch")
         return with_public_ip(sdp, self.cfg.public_ip) if self.cfg.public_ip else sdp
 
@@ -89,6 +104,17 @@ class Call:
 
         self._spawn(pump_inbound(track, rate, live.on_bytes, wanted), "webrtc-audio-in")
 
+    def _open_response(self) -> str | None:
+        r = self.live.session.response
+        return r.id if r is not None else None
+
+    def _play(self, action: PlayAudio) -> None:
+        """A released chunk of the reply (the session's ``PlayAudio``): onto the track, at 48 kHz."""
+        if action.response_id == self._muted:
+            return  # cut by the listener: the rest of this response stays unheard
+        if not self.source.push(track_samples(action.audio, action.format), action.response_id, action.item_id):
+            log.warning("call %s: outbound audio queue full, a chunk of %s dropped", self.call_id, action.item_id)
+
     def _playout(self, events: list[PlayoutEvent]) -> None:
         out = []
         for ev in events:
@@ -103,8 +129,11 @@ class Call:
             self.live.send(Output([self.live.outbox.stamp(e) for e in events], []))
 
     def _heard(self, events: list[dict[str, Any]]) -> None:
-        """Barge-in: the user speaks over the reply, and the session interrupts on speech — the
-        outbound audio stops now (``output_audio_buffer.cleared``), as the GA server does."""
+        """The session's events as they go out. Barge-in: the user speaks over the reply, and the session
+        interrupts on speech — the outbound audio stops now (``output_audio_buffer.cleared``), as the GA
+        server does. A response ending lets the items cut from it be truncated."""
+        if self._cut and any(e.get("type") == "response.done" for e in events):
+            asyncio.get_running_loop().call_soon(self._truncate_cut)
         if not (self.source.playing or self.source.queued_ms):
             return
         voice = self.live.media.voice
@@ -113,10 +142,30 @@ class Call:
             self.clear_output()
 
     def clear_output(self, event_id: str | None = None) -> Cleared:
-        """``output_audio_buffer.clear`` (GA, WebRTC only): cut playback now, say where it stopped."""
+        """``output_audio_buffer.clear`` (GA, WebRTC only) or barge-in: cut playback now and say so; the
+        items cut keep only what was played (server-side truncation: the client sends no ``audio_end_ms``)."""
         cut = self.source.clear()
-        self._emit([p.server_event("output_audio_buffer.cleared", response_id=cut.response_id)])
+        r = self.live.session.response
+        if r is not None:
+            self._muted = r.id  # its generation goes on until cancelled (GA: clear follows response.cancel)
+        rid = cut.response_id or self.source.last_response or ""
+        self._emit([p.server_event("output_audio_buffer.cleared", response_id=rid)])
+        if cut.items:
+            self._cut.extend(cut.items)
+            asyncio.get_running_loop().call_soon(self._truncate_cut)
         return cut
+
+    def _truncate_cut(self) -> None:
+        """Truncate the cut items whose response has ended (a running one is truncated when it ends)."""
+        live = self.live
+        if live.closed:
+            return
+        r = live.session.response
+        waiting = [(item, ms) for item, ms in self._cut if r is not None and r.item_id == item]
+        for item, ms in self._cut:
+            if (item, ms) not in waiting:
+                live.send(live.session.truncate_heard(item, ms))
+        self._cut = waiting
 
     def _intercept(self, data: str | bytes) -> bool:
         """Client events only a WebRTC call understands, handled ahead of the queue (a priority path)."""

@@ -32,6 +32,7 @@ from ..realtime.ratelimit import TokenBucket
 from ..realtime.registry import TooManySessions
 from ..security import AuthRefused, check_origin, ws_auth
 from ..services import Services
+from .pacing import OutboundAudio
 from .peer import Call
 from .sdp import MAX_SDP_BYTES, OfferError, check_offer
 
@@ -186,7 +187,7 @@ class WebRtcApi:
 
     async def _answer(self, s: Services, live: LiveSession, offer: object, last_seq: int, resumed: bool) -> Response:
         call_id = f"rtc_{secrets.token_hex(12)}"
-        call = Call(live, call_id, s.config.webrtc, self._ended)
+        call = Call(live, call_id, s.config.webrtc, self._ended, self._replaced(live) if resumed else None)
         self.calls[call_id] = call
         s.metrics.webrtc_calls.inc()
         s.metrics.webrtc_active.inc()
@@ -199,9 +200,18 @@ class WebRtcApi:
                 live.close("call_failed")
                 s.registry.detached(live)
             return _error(400, "invalid_offer", f"the SDP offer cannot be answered: {exc}")
+        for other in self.calls.values():
+            if other.live is live and other is not call:
+                other.track.stop()  # a replaced call not yet ended (the new channel supersedes it) stops playing
         return Response(
             answer, status_code=201, media_type="application/sdp", headers={"Location": f"/v1/realtime/calls/{call_id}"}
         )
+
+    def _replaced(self, live: LiveSession) -> OutboundAudio | None:
+        """The outbound queue of the call a resume replaces: the new call plays on from its position and
+        its unplayed audio."""
+        before = [c for c in self.calls.values() if c.live is live]
+        return before[-1].source if before else None
 
     def _ended(self, call: Call) -> None:
         if call.closing is not None and not call.closing.done():  # shutdown waits for it

@@ -11,8 +11,9 @@ from collections.abc import Callable
 import numpy as np
 import soxr
 from aiortc import MediaStreamTrack
+from aiortc.jitterbuffer import JitterBuffer, JitterFrame
 from aiortc.mediastreams import MediaStreamError
-from av import AudioFrame
+from av import AudioFrame, CodecContext, Packet
 
 from .pacing import FRAME, RATE, OutboundAudio, PlayoutEvent
 
@@ -21,40 +22,131 @@ log = logging.getLogger("stream_omni.webrtc")
 _TIME_BASE = fractions.Fraction(1, RATE)
 
 
+SETTLE_FRAMES = 10  # real silence encoded after audio before the cached silence packet takes over (200 ms)
+BITRATE = 32_000  # mono voice: a synthesized voice needs no more (aiortc's own encoder sends 96 kbit/s stereo)
+
+
+def opus_encoder() -> CodecContext:
+    """libopus through PyAV, mono, ``BITRATE``, one packet per 20 ms frame (Opus over RTP may be mono)."""
+    codec = CodecContext.create("libopus", "w")
+    codec.bit_rate = BITRATE
+    codec.format = "s16"
+    codec.layout = "mono"
+    codec.sample_rate = RATE
+    codec.time_base = _TIME_BASE
+    codec.options = {"application": "voip"}
+    return codec
+
+
+def _frame(samples: np.ndarray, index: int) -> AudioFrame:
+    frame = AudioFrame.from_ndarray(samples.reshape(1, -1), format="s16", layout="mono")
+    frame.sample_rate = RATE
+    frame.pts = index * FRAME
+    frame.time_base = _TIME_BASE
+    return frame
+
+
+_silence: bytes | None = None
+
+
+def silence_packet() -> bytes:
+    """One Opus packet of digital silence, as the encoder settles on it (a few bytes), made once."""
+    global _silence
+    if _silence is None:
+        codec = opus_encoder()
+        quiet = np.zeros(FRAME, dtype=np.int16)
+        payloads = [bytes(p) for i in range(SETTLE_FRAMES * 2) for p in codec.encode(_frame(quiet, i))]
+        _silence = payloads[-1]
+    return _silence
+
+
 class PacedTrack(MediaStreamTrack):
     """The call's one outbound audio track: a 20 ms frame of ``source`` per 20 ms of wall clock.
 
-    Until speech output feeds ``source`` it carries silence. ``on_events`` gets the playout
-    transitions (``output_audio_buffer.started`` / ``.stopped``) as the frames go out."""
+    It hands aiortc Opus packets, not raw frames: aiortc's own path runs its encoder (96 kbit/s
+    stereo, through a resampler) on a thread-pool hop for every frame. Here audio is encoded mono
+    on the loop, and silence, once the encoder has settled on it, is a cached packet, so an idle
+    call costs a packet copy per 20 ms. ``on_events`` gets the playout transitions
+    (``output_audio_buffer.started`` / ``.stopped``) as the frames go out; ``open_response`` names
+    the response that may still add audio (see ``OutboundAudio.next_frame``)."""
 
     kind = "audio"
 
-    def __init__(self, source: OutboundAudio, on_events: Callable[[list[PlayoutEvent]], None]):
+    def __init__(
+        self,
+        source: OutboundAudio,
+        on_events: Callable[[list[PlayoutEvent]], None],
+        open_response: Callable[[], str | None] = lambda: None,
+    ):
         super().__init__()
         self.source = source
         self.on_events = on_events
+        self.open_response = open_response
         self._start: float | None = None
+        self._sent = 0  # this track's frames (a resumed call's track plays on from a used queue)
+        self._quiet = SETTLE_FRAMES  # silent frames in a row: a new track starts settled
+        self._codec = opus_encoder()
+        self._pending: list[bytes] = []
         self.late_frames = 0  # frames the loop handed out past their time (an underrun the listener hears)
+        self.encoded = 0  # frames that went through the encoder (the rest were cached silence)
 
-    async def recv(self) -> AudioFrame:
+    async def recv(self) -> Packet:
         if self.readyState != "live":
             raise MediaStreamError
         now = time.monotonic()
         if self._start is None:
             self._start = now
-        due = self._start + self.source.frames * FRAME / RATE
+        due = self._start + self._sent * FRAME / RATE
         if due > now:
             await asyncio.sleep(due - now)
         elif now - due > 0.06:  # three frames behind: the loop was starved
             self.late_frames += 1
-        samples, events = self.source.next_frame()
+        silent = self.source.silent
+        samples, events = self.source.next_frame(self.open_response())
         if events:
             self.on_events(events)
-        frame = AudioFrame.from_ndarray(samples.reshape(1, -1), format="s16", layout="mono")
-        frame.sample_rate = RATE
-        frame.pts = (self.source.frames - 1) * FRAME
-        frame.time_base = _TIME_BASE
-        return frame
+        self._quiet = self._quiet + 1 if silent else 0
+        if self._quiet > SETTLE_FRAMES:
+            payload = silence_packet()
+        else:
+            self._pending.extend(bytes(p) for p in self._codec.encode(_frame(samples, self._sent)))
+            self.encoded += 1
+            payload = self._pending.pop(0) if self._pending else silence_packet()
+        packet = Packet(payload)
+        packet.pts = self._sent * FRAME
+        packet.time_base = _TIME_BASE
+        self._sent += 1
+        return packet
+
+
+class ListeningBuffer(JitterBuffer):
+    """A jitter buffer for a listener, not a player: each Opus packet (one 20 ms frame) goes to the
+    decoder as it arrives. A packet that arrives after a later one is dropped and a lost one is
+    skipped, never waited for. The server only feeds VAD and Whisper, for which 20 ms missing now and
+    then is nothing and every ms of holding is turn latency (aiortc's buffer, made for playout, holds
+    4 frames, and after a loss keeps a backlog of up to 16)."""
+
+    def _remove_frame(self, sequence_number: int) -> JitterFrame | None:
+        for count in range(self.capacity):
+            packet = self._packets[(self._origin + count) % self.capacity]  # type: ignore[operator]
+            if packet is not None:
+                self.remove(count + 1)
+                return JitterFrame(data=packet._data, timestamp=packet.timestamp)  # type: ignore[attr-defined]
+        return None
+
+
+def shorten_jitter_buffer(receiver: object, prefetch: int) -> None:
+    """The caller's audio waits ``prefetch`` frames in the jitter buffer (0: none, ``ListeningBuffer``),
+    not aiortc's 4 (80 ms). Pinned to aiortc 1.16's receiver (a private attribute); on another version
+    its default stays."""
+    name = "_RTCRtpReceiver__jitter_buffer"
+    current = getattr(receiver, name, None)
+    if not isinstance(current, JitterBuffer):
+        log.warning("aiortc's receiver has no jitter buffer where expected: its default stays")
+    elif prefetch == 0:
+        setattr(receiver, name, ListeningBuffer(capacity=current.capacity))
+    else:
+        setattr(receiver, name, JitterBuffer(capacity=current.capacity, prefetch=prefetch))
 
 
 class InboundAudio:

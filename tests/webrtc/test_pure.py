@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from gateway.webrtc.pacing import FRAME, RATE, Cleared, OutboundAudio, Started, Stopped
+from gateway.webrtc.pacing import FRAME, RATE, Cleared, OutboundAudio, Started, Stopped, track_samples
 from gateway.webrtc.sdp import OfferError, check_offer, with_opus_bitrate, with_public_ip
 
 OFFER = """v=0
@@ -89,7 +89,7 @@ def test_clear_cuts_playback_and_reports_the_truncation_point():
         q.next_frame()
     assert q.queued_ms == 800
     cut = q.clear()
-    assert cut == Cleared("resp_1", "item_1", 200)
+    assert cut == Cleared("resp_1", "item_1", 200, (("item_1", 200),))
     frame, events = q.next_frame()
     assert not frame.any() and events == [] and q.clear() == Cleared(None, None, 0)
 
@@ -100,6 +100,40 @@ def test_two_responses_back_to_back_stop_and_start_between_them():
     q.push(tone(20), "r2", "i2")
     assert q.next_frame()[1] == [Started("r1")]
     assert q.next_frame()[1] == [Stopped("r1"), Started("r2"), Stopped("r2")]
+
+
+def test_a_response_still_open_underruns_instead_of_stopping():
+    q = OutboundAudio()
+    q.push(tone(20), "r1", "i1")
+    assert q.next_frame("r1")[1] == [Started("r1")]
+    frame, events = q.next_frame("r1")  # synthesis is behind: silence, but the reply goes on
+    assert not frame.any() and events == [] and q.playing and q.underruns == 1
+    q.push(tone(20), "r1", "i1")
+    assert q.next_frame("r1")[1] == []  # no second started
+    assert q.next_frame(None)[1] == [Stopped("r1")]  # the response ended: no more audio is coming
+
+
+def test_clear_names_every_item_it_cut_with_what_of_it_played():
+    q = OutboundAudio()
+    q.push(tone(100), "r1", "i1")
+    q.push(tone(100), "r2", "i2")
+    q.next_frame()
+    q.next_frame()
+    cut = q.clear()
+    assert cut.response_id == "r1" and cut.items == (("i1", 40), ("i2", 0))
+    assert q.last_response == "r1" and q.silent and not q.playing
+
+
+@pytest.mark.parametrize(("fmt", "rate", "width"), [("audio/pcm", 24_000, 2), ("audio/pcmu", 8000, 1)])
+def test_track_samples_are_48k_int16_of_the_same_length(fmt, rate, width):
+    from processors.audio_formats import encode
+
+    t = np.arange(rate // 10) / rate  # 100 ms of 440 Hz
+    wire = encode((0.5 * np.sin(2 * np.pi * 440 * t)).astype(np.float32), rate, fmt)
+    assert len(wire) == rate // 10 * width
+    out = track_samples(wire, fmt)
+    assert out.dtype == np.int16 and abs(len(out) - RATE // 10) <= 2
+    assert 12_000 < np.abs(out).max() < 20_000  # the tone's level, through G.711 too
 
 
 def test_the_queue_is_bounded_and_takes_only_48k_int16():

@@ -1,4 +1,5 @@
-"""A dropped WebRTC call resumes with a new offer; the sideband WebSocket controls a call's session."""
+"""A dropped WebRTC call resumes with a new offer (a spoken reply plays on); the sideband WebSocket controls a
+call's session."""
 
 from __future__ import annotations
 
@@ -6,7 +7,9 @@ import asyncio
 import json
 
 import httpx
+import numpy as np
 
+from testkit.fake_backend import FakeBackend
 from testkit.rtcclient import RtcClient, post_offer
 from tests.http.test_tools import ANSWER, ScriptedBackend
 from tests.realtime.test_functions import RT_TOOLS
@@ -38,6 +41,39 @@ async def test_a_dropped_call_resumes_and_loses_nothing(tiny_backend, server_fac
         assert seqs[0] == last + 1 and seqs == list(range(last + 1, done["seq"] + 1))  # no gap, no repeat
         r = await post_offer(addr, await real_offer(), query="resume_token=nope&last_seq=0")
         assert r.status_code == 410 and r.json()["error"]["code"] == "resume_failed"
+        await c2.close()
+
+
+async def test_a_dropped_call_plays_the_rest_of_its_spoken_reply_after_the_resume(server_factory):
+    cfg = {**NO_AUDIO, "speculative.drafter": "none"}
+    with server_factory(FakeBackend(answer_tokens=24, step_s=0.005), **cfg) as addr:
+        c = await RtcClient.call(addr, session={"output_modalities": ["audio"]})
+        token = (await c.until("session.created", 20))["resume"]["token"]
+        await c.send(
+            {
+                "type": "conversation.item.create",
+                "item": {"type": "message", "role": "user", "content": [{"type": "input_text", "text": "Talk"}]},
+            }
+        )
+        await c.send({"type": "response.create"})
+        started = await c.until("output_audio_buffer.started", 60)
+        last = c.events[-1]["seq"]
+        await c.close()  # the peer connection goes while the reply is playing
+        c2 = await RtcClient.call(addr, query=f"resume_token={token}&last_seq={last}", record=True)
+        await c2.until("session.resumed", 20)
+        stopped = await c2.until("output_audio_buffer.stopped", 90)
+        assert stopped["response_id"] == started["response_id"]
+        seqs = [e["seq"] for e in c2.events if "seq" in e and e["type"] != "session.resumed"]
+        assert seqs == list(range(last + 1, stopped["seq"] + 1))  # no gap, no repeat
+        events = c.events + c2.events
+        done = next(e for e in events if e["type"] == "response.done")
+        item_id = next(e["item"]["id"] for e in events if e["type"] == "response.output_item.added")
+        audio_ms = done["response"]["usage"]["output_token_details"]["audio_tokens"] * 50
+        call = addr.app.state.webrtc.calls[c2.call_id]
+        played = addr.call(lambda: call.source.played_ms(item_id))
+        assert played >= audio_ms - 50  # the whole reply went out, across the two calls
+        assert np.abs(c2.audio()).max() > 1000  # and the new track played the rest of it
+        assert "response.output_audio.delta" not in [e["type"] for e in events]
         await c2.close()
 
 

@@ -1,0 +1,53 @@
+"""The call's media shells without a network: the paced track's own Opus packets and the listening jitter buffer."""
+
+from __future__ import annotations
+
+import numpy as np
+from aiortc.codecs.opus import OpusDecoder
+from aiortc.jitterbuffer import JitterFrame
+from aiortc.rtp import RtpPacket
+from av import Packet
+
+from gateway.webrtc.pacing import FRAME, RATE, OutboundAudio, Started, Stopped
+from gateway.webrtc.tracks import SETTLE_FRAMES, ListeningBuffer, PacedTrack, silence_packet
+
+
+def decode(packets: list[Packet]) -> np.ndarray:
+    """What a receiver hears: aiortc's own Opus decoder (stereo s16) → mono int16."""
+    decoder = OpusDecoder()
+    out = []
+    for i, pkt in enumerate(packets):
+        for frame in decoder.decode(JitterFrame(bytes(pkt), i * FRAME)):
+            out.append(frame.to_ndarray().reshape(-1, 2).mean(axis=1))
+    return np.concatenate(out)
+
+
+async def test_the_track_encodes_audio_and_sends_cached_silence_when_idle():
+    source = OutboundAudio()
+    tone = (np.sin(np.arange(RATE // 2) * 2 * np.pi * 440 / RATE) * 8000).astype(np.int16)  # 500 ms
+    source.push(tone, "r1", "i1")
+    seen: list[object] = []
+    track = PacedTrack(source, seen.extend)
+    track._start = -1e9  # every frame due now: the work, not the pacing
+    packets = [await track.recv() for _ in range(25 + SETTLE_FRAMES + 10)]
+    assert seen == [Started("r1"), Stopped("r1")]
+    assert [p.pts for p in packets[:3]] == [0, FRAME, 2 * FRAME]
+    assert track.encoded == 25 + SETTLE_FRAMES  # the tone, then silence until the encoder has settled …
+    assert all(bytes(p) == silence_packet() for p in packets[-10:])  # … then the cached packet
+    assert len(silence_packet()) < 60  # libopus' own silence frame (35 bytes here), copied, never re-encoded
+    assert sum(len(bytes(p)) for p in packets[:25]) / 25 < 120  # ≈ 80 bytes a frame at 32 kbit/s, mono
+    heard = decode(packets)
+    assert np.abs(heard[: RATE // 2]).max() > 4000  # the tone came through mono Opus
+    assert np.abs(heard[-10 * FRAME :]).max() < 50  # and the cached packets are silence
+
+
+def test_the_listening_buffer_hands_each_packet_on_at_once_and_skips_a_loss():
+    buf = ListeningBuffer(capacity=16)
+
+    def rtp(seq: int) -> RtpPacket:
+        p = RtpPacket(payload_type=111, sequence_number=seq, timestamp=seq * FRAME)
+        p._data = bytes([seq])  # type: ignore[attr-defined]
+        return p
+
+    got = [buf.add(rtp(s))[1] for s in (100, 101, 103, 102, 104)]  # 102 is late: 103 went first
+    assert [f.data if f else None for f in got] == [b"\x64", b"\x65", b"\x67", None, b"\x68"]
