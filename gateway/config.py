@@ -232,6 +232,10 @@ class AudioConfig(_Frozen):
     # null: measured at start-up (how many passes one batched Whisper call finishes within its budget)
     max_concurrent_turns: int | None = Field(default=None, ge=1, le=1024)
     max_buffer_s: float = Field(default=600.0, gt=0, le=_DAY_S)  # buffered input audio per turn
+    # POST /v1/audio/transcriptions: the largest file taken (OpenAI's 25 MB); its audio is held to max_buffer_s too
+    transcription_max_bytes: int = Field(default=25_000_000, ge=1, le=_GIB)
+    # transcription requests decoded and transcribed at once (each holds one Whisper pass at a time); more: 503
+    max_concurrent_transcriptions: int = Field(default=2, ge=1, le=256)
     output: SpeechConfig = SpeechConfig()  # spoken replies: voices, default format and speed
 
 

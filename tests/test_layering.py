@@ -20,6 +20,8 @@ PURE = (
     "gateway.realtime.ratelimit",
     "gateway.realtime.turntaking",
     "gateway.realtime.asr_queue",
+    "gateway.realtime.transcription",
+    "gateway.http.transcript_formats",
     "gateway.cluster.snapshot",
     "gateway.webrtc.sdp",
     "gateway.webrtc.pacing",

@@ -32,7 +32,7 @@ from starlette.routing import BaseRoute, Route
 
 from ..security import bearer, http_api_key_ok, key_digest
 from ..services import Services
-from . import audio_speech, completions, files, serving
+from . import audio_speech, completions, files, serving, transcriptions
 from .budget import ByteBudget
 from .errors import ApiError, error_response
 from .schemas import header_count
@@ -50,6 +50,7 @@ class HttpApi:
         self.services = services  # the app's Services once started
         self.store = CompletionStore()
         self._budget: ByteBudget | None = None  # built from the config on the first POST
+        self.transcriptions = transcriptions.Transcriptions()  # POST /v1/audio/transcriptions, its running count
 
     def routes(self) -> list[BaseRoute]:
         return [
@@ -58,6 +59,7 @@ class HttpApi:
             Route("/v1/completions", self._guarded(self._create_text), methods=["POST"]),
             Route("/v1/completions/{cid}/stream", self._guarded(self._resume), methods=["GET"]),
             Route("/v1/audio/speech", self._guarded(audio_speech.speech), methods=["POST"]),
+            Route("/v1/audio/transcriptions", self._guarded(self.transcriptions.create), methods=["POST"]),
             Route("/v1/files", self._guarded(self._owned(files.upload)), methods=["POST"]),
             Route("/v1/files", self._guarded(self._owned(files.listing)), methods=["GET"]),
             Route("/v1/files/{file_id}", self._guarded(self._owned(files.retrieve)), methods=["GET"]),

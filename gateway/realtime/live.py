@@ -56,10 +56,12 @@ class LiveSession:
         key: str,
         token: str | None = None,
         replay: tuple[list[tuple[int, str]], int] | None = None,
+        transcribe: bool = False,
     ):
         """``key``: digest of the API key the session is bound to (``gateway.security.key_digest``).
         ``token``, ``replay``: a session that exists already (taken over from another replica): its
-        resume token, and the events it sent (seq, JSON text) with the next seq — nothing is announced."""
+        resume token, and the events it sent (seq, JSON text) with the next seq — nothing is announced.
+        ``transcribe``: a transcription session (``?intent=transcription``)."""
         self.svc = services
         self.limits = services.config.limits
         self.outbox = ReplayBuffer(self.limits.replay_max_events, self.limits.replay_max_bytes)
@@ -67,7 +69,7 @@ class LiveSession:
             self.outbox.load(*replay)
         self.mirror: Mirrored | None = None
         self.changed = asyncio.Event()  # set whenever the outbox grows
-        self.session = Session(services.session_defaults, self.outbox.stamp)
+        self.session = Session(services.session_defaults, self.outbox.stamp, transcribe)
         self.state = services.backend.new_state()
         self.handles: dict[str, Handle | Tokenizing] = {}
         self.filters: dict[str, ResponseFilter] = {}  # response id → its chunk filtering

@@ -25,6 +25,7 @@ from processors.vad import ServerVadConfig
 
 from ..services import Services
 from . import protocol as p
+from . import transcription
 from .actions import Output
 from .asr_worker import AsrWorker, PassShed
 from .session import Session
@@ -107,7 +108,7 @@ class MediaInput:
                 self.g711 = audio_in.format.type if audio_in.format.type != "audio/pcm" else None
             if "turn_detection" in audio_in.model_fields_set:
                 td = audio_in.turn_detection
-        return rate, td
+        return rate, transcription.turn_detection(td) if options.type == "transcription" else td
 
     def describe(self, view: dict[str, Any]) -> None:
         """Report the effective ``audio.input`` settings (turn detection with every field filled in)."""

@@ -125,6 +125,8 @@ class SessionOptions(ToolOptions):
     truncation: Truncation | None = None  # None: "auto" (gateway.realtime.truncation)
     # accepted and echoed, nothing to trace to: traces stay with the client
     tracing: Literal["auto"] | dict[str, Any] | None = None
+    # accepted and echoed; the embedded Whisper gives no token logprobs (gateway.realtime.transcription)
+    include: list[Literal["item.input_audio_transcription.logprobs"]] | None = Field(default=None, max_length=1)
 
     _modalities = model_validator(mode="before")(_legacy_modalities)
 

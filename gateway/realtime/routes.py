@@ -15,6 +15,7 @@ from ..cluster.store import StoreUnavailable
 from ..security import AuthRefused, check_origin, ws_auth
 from ..services import Services
 from . import protocol as p
+from . import transcription
 from .connection import CLOSE_NORMAL, CLOSE_POLICY, CLOSE_TRY_AGAIN, Connection
 from .live import LiveSession
 from .registry import TooManySessions
@@ -58,6 +59,12 @@ async def _realtime(s: Services, node: ClusterNode | None, ws: WebSocket) -> Non
         await ws.send_json(err)
         await ws.close(CLOSE_POLICY, "model not found")
         return
+    intent = ws.query_params.get("intent")
+    why = transcription.intent_error(intent) if intent is not None else None
+    if why is not None:
+        await ws.send_json(p.error_event("invalid_value", why, param="intent"))
+        await ws.close(CLOSE_POLICY, "unknown intent")
+        return
     if token is not None:
         await _resume(s, node, ws, token, key)
         return
@@ -72,7 +79,7 @@ async def _realtime(s: Services, node: ClusterNode | None, ws: WebSocket) -> Non
     except StoreUnavailable:
         await refuse_store_unavailable(s, ws)
         return
-    live = LiveSession(s, key, token=token)
+    live = LiveSession(s, key, token=token, transcribe=intent == "transcription")
     s.registry.add(live)
     if node is not None:
         node.own(live)

@@ -20,7 +20,7 @@ from ..options import SchedulerOptions
 from ..tools.session import McpOutput
 from ..tools.state import McpPolicy, McpState
 from ..tools.wire import McpApprovalResponseItem
-from . import functions, truncation
+from . import functions, transcription, truncation
 from . import protocol as p
 from .actions import Action, CancelResponse, Output, StartResponse
 from .conversation import Conversation, ItemError
@@ -61,13 +61,16 @@ class SessionDefaults:
 
 
 class Session(ImageOutput, SpeechOutput, McpOutput, ItemEvents):
-    def __init__(self, defaults: SessionDefaults, stamp: Callable[[dict[str, Any]], dict[str, Any]]):
-        """``stamp`` gives each outgoing event its ``seq`` (and records it for replay)."""
+    def __init__(
+        self, defaults: SessionDefaults, stamp: Callable[[dict[str, Any]], dict[str, Any]], transcribe: bool = False
+    ):
+        """``stamp`` gives each outgoing event its ``seq`` (and records it for replay); ``transcribe``: a
+        transcription session (``?intent=transcription``; gateway.realtime.transcription)."""
         self.id = _new_id("sess")
         self.defaults = defaults
         self._stamp = stamp
         self.options = p.SessionOptions(
-            type="realtime",
+            type="transcription" if transcribe else "realtime",
             model=defaults.model,
             instructions=defaults.instructions,
             output_modalities=list(defaults.output_modalities),  # type: ignore[arg-type]
@@ -99,6 +102,8 @@ class Session(ImageOutput, SpeechOutput, McpOutput, ItemEvents):
         view.update(id=self.id, object="realtime.session")
         if self.view_hook is not None:
             self.view_hook(view)
+        if self.options.type == "transcription":
+            return transcription.view(view)
         describe_output(view, self.defaults.speech, self.options)
         return view
 
@@ -138,7 +143,7 @@ class Session(ImageOutput, SpeechOutput, McpOutput, ItemEvents):
 
         One response per batch of items: while one is held, later ones are dropped (a VAD turn's
         automatic response and the client's own ``response.create`` for the same turn)."""
-        if not self._pending:
+        if not self._pending or self.options.type == "transcription":  # (refused at once there)
             return ev
         if self._held is None:
             self._held = ev
@@ -155,6 +160,9 @@ class Session(ImageOutput, SpeechOutput, McpOutput, ItemEvents):
     def _on_session_update(self, ev: p.SessionUpdate) -> Output:
         if self.response is not None and ev.session.model not in (None, self.options.model):
             return self.error("invalid_value", "model cannot change during a response", ev.event_id)
+        if self.response is not None and ev.session.type == "transcription":
+            msg = "a session cannot become a transcription session while a response is in progress"
+            return self.error("invalid_value", msg, ev.event_id, "session.type")
         if ev.session.model not in (None, self.defaults.model, *self.defaults.aliases):
             return self.error(
                 "model_not_found", f"model {ev.session.model!r} is not served here", ev.event_id, "session.model"
@@ -277,7 +285,7 @@ class Session(ImageOutput, SpeechOutput, McpOutput, ItemEvents):
 
         Nothing changes: no event, no item, no response state. None when that response could not
         start now (one in progress, or bad settings)."""
-        if self.response is not None or self._pending or self._held is not None:
+        if self.response is not None or self._pending or self._held is not None or self.options.type == "transcription":
             return None
         planned = self._plan(
             p.ResponseCreate(type="response.create"), _new_id("spec"), [{"role": "user", "content": user_text}]
@@ -285,6 +293,8 @@ class Session(ImageOutput, SpeechOutput, McpOutput, ItemEvents):
         return None if isinstance(planned, Output) else planned[0]
 
     def _on_response_create(self, ev: p.ResponseCreate) -> Output:
+        if self.options.type == "transcription":
+            return self.error("unsupported_event", transcription.NO_RESPONSES, ev.event_id, "type")
         if self.response is not None:
             return self.error(
                 "conversation_already_has_active_response",

@@ -53,6 +53,7 @@ async def test_a_new_replys_first_chunk_waits_only_for_the_synthesis_running():
         first = asyncio.ensure_future(svc.run("b0", s, 0))  # a new reply's first chunk, queued last
         await asyncio.wait_for(queued(svc, 5), 30)
         dropped.cancel()  # its caller stopped waiting: never synthesized
+        await asyncio.wait([dropped], timeout=30)  # the cancel has reached the queued job by then
         voice.release.set()
         results = await asyncio.wait_for(asyncio.gather(running, first, *later), 30)
         assert voice.said == ["a0", "b0", "a1", "a2", "a3"]
