@@ -8,6 +8,7 @@ session.update (carrying the agent's own instructions) does not widen the fixed 
 from __future__ import annotations
 
 import asyncio
+from typing import Any
 
 import httpx
 import pytest
@@ -37,7 +38,13 @@ async def test_an_ek_key_runs_a_text_turn_with_the_minted_config(tiny_backend, s
         session = await runner.run(model_config={"url": f"ws://{addr}/v1/realtime?model={SDK_MODEL}", "api_key": value})
         async with session:
             await session.send_message("Hello")
-            events = await _events_until(session, lambda ev, _: ev.type == "agent_end")
+
+            def ended(_ev: Any, seen: list[Any]) -> bool:  # the turn, and the limits sent after its response.done
+                kinds = [e.type for e in seen]
+                raw = [e["type"] for e in _raw(seen)]
+                return "agent_end" in kinds and "rate_limits.updated" in raw
+
+            events = await _events_until(session, ended)
         raw = _raw(events)
         views = [e["session"] for e in raw if e["type"] in ("session.created", "session.updated")]
         assert views and all(v["instructions"] == FIXED for v in views)  # the agent's own were ignored
