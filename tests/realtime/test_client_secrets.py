@@ -118,7 +118,7 @@ async def test_a_key_by_browser_subprotocol_echoes_realtime_and_is_spent_once(fa
         assert closed.code == 1008
 
 
-async def test_an_expired_key_and_keys_offered_with_another_are_refused(fake, server_factory):
+async def test_an_expired_key_a_resume_and_keys_offered_with_another_are_refused(fake, server_factory):
     with server_factory(fake, **KEYED) as addr:
         first, second = _mint(addr).json()["value"], _mint(addr).json()["value"]
         vault = addr.services.client_secrets
@@ -130,7 +130,11 @@ async def test_an_expired_key_and_keys_offered_with_another_are_refused(fake, se
         both = {"Authorization": f"Bearer {second}"}
         closed = await _refused(addr, additional_headers=both, subprotocols=[f"openai-insecure-api-key.{KEY}"])
         assert closed.code == 1008 and "exactly one" in closed.reason
-        c = await RealtimeClient.connect(addr, "", additional_headers=both)  # not spent by the refusal
+        ws = await websockets.connect(f"ws://{addr}/v1/realtime?resume_token=abc&last_seq=0", additional_headers=both)
+        with pytest.raises(websockets.ConnectionClosed) as info:
+            await asyncio.wait_for(ws.recv(), 10)
+        assert info.value.rcvd.code == 1008 and "cannot resume" in info.value.rcvd.reason
+        c = await RealtimeClient.connect(addr, "", additional_headers=both)  # not spent by either refusal
         assert (await c.until("session.created", 10))["type"] == "session.created"
         await c.ws.close()
 
