@@ -295,6 +295,14 @@ class LimitsConfig(_Frozen):
     max_sessions_per_key: int = Field(default=16, ge=1, le=1_000_000)
     # client frames per second per API key over all its sockets and replicas (with api_keys and a Redis store)
     messages_per_s_per_key: float | None = Field(default=1000.0, gt=0, le=1e9)
+    # Realtime responses per API key per window (rate_limits.updated reports what is left); null: no cap.
+    # Counted per replica; keyless clients share one budget; ek_ keys count against the key that minted them
+    key_responses_per_window: int | None = Field(default=None, ge=1, le=1_000_000_000)
+    # model tokens (input + output, as response.done's usage counts them) per API key per window; null: no cap
+    key_tokens_per_window: int | None = Field(default=None, ge=1, le=10**12)
+    key_window_s: float = Field(default=60.0, ge=1, le=_DAY_S)  # the fixed window both budgets reset on
+    # ek_ keys (POST /v1/realtime/client_secrets) one API key may hold unredeemed at once
+    client_secrets_per_key: int = Field(default=100, ge=1, le=1_000_000)
     # client frames per second per connection (token bucket rate)
     messages_per_s: float = Field(default=200.0, gt=0, le=1e9)
     messages_burst: int = Field(default=400, ge=1, le=1_000_000_000)  # token bucket size

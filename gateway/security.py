@@ -76,14 +76,10 @@ class AuthRefused(Exception):
     """The upgrade is refused; the message says why (it names no key)."""
 
 
-def ws_auth(conn: HTTPConnection, keys: tuple[str, ...]) -> WsAuth:
-    """Authenticate a WS upgrade by exactly one credential, and bind the session to that one.
-
-    Browsers cannot set headers, so a key may come as the subprotocol
-    ``openai-insecure-api-key.<key>``; the server then echoes ``realtime`` when offered, or none.
-    A bearer token and a subprotocol key that differ, or two different subprotocol keys, are
-    refused: otherwise one credential would authenticate and another be charged.
-    """
+def offered_keys(conn: HTTPConnection) -> tuple[set[str], str]:
+    """Every key a WS upgrade (or a call offer) offers — its bearer token and its
+    ``openai-insecure-api-key.<key>`` subprotocols — and the subprotocol to echo: ``realtime``
+    when offered, else none (never the key itself)."""
     offered = [p.strip() for p in conn.headers.get("sec-websocket-protocol", "").split(",") if p.strip()]
     plain = [p for p in offered if not p.startswith(SUBPROTOCOL_KEY_PREFIX)]
     echo = "realtime" if "realtime" in plain else ""
@@ -91,6 +87,19 @@ def ws_auth(conn: HTTPConnection, keys: tuple[str, ...]) -> WsAuth:
     token = bearer(conn)
     if token:
         given.add(token)
+    return given, echo
+
+
+def ws_auth(conn: HTTPConnection, keys: tuple[str, ...]) -> WsAuth:
+    """Authenticate a WS upgrade by exactly one credential, and bind the session to that one.
+
+    Browsers cannot set headers, so a key may come as the subprotocol
+    ``openai-insecure-api-key.<key>`` (``offered_keys``). A bearer token and a subprotocol key that
+    differ, or two different subprotocol keys, are refused: otherwise one credential would
+    authenticate and another be charged. (An ``ek_`` key is checked by its route, which then binds
+    the session to the key that minted it: ``gateway.realtime.routes``.)
+    """
+    given, echo = offered_keys(conn)
     if not keys:
         return WsAuth(key_digest(None), echo)  # no keys: nothing authenticates, every session is the same tenant
     if len(given) > 1:

@@ -23,9 +23,11 @@ from processors.asr import Transcriber
 from processors.audio import AudioLimits
 from processors.registry import ProcessorRegistry
 
+from .client_secrets import MemoryVault, SecretVault
 from .config import Config
 from .files import FileStore
 from .filters import NamedFilter
+from .keylimits import KeyLimits
 from .metrics import Metrics
 from .realtime.bigframes import FrameParser
 from .realtime.registry import SessionRegistry
@@ -67,6 +69,9 @@ class Services:
     frame_parser: FrameParser | None = None  # big text frames parsed in processes; None: on a thread
     started: float = field(default_factory=time.time)
     key_rate: KeyRate | None = None  # with a Redis session store and api_keys
+    key_limits: KeyLimits | None = None  # responses and tokens per key and window (limits.key_*_per_window)
+    # unredeemed ek_ keys (POST /v1/realtime/client_secrets): here, or in Redis with replicas (gateway.cluster)
+    client_secrets: SecretVault = field(default_factory=lambda: MemoryVault(time.time))
     tokenizing: int = 0  # responses admitted whose prompt is being tokenized (gateway.tokenize): not yet submitted
 
     @property

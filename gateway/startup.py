@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import sys
 import tempfile
+import time
 from collections.abc import Callable
 from pathlib import Path
 
@@ -18,6 +19,7 @@ from processors.builtin import ImageProcessor, WavProcessor
 from .config import Config
 from .files import FileStore
 from .filters import load_filters
+from .keylimits import KeyLimits
 from .loading import default_loader, image_limits, load_audio, load_speculator, load_vision, make_engine
 from .realtime.asr_worker import AsrWorker, measure_capacity
 from .realtime.bigframes import FrameParser, ParseLimits
@@ -71,6 +73,9 @@ async def start_services(
         files=file_store(config),
         drafter_factory=None if spec is None else (lambda: (lambda s: (s, s))(spec.for_job())),
     )
+    lim = config.limits
+    if lim.key_responses_per_window is not None or lim.key_tokens_per_window is not None:
+        svc.key_limits = KeyLimits(lim.key_responses_per_window, lim.key_tokens_per_window, lim.key_window_s, time.time)
     # the built-in image and WAV processors first, then the installed plugins (which may replace them)
     svc.processors.register(ImageProcessor(image_limits(config), describer))
     svc.processors.register(WavProcessor(svc.audio_limits, asr))

@@ -20,6 +20,7 @@ PATHS = [
     "/v1/completions/{id}/stream",
     "/v1/models",
     "/v1/realtime",
+    "/v1/realtime/client_secrets",
     "/health",
     "/ready",
     "/metrics",
@@ -62,6 +63,22 @@ _chatish = st.fixed_dictionaries(
     },
 )
 
+# POST /v1/realtime/client_secrets: GA's body with random values where a session config goes
+_secretish = st.fixed_dictionaries(
+    {},
+    optional={
+        "expires_after": _json
+        | st.fixed_dictionaries(
+            {"anchor": st.sampled_from(["created_at", "x"]), "seconds": st.integers(-5, 8000) | _json}
+        ),
+        "session": _json
+        | st.fixed_dictionaries(
+            {"type": st.sampled_from(["realtime", "transcription", "x"])},
+            optional={name: _json for name in ("model", "instructions", "tools", "tool_choice", "audio", "truncation")},
+        ),
+    },
+)
+
 
 @dataclass(frozen=True)
 class FuzzRequest:
@@ -90,13 +107,13 @@ def requests(draw: st.DrawFn) -> FuzzRequest:
             + draw(_text).replace("#", "")
         )
     headers: dict[str, str] = {}
-    kind = draw(st.sampled_from(["json", "chatish", "bytes", "multipart", "none"]))
+    kind = draw(st.sampled_from(["json", "chatish", "secretish", "bytes", "multipart", "none"]))
     body = b""
     if kind == "json":
         body = json.dumps(draw(_json)).encode()
         headers["Content-Type"] = "application/json"
-    elif kind == "chatish":
-        body = json.dumps(draw(_chatish)).encode()
+    elif kind in ("chatish", "secretish"):
+        body = json.dumps(draw(_chatish if kind == "chatish" else _secretish)).encode()
         headers["Content-Type"] = "application/json"
     elif kind == "bytes":
         body = draw(st.binary(max_size=300))

@@ -22,6 +22,8 @@ LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
             "gateway.metrics",
             "gateway.sink",
             "gateway.security",
+            "gateway.client_secrets",
+            "gateway.keylimits",
             "gateway.logredact",
             "gateway.wsreader",
             "gateway.guard",

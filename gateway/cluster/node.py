@@ -16,6 +16,7 @@ import time
 from typing import TYPE_CHECKING
 
 from .mirror import Mirror
+from .secrets import RedisVault
 from .store import RedisStore, StoreUnavailable
 
 if TYPE_CHECKING:
@@ -232,4 +233,5 @@ async def start_node(config: Config, services: Services) -> ClusterNode:
     node = ClusterNode(RedisStore(c.store, c.lease_s, c.key_prefix), services.registry, per_key)
     await node.start()
     services.key_rate = node
+    services.client_secrets = RedisVault(node.store)  # an ek_ key minted on one replica opens a session on any
     return node

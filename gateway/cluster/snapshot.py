@@ -56,6 +56,7 @@ def snapshot(session: Session, seq: int, received: int) -> dict[str, Any]:
         "received": received,
         "id": session.id,
         "options": session.options.model_dump(mode="json", exclude_unset=False),
+        "locked": sorted(session.locked),  # what an ek_ key fixed stays fixed on the replica taking over
         "items": session.conversation.items,
         "response": response,
     }
@@ -65,6 +66,7 @@ def restore(session: Session, snap: dict[str, Any]) -> None:
     """Make the fresh ``session`` the one ``snap`` describes (its id, options, items, response)."""
     session.id = snap["id"]
     session.options = p.SessionOptions.model_validate(snap["options"])
+    session.locked = frozenset(snap.get("locked") or ())
     session.conversation.items = list(snap["items"])
     r = snap.get("response")
     if r is None:

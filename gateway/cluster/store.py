@@ -11,6 +11,8 @@ Thin I/O over redis-py's asyncio client; what each key means is here and nowhere
 - ``cmd:{replica}`` stream: client frames and attach/detach notes for the sessions a replica owns
 - ``k:{digest}``    sorted set of a key's live sessions (score: when its record expires, ms)
 - ``rate:{digest}:{window}`` client frames of a key in one second, summed over replicas
+- ``ek:{hash}``     an unredeemed ek_ key's grant (JSON), by the SHA-256 of its value; expires with the key
+- ``eks:{digest}``  sorted set of a key's unredeemed ek_ keys (score: when each expires, ms)
 
 Every session key expires (grace period + lease) unless its owner renews it, so a replica that
 dies leaves nothing behind for long. Calls fail fast (no retries, short timeouts): the caller
@@ -62,6 +64,19 @@ if holder == false then redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[2]) retur
 return 0
 """
 
+# keep an ek_ key's grant unless its parent key already has `limit` waiting. KEYS[1]=ek:{hash},
+# KEYS[2]=eks:{digest}; ARGV: now_ms, expires_at_ms, limit, grant JSON, hash → 1 kept, 0 refused
+_PUT_SECRET = """
+redis.call('ZREMRANGEBYSCORE', KEYS[2], '-inf', ARGV[1])
+if redis.call('ZCARD', KEYS[2]) >= tonumber(ARGV[3]) then return 0 end
+redis.call('ZADD', KEYS[2], ARGV[2], ARGV[5])
+if redis.call('PTTL', KEYS[2]) < tonumber(ARGV[2]) - tonumber(ARGV[1]) then
+  redis.call('PEXPIREAT', KEYS[2], ARGV[2])
+end
+redis.call('SET', KEYS[1], ARGV[4], 'PXAT', ARGV[2])
+return 1
+"""
+
 _RELEASE = """
 if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('DEL', KEYS[1]) end
 return 0
@@ -95,6 +110,7 @@ class RedisStore:
         self._admit = self.r.register_script(_ADMIT)
         self._renew = self.r.register_script(_RENEW)
         self._release = self.r.register_script(_RELEASE)
+        self._put_secret = self.r.register_script(_PUT_SECRET)
 
     def k(self, kind: str, name: str) -> str:
         return f"{self.prefix}{kind}:{name}"
@@ -296,3 +312,20 @@ class RedisStore:
             pipe.expire(key, 5)
         out = await self.call(pipe.execute())
         return {digest: int(out[2 * i]) for i, digest in enumerate(counts)}
+
+    # ------------------------------------------------------------------ ek_ keys (gateway.cluster.secrets)
+
+    async def put_secret(self, value_hash: str, parent: str, grant: str, expires_at_ms: int, limit: int) -> bool:
+        """Keep an ek_ key's grant until it expires, unless key ``parent`` already has ``limit`` waiting."""
+        keys = [self.k("ek", value_hash), self.k("eks", parent)]
+        now = int(time.time() * 1000)
+        return bool(await self.call(self._put_secret(keys=keys, args=[now, expires_at_ms, limit, grant, value_hash])))
+
+    async def take_secret(self, value_hash: str) -> str | None:
+        """An ek_ key's grant, deleted in the same command: one replica alone ever gets it."""
+        raw = await self.call(self.r.getdel(self.k("ek", value_hash)))
+        return raw.decode() if raw else None
+
+    async def forget_secret(self, value_hash: str, parent: str) -> None:
+        """A taken key no longer counts among ``parent``'s waiting ones."""
+        await self.call(self.r.zrem(self.k("eks", parent), value_hash))

@@ -32,7 +32,7 @@ from starlette.routing import BaseRoute, Route
 
 from ..security import bearer, http_api_key_ok, key_digest
 from ..services import Services
-from . import audio_speech, completions, files, serving, transcriptions
+from . import audio_speech, client_secrets, completions, files, serving, transcriptions
 from .budget import ByteBudget
 from .errors import ApiError, error_response
 from .schemas import header_count
@@ -60,6 +60,7 @@ class HttpApi:
             Route("/v1/completions/{cid}/stream", self._guarded(self._resume), methods=["GET"]),
             Route("/v1/audio/speech", self._guarded(audio_speech.speech), methods=["POST"]),
             Route("/v1/audio/transcriptions", self._guarded(self.transcriptions.create), methods=["POST"]),
+            Route("/v1/realtime/client_secrets", self._guarded(client_secrets.create), methods=["POST"]),
             Route("/v1/files", self._guarded(self._owned(files.upload)), methods=["POST"]),
             Route("/v1/files", self._guarded(self._owned(files.listing)), methods=["GET"]),
             Route("/v1/files/{file_id}", self._guarded(self._owned(files.retrieve)), methods=["GET"]),

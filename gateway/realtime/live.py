@@ -29,6 +29,7 @@ from ..sink import AsyncSink
 from ..tokenize import chat_tokens
 from ..tools.runner import McpRunner
 from ..uploads import REFUSALS
+from . import keyed
 from . import protocol as p
 from .actions import Action, CancelResponse, Output, StartImage, StartResponse
 from .bigframes import ParseLimits, parse_checked
@@ -57,6 +58,7 @@ class LiveSession:
         token: str | None = None,
         replay: tuple[list[tuple[int, str]], int] | None = None,
         transcribe: bool = False,
+        grant: keyed.Grant | None = None,  # an ek_ key's: its config applied and fixed (keyed.PresetRefused)
     ):
         """``key``: digest of the API key the session is bound to (``gateway.security.key_digest``).
         ``token``, ``replay``: a session that exists already (taken over from another replica): its
@@ -94,6 +96,7 @@ class LiveSession:
         self.taps: list[Callable[[list[dict[str, Any]]], None]] = []  # its sent events, to a WebRTC call (barge-in)
         self.closed = False
         self.received = 0  # client frames read from any of its sockets (session.resumed's received_events)
+        keyed.bind(services, key, self.session, self.media, grant)  # before any task, and session.created
         self._pump = asyncio.create_task(self._pump_loop(), name="session-pump")
         if replay is None:
             grace = services.config.server.grace_period_s

@@ -9,14 +9,16 @@ from collections.abc import Awaitable, Callable
 from starlette.routing import BaseRoute, WebSocketRoute
 from starlette.websockets import WebSocket
 
+from ..client_secrets import VaultUnavailable
 from ..cluster.node import ClusterNode
 from ..cluster.resume import refuse_store_unavailable, resume_in_cluster
 from ..cluster.store import StoreUnavailable
-from ..security import AuthRefused, check_origin, ws_auth
+from ..security import AuthRefused, check_origin
 from ..services import Services
 from . import protocol as p
 from . import transcription
 from .connection import CLOSE_NORMAL, CLOSE_POLICY, CLOSE_TRY_AGAIN, Connection
+from .keyed import PresetRefused, authenticate
 from .live import LiveSession
 from .registry import TooManySessions
 
@@ -44,14 +46,17 @@ async def _realtime(s: Services, node: ClusterNode | None, ws: WebSocket) -> Non
     if not check_origin(ws, server):
         await ws.close(CLOSE_POLICY)  # before accept: the client sees HTTP 403
         return
+    token = ws.query_params.get("resume_token")
     try:
-        auth = ws_auth(ws, server.api_keys)
+        key, subprotocol, grant = await authenticate(s, ws, resuming=token is not None)
     except AuthRefused as exc:
         await ws.accept()
         await ws.close(CLOSE_POLICY, str(exc))
         return
-    key, subprotocol = auth.key, auth.subprotocol
-    token = ws.query_params.get("resume_token")
+    except VaultUnavailable:
+        await ws.accept()
+        await refuse_store_unavailable(s, ws)
+        return
     model = ws.query_params.get("model")
     await ws.accept(subprotocol=subprotocol or None)
     if model and not s.serves(model) and model != "embedded":
@@ -73,13 +78,16 @@ async def _realtime(s: Services, node: ClusterNode | None, ws: WebSocket) -> Non
         token = secrets.token_urlsafe(32)
         if node is not None:  # counted cluster-wide; and no new session without the store
             await node.admit(key, token)
+        live = LiveSession(s, key, token=token, grant=grant, transcribe=intent == "transcription")
     except TooManySessions as exc:
         await ws.close(CLOSE_TRY_AGAIN, str(exc))
         return
     except StoreUnavailable:
         await refuse_store_unavailable(s, ws)
         return
-    live = LiveSession(s, key, token=token, transcribe=intent == "transcription")
+    except PresetRefused as exc:
+        await ws.close(CLOSE_POLICY, str(exc).encode()[:120].decode(errors="ignore"))
+        return
     s.registry.add(live)
     if node is not None:
         node.own(live)

@@ -16,11 +16,12 @@ from typing import Any
 
 from models import toolcalls
 
+from ..keylimits import BoundLimits
 from ..options import SchedulerOptions
 from ..tools.session import McpOutput
 from ..tools.state import McpPolicy, McpState
 from ..tools.wire import McpApprovalResponseItem
-from . import functions, transcription, truncation
+from . import functions, locks, transcription, truncation
 from . import protocol as p
 from .actions import Action, CancelResponse, Output, StartResponse
 from .conversation import Conversation, ItemError
@@ -88,6 +89,8 @@ class Session(ImageOutput, SpeechOutput, McpOutput, ItemEvents):
         self.dropped: set[str] = set()  # items truncated out of the model's context (still in the client's view)
         self._tokens: dict[str, tuple[str, int]] = {}  # item id → (its text, its tokens), for truncation
         self.view_hook: Callable[[dict[str, Any]], None] | None = None  # fills in effective audio settings
+        self.limiter: BoundLimits | None = None  # its key's response and token budgets (gateway.keylimits)
+        self.locked: frozenset[str] = frozenset()  # session fields an ek_ key fixed (gateway.realtime.locks)
 
     # ------------------------------------------------------------------ helpers
 
@@ -158,6 +161,16 @@ class Session(ImageOutput, SpeechOutput, McpOutput, ItemEvents):
         return ev
 
     def _on_session_update(self, ev: p.SessionUpdate) -> Output:
+        ev = locks.unlocked(ev, self.locked)  # what an ek_ key fixed stays: those fields are ignored
+        merged = self.merged(ev)
+        if isinstance(merged, Output):
+            return merged
+        self.options = merged
+        out = self._out(p.server_event("session.updated", session=self.session_view()))
+        return out.extend(self.mcp_list(merged.tools)) if "tools" in ev.session.model_fields_set else out
+
+    def merged(self, ev: p.SessionUpdate) -> p.SessionOptions | Output:
+        """The session's options with ``ev`` applied, or the error refusing it (the options unchanged)."""
         if self.response is not None and ev.session.model not in (None, self.options.model):
             return self.error("invalid_value", "model cannot change during a response", ev.event_id)
         if self.response is not None and ev.session.type == "transcription":
@@ -185,9 +198,7 @@ class Session(ImageOutput, SpeechOutput, McpOutput, ItemEvents):
             self.mcp.plan(options.tools, None, "session")
         except functions.ToolError as exc:  # the session keeps its options
             return self.error("invalid_value", exc.message, ev.event_id, exc.param)
-        self.options = options
-        out = self._out(p.server_event("session.updated", session=self.session_view()))
-        return out.extend(self.mcp_list(options.tools)) if "tools" in patch else out
+        return options
 
     def _on_conversation_item_create(self, ev: p.ItemCreate) -> Output:
         if isinstance(ev.item, McpApprovalResponseItem):  # answers a pending MCP call (gateway.tools)
@@ -301,6 +312,9 @@ class Session(ImageOutput, SpeechOutput, McpOutput, ItemEvents):
                 f"response {self.response.id} is still in progress",
                 ev.event_id,
             )
+        fixed = locks.overridden(ev, self.locked)
+        if fixed is not None:
+            return self.error("session_field_locked", f"{fixed} is fixed by this session's key", ev.event_id, fixed)
         ev = self.mcp_strip(ev)
         audio_opts = ev.response.audio if ev.response is not None else None
         refused = check_output(audio_opts.output if audio_opts else None, self.defaults.voices, "response")
@@ -313,6 +327,9 @@ class Session(ImageOutput, SpeechOutput, McpOutput, ItemEvents):
         if isinstance(planned, Output):
             return planned
         action, max_out = planned
+        spent = self.limiter.admit() if self.limiter is not None else None
+        if spent is not None:
+            return self.error("rate_limit_exceeded", spent.message(), ev.event_id)
         rid, modalities = action.response_id, action.output_modalities
         opts = ev.response or p.ResponseOptions()
         store = opts.conversation != "none"
@@ -477,4 +494,7 @@ class Session(ImageOutput, SpeechOutput, McpOutput, ItemEvents):
             kept.update(item)
         self.spoken_closed(r, item)
         events = final_events(r, item, status, details, metrics, usage)
+        if self.limiter is not None:  # what the key has left, after this response's tokens
+            left = self.limiter.charge(int(usage.get("total_tokens", 0)))
+            events.append(p.server_event("rate_limits.updated", rate_limits=[x.wire() for x in left]))
         return opened.extend(self._out(*events))

@@ -22,11 +22,13 @@ from starlette.responses import JSONResponse, Response
 from starlette.routing import BaseRoute, Route
 from starlette.websockets import WebSocket
 
+from ..client_secrets import Grant, VaultUnavailable
 from ..cluster.node import ClusterNode
 from ..cluster.store import StoreUnavailable
 from ..http.errors import error_body
 from ..realtime import protocol as p
 from ..realtime.connection import CLOSE_POLICY, Connection
+from ..realtime.keyed import PresetRefused, authenticate
 from ..realtime.live import LiveSession
 from ..realtime.ratelimit import TokenBucket
 from ..realtime.registry import TooManySessions
@@ -71,8 +73,9 @@ class WebRtcApi:
         cfg = s.config.webrtc
         if not cfg.enabled:
             return _error(404, "not_found", "WebRTC calls are not enabled on this server (config: webrtc.enabled)")
+        token = request.query_params.get("resume_token")
         try:
-            key = self._admit_offer(s, request)
+            key, grant = await self._admit_offer(s, request, resuming=token is not None)
             sdp, session = await self._read_offer(s, request)
             offer = check_offer(sdp)
         except _Refused as refused:
@@ -80,7 +83,6 @@ class WebRtcApi:
         except OfferError as exc:
             s.metrics.errors.labels(code="invalid_offer").inc()
             return _error(400, "invalid_offer", str(exc))
-        token = request.query_params.get("resume_token")
         if token is not None:
             return await self._resume(s, request, key, token, offer)
         try:
@@ -89,11 +91,13 @@ class WebRtcApi:
             node = self.node()
             if node is not None:
                 await node.admit(key, token)
+            live = LiveSession(s, key, token=token, grant=grant)  # an ek_ key's config fixed (realtime.locks)
         except TooManySessions as exc:
             return _error(429, "session_limit", str(exc), {"Retry-After": "1"})
         except StoreUnavailable:
             return _error(503, "store_unavailable", "the session store is unavailable; retry shortly")
-        live = LiveSession(s, key, token=token)
+        except PresetRefused as exc:
+            return _error(400, "invalid_client_secret", str(exc))
         s.registry.add(live)
         if self.node() is not None:
             self.node().own(live)  # type: ignore[union-attr]
@@ -101,13 +105,17 @@ class WebRtcApi:
             live.on_text(json.dumps({"type": "session.update", "session": session}))
         return await self._answer(s, live, offer, -1, resumed=False)
 
-    def _admit_offer(self, s: Services, request: Request) -> str:
+    async def _admit_offer(self, s: Services, request: Request, resuming: bool) -> tuple[str, Grant | None]:
         if not check_origin(request, s.config.server):
             raise _Refused(_error(403, "forbidden_origin", "this Origin may not use the server"))
-        try:
-            key = ws_auth(request, s.config.server.api_keys).key  # the WebSocket's rules: one bearer key
+        try:  # the WebSocket's rules: one bearer key, or an ek_ key taken once
+            key, _, grant = await authenticate(s, request, resuming)
         except AuthRefused as exc:
             raise _Refused(_error(401, "invalid_api_key", str(exc))) from None
+        except VaultUnavailable:
+            raise _Refused(
+                _error(503, "store_unavailable", "the session store is unavailable; retry shortly")
+            ) from None
         cfg = s.config.webrtc
         bucket = self._offers.pop(key, None) or TokenBucket(cfg.offers_per_s, cfg.offers_burst)
         self._offers[key] = bucket  # most recent last: the oldest are dropped first
@@ -116,7 +124,7 @@ class WebRtcApi:
         if not bucket.take(time.monotonic()):
             s.metrics.errors.labels(code="rate_limited").inc()
             raise _Refused(_error(429, "rate_limited", "too many call offers; slow down", {"Retry-After": "1"}))
-        return key
+        return key, grant
 
     async def _read_offer(self, s: Services, request: Request) -> tuple[str, dict[str, object] | None]:
         """The SDP and the optional ``session`` object, from ``application/sdp`` or multipart."""
