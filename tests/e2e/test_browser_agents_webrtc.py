@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
 
+import httpx
 import numpy as np
 import pytest
 
@@ -72,7 +73,8 @@ def test_the_agents_sdk_webrtc_transport_makes_a_voice_turn(browser, agents_bund
             page.route(f"http://{addr}/__jsweb/**", serve_page(agents_bundle))
             page.goto(f"http://{addr}/__jsweb/index.html")
             page.wait_for_function("() => typeof window.agentsRun === 'function'", timeout=30_000)
-            call_id = page.evaluate("url => window.agentsRun(url)", f"http://{addr}/v1/realtime/calls")
+            [model] = [m["id"] for m in httpx.get(f"http://{addr}/v1/models", timeout=10).json()["data"]][:1]
+            call_id = page.evaluate("([u, m]) => window.agentsRun(u, m)", [f"http://{addr}/v1/realtime/calls", model])
             assert isinstance(call_id, str) and call_id.startswith("rtc_"), call_id
             said = "() => window.agentsReport.history.some(i => i.role === 'user' && i.text.trim())"
             page.wait_for_function(said, timeout=90_000)

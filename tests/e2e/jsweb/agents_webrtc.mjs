@@ -8,12 +8,12 @@ function textOf(item) {
   return (item.content ?? []).map((c) => c.text ?? c.transcript ?? '').join('');
 }
 
-window.agentsRun = async (baseUrl) => {
+window.agentsRun = async (baseUrl, model) => {
   const report = { connected: false, callId: null, events: [], history: [], errors: [], agentEnds: 0 };
   window.agentsReport = report;
   const transport = new OpenAIRealtimeWebRTC({ baseUrl, useInsecureApiKey: true });
   const agent = new RealtimeAgent({ name: 'Assistant', instructions: 'Be brief.' });
-  const session = new RealtimeSession(agent, { transport });
+  const session = new RealtimeSession(agent, { transport, model }); // the served model, as an app names its model
   window.agentsSession = session;
   session.on('transport_event', (ev) => report.events.push(ev.type));
   session.on('history_updated', (history) => {
@@ -24,7 +24,10 @@ window.agentsRun = async (baseUrl) => {
   session.on('agent_end', () => {
     report.agentEnds += 1;
   });
-  session.on('error', (e) => report.errors.push(String(e.error?.message ?? e.error ?? e)));
+  session.on('error', (e) => {
+    const err = e.error?.error ?? e.error ?? e; // a server error event carries {error: {code, message}}
+    report.errors.push(err instanceof Error ? { message: err.message } : JSON.parse(JSON.stringify(err)));
+  });
   await session.connect({ apiKey: 'local' });
   report.connected = true;
   report.callId = transport.callId ?? null;
