@@ -2,12 +2,14 @@
 
 import { dragHasFiles, imageFiles } from "./attachments.js";
 import { AttachmentTray, MicControl } from "./controls.js";
+import { askKeyForm, makeClient, servedModel } from "./connect.js";
 import { CLOSE_TOO_BIG, CLOSE_TRY_AGAIN, RealtimeClient, realtimeUrl } from "./protocol.js";
+import { CallMicrophone } from "./rtc.js";
+import { VoiceOut } from "./voiceout.js";
 import {
   ui,
   errorWords,
   rid,
-  h,
   append,
   stick,
   notice,
@@ -27,8 +29,18 @@ const state = {
   voiceTurns: new Map(), // input audio item id → view
   attachments: new AttachmentTray(),
   stopAfterResume: false,
-  mic: new MicControl((buf) => state.client && state.client.sendAudio(buf)),
+  mic: new MicControl(
+    (buf) => state.client && state.client.sendAudio(buf),
+    () => (state.client && state.client.transport === "webrtc" ? new CallMicrophone(state.client) : null),
+  ),
+  voice: null, // VoiceOut: the speaker, set below
 };
+state.voice = new VoiceOut({
+  client: () => state.client,
+  responseFor: (ev) => responseFor(ev),
+  owner: (itemId) => state.owners.get(itemId),
+  changed: () => refreshControls(),
+});
 
 function busy() {
   return state.active !== null || state.awaitingResponse !== null || state.pending.size > 0;
@@ -37,8 +49,9 @@ function busy() {
 function refreshControls() {
   const open = state.client !== null && state.client.state === "open";
   ui.send.disabled = !open || busy();
-  ui.stop.disabled = state.active === null || state.active.stopping === true;
-  ui.stop.classList.toggle("armed", state.active !== null);
+  const playing = state.voice.playing;
+  ui.stop.disabled = (state.active === null || state.active.stopping === true) && !playing;
+  ui.stop.classList.toggle("armed", state.active !== null || playing);
   ui.stop.textContent = state.active && state.active.stopping ? "Stopping…" : "Stop";
 }
 
@@ -58,12 +71,15 @@ const CONN_WORDS = {
 function showConnection(detail) {
   const s = detail.state;
   ui.conn.dataset.state = s;
+  if (state.client) ui.conn.dataset.transport = state.client.transport;
   let words = CONN_WORDS[s] || s;
   if (s === "refused" && detail.reason) words = `Refused: ${detail.reason}`;
   ui.connLabel.textContent = words;
   const c = state.client;
   ui.conn.title =
-    s === "open" && c ? `session ${c.sessionId || "?"} · last event #${c.lastSeq}${c.resume ? " · resumable" : ""}` : words;
+    s === "open" && c
+      ? `${c.transport} · session ${c.sessionId || "?"} · last event #${c.lastSeq}${c.resume ? " · resumable" : ""}`
+      : words;
   refreshControls();
 }
 
@@ -123,6 +139,7 @@ function onItemAdded(item) {
 }
 
 function stopReply() {
+  state.voice.halt("stop");
   const r = state.active;
   if (!r || r.stopping) return;
   r.stopping = true;
@@ -163,6 +180,7 @@ const ON_SERVER_EVENT = {
   },
   "conversation.item.added": (ev) => onItemAdded(ev.item),
   "input_audio_buffer.speech_started": (ev) => {
+    state.voice.halt("barge-in"); // the user talks over the reply: stop its voice now
     voiceTurn(ev.item_id);
     state.mic.status("Hearing you…");
   },
@@ -234,6 +252,7 @@ const ON_SERVER_EVENT = {
   },
   "response.done": (ev) => finishResponse(ev.response),
   error: (ev) => onServerError(ev.error || {}),
+  ...state.voice.handlers(),
 };
 
 function onServerEvent(ev) {
@@ -262,6 +281,7 @@ function finishResponse(resp) {
 
 function onServerError(err) {
   const code = err.code;
+  if (state.voice.ownError(err)) return; // a truncate or retrieve of ours: the page's business, not the user's
   if (code === "response_cancel_not_active") return; // Stop raced with the end of the reply
   if (code === "resume_failed") return; // said by the "session" handler
   for (const [itemId, p] of state.pending) {
@@ -320,7 +340,9 @@ function onSession(d) {
       "error",
     );
     state.resumeFailedShown = true;
-  } else if (d.kind === "new" && d.afterLoss) {
+  }
+  if (d.kind === "new") state.voice.sessionStarted();
+  if (d.kind === "new" && d.afterLoss) {
     if (!state.resumeFailedShown) {
       interruptAll();
       notice(
@@ -375,7 +397,7 @@ ui.input.addEventListener("paste", (e) => {
   }
 });
 document.addEventListener("keydown", (e) => {
-  if (e.key === "Escape" && state.active) {
+  if (e.key === "Escape" && (state.active || state.voice.playing)) {
     e.preventDefault();
     stopReply();
   }
@@ -387,6 +409,7 @@ ui.file.addEventListener("change", () => {
   ui.file.value = "";
 });
 ui.mic.addEventListener("click", () => state.mic.toggle());
+ui.speaker.addEventListener("click", () => state.voice.toggle());
 ui.imageMode.addEventListener("click", () => {
   const on = ui.imageMode.getAttribute("aria-pressed") !== "true";
   ui.imageMode.setAttribute("aria-pressed", String(on));
@@ -413,21 +436,19 @@ document.addEventListener("drop", (e) => {
   state.attachments.add(imageFiles(e.dataTransfer).filter((f) => f.type.startsWith("image/")));
 });
 
-async function servedModel() {
-  try {
-    const r = await fetch("/v1/models", { headers: { accept: "application/json" } });
-    if (!r.ok) return null;
-    const body = await r.json();
-    return (body.data && body.data[0] && body.data[0].id) || null;
-  } catch {
-    return null;
-  }
-}
-
 async function main() {
   const model = await servedModel();
   if (model) ui.model.textContent = model;
-  const client = new RealtimeClient({ url: realtimeUrl(), model, apiKey: sessionStorage.getItem("stream-omni-key") });
+  const { client, why } = await makeClient({ model, apiKey: sessionStorage.getItem("stream-omni-key") });
+  console.info(`stream-omni: ${client.transport} (${why})`);
+  use(client);
+  client.connect();
+  refreshControls();
+}
+
+// The page's client: its events drive the page. A WebRTC call that cannot be made hands its session
+// to a WebSocket client ("fallback"), which resumes it if it had started.
+function use(client) {
   state.client = client;
   client.addEventListener("state", (e) => {
     showConnection(e.detail);
@@ -440,33 +461,29 @@ async function main() {
   });
   client.addEventListener("session", (e) => onSession(e.detail));
   client.addEventListener("event", (e) => onServerEvent(e.detail));
+  client.addEventListener("fallback", (e) => fallBack(client, e.detail.reason));
   window.streamOmni = { client, state }; // for debugging from the console
-  client.connect();
-  refreshControls();
+}
+
+async function fallBack(rtc, reason) {
+  if (state.client !== rtc) return;
+  console.warn(`stream-omni: WebRTC failed (${reason}); using the WebSocket`);
+  state.fallbackReason = reason;
+  if (state.mic.active) {
+    await state.mic.stop();
+    notice("The call could not be kept up, so the page switched to a WebSocket: turn the mic on again.", "warn");
+  }
+  const ws = new RealtimeClient({ url: realtimeUrl(), model: rtc.model, apiKey: rtc.apiKey });
+  use(ws);
+  await state.voice.transportChanged();
+  ws.adopt(rtc);
 }
 
 function askForKey() {
-  const n = notice("This server needs an API key.", "error");
-  const form = h("form", "key-form");
-  const input = h("input");
-  input.type = "password";
-  input.autocomplete = "off";
-  input.setAttribute("aria-label", "API key");
-  input.placeholder = "API key";
-  const go = h("button", "", "Connect");
-  go.type = "submit";
-  form.append(input, go);
-  form.addEventListener("submit", (e) => {
-    e.preventDefault();
-    const key = input.value.trim();
-    if (!key) return;
-    sessionStorage.setItem("stream-omni-key", key);
+  askKeyForm((key) => {
     state.client.apiKey = key;
-    form.remove();
     state.client.connect();
   });
-  n.append(form);
-  input.focus();
 }
 
 main();

@@ -45,9 +45,11 @@ export class AttachmentTray {
 }
 
 export class MicControl {
-  // sendAudio(buf): where microphone frames go (the live client, if any)
-  constructor(sendAudio) {
+  // sendAudio(buf): where microphone frames go (the live client, if any); callMic(): the call's own
+  // microphone when the client is a WebRTC call (its audio is a media track), else null
+  constructor(sendAudio, callMic = () => null) {
     this.sendAudio = sendAudio;
+    this.callMic = callMic;
     this.mic = null;
   }
 
@@ -62,7 +64,7 @@ export class MicControl {
 
   async toggle() {
     if (this.active) return this.stop();
-    this.mic = new Microphone({
+    this.mic = this.callMic() || new Microphone({
       onFrame: (buf) => this.sendAudio(buf),
       onLevel: (rms) => ui.mic.style.setProperty("--level", String(Math.min(1, rms * 6))),
     });

@@ -28,6 +28,7 @@ export class RealtimeClient extends EventTarget {
   constructor({ url, model = null, apiKey = null }) {
     super();
     this.url = url;
+    this.transport = "websocket";
     this.model = model;
     this.apiKey = apiKey;
     this.ws = null;
@@ -66,6 +67,17 @@ export class RealtimeClient extends EventTarget {
     if (ws) ws.close(CLOSE_NORMAL);
     clearTimeout(this._timer);
     this._open(false);
+  }
+
+  /** Take over another client's session (a WebRTC call that failed): resume it here if it can be. */
+  adopt(other) {
+    this.lastSeq = other.lastSeq;
+    this.sessionId = other.sessionId;
+    this.resume = other.resume;
+    this.everOpened = other.everOpened;
+    this.lost = other.lost;
+    this._stopped = false;
+    this._open(true);
   }
 
   get isOpen() {

@@ -1,6 +1,7 @@
 // Stream-Omni browser client: page elements, message views (text, images, figures) and render batching.
 
 import { imageDataUrl } from "./attachments.js";
+import { greyPast, renderedLength } from "./heard.js";
 import { renderMarkdown } from "./markdown.js";
 
 export const $ = (id) => document.getElementById(id);
@@ -17,6 +18,7 @@ export const ui = {
   attach: $("attach"),
   file: $("file"),
   mic: $("mic"),
+  speaker: $("speaker"),
   micLabel: $("mic-label"),
   imageMode: $("image-mode"),
   attachments: $("attachments"),
@@ -116,6 +118,7 @@ export class TextBlock {
     this.el = h("div", "md");
     this.el.dataset.itemId = itemId;
     this.el.rawText = "";
+    this.heard = null; // spoken and cut short: the transcript the server kept (what was heard)
   }
   append(delta) {
     this.text += delta;
@@ -132,8 +135,19 @@ export class TextBlock {
       markDirty(this);
     }
   }
+  /** The voice stopped: grey the text past ``transcript``, what the listener heard. */
+  heardUpTo(transcript) {
+    this.heard = transcript;
+    this.el.heardText = transcript;
+    markDirty(this);
+  }
   render() {
     this.el.replaceChildren(renderMarkdown(this.text));
+    if (this.heard !== null) {
+      const unheard = greyPast(this.el, renderedLength(this.heard, this.text));
+      this.el.dataset.unheard = String(unheard);
+      this.el.title = unheard ? "Greyed: the part of the reply you did not hear" : "";
+    }
   }
 }
 

@@ -63,8 +63,27 @@ class WebRtcApi:
     def routes(self) -> list[BaseRoute]:
         return [
             Route("/v1/realtime/calls", self.create, methods=["POST"]),
+            Route("/v1/realtime/calls", self.offered, methods=["GET"]),
             Route("/v1/realtime/calls/{call_id}/hangup", self.hangup, methods=["POST"]),
         ]
+
+    # ------------------------------------------------------------------ GET /v1/realtime/calls
+
+    async def offered(self, request: Request) -> Response:
+        """Whether this server takes calls, and the ICE servers a caller should use: how the browser
+        client chooses WebRTC or the WebSocket. The same origin and key rules as an offer (a TURN
+        credential is not for everyone)."""
+        s = self.services()
+        if not s.config.webrtc.enabled:
+            return _error(404, "not_found", "WebRTC calls are not enabled on this server (config: webrtc.enabled)")
+        if not check_origin(request, s.config.server):
+            return _error(403, "forbidden_origin", "this Origin may not use the server")
+        try:
+            ws_auth(request, s.config.server.api_keys)
+        except AuthRefused as exc:
+            return _error(401, "invalid_api_key", str(exc))
+        servers = [srv.model_dump(exclude_none=True) for srv in s.config.webrtc.ice_servers]
+        return JSONResponse({"object": "realtime.calls", "webrtc": True, "ice_servers": servers})
 
     # ------------------------------------------------------------------ POST /v1/realtime/calls
 

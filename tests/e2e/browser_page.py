@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import io
+import time
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
@@ -71,3 +73,13 @@ def png_bytes(width: int = 48, height: int = 32) -> bytes:
     buf = io.BytesIO()
     im.save(buf, "PNG")
     return buf.getvalue()
+
+
+def wait_for(page: Any, cond: Callable[[], Any], timeout_s: float = 30.0) -> Any:
+    """Poll ``cond`` (a check of what the Recorder saw) until it is truthy, and return it. Playwright
+    delivers frame and response events only while the page is being waited on, hence the short waits."""
+    deadline = time.monotonic() + timeout_s
+    while not (value := cond()):
+        assert time.monotonic() < deadline, "timed out waiting for the page"
+        page.wait_for_timeout(50)
+    return value

@@ -51,16 +51,19 @@ def browser(speech_wav: Path | None) -> Iterator[Any]:
 
 @pytest.fixture
 def open_page(browser: Any) -> Iterator[Callable[..., tuple[Any, Recorder]]]:
-    """open_page(addr, viewport=(w, h)) → (page, recorder), connected to the server."""
+    """open_page(addr, viewport=(w, h), query=…) → (page, recorder), connected to the server. The page
+    uses the WebSocket unless ``query`` says otherwise (these tests read its frames)."""
     contexts: list[Any] = []
 
-    def open_(addr: str, viewport: tuple[int, int] = (1000, 720), **ctx_kw: Any) -> tuple[Any, Recorder]:
+    def open_(
+        addr: str, viewport: tuple[int, int] = (1000, 720), query: str = "transport=websocket", **ctx_kw: Any
+    ) -> tuple[Any, Recorder]:
         ctx = browser.new_context(viewport={"width": viewport[0], "height": viewport[1]}, **ctx_kw)
         contexts.append(ctx)
         ctx.set_default_timeout(30_000)
         page = ctx.new_page()
         rec = Recorder(page)
-        page.goto(f"http://{addr}/")
+        page.goto(f"http://{addr}/?{query}")
         page.wait_for_selector('#conn[data-state="open"]')
         return page, rec
 

@@ -26,7 +26,7 @@ pytestmark = requires_browser
 
 WEB = Path(__file__).resolve().parents[2] / "web"
 ORIGIN = "http://web.test"  # never resolved: every request to it is answered from web/ below
-SUITES = ("markdown", "protocol")
+SUITES = ("markdown", "protocol", "voice")
 # test("name", ...) at the start of a line. A name with a quote or backslash in it would be
 # misread: test_suite_runs_every_case_cleanly then fails, naming it.
 _CASE = re.compile(r'^test\(\s*"([^"\\]*)"', re.MULTILINE)
