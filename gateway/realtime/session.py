@@ -38,6 +38,8 @@ from .speech_out import (
     settings_for,
 )
 
+CANCEL_NOT_ACTIVE = "Cancellation failed: no active response found"  # OpenAI's message, word for word
+
 
 def _new_id(prefix: str) -> str:
     return f"{prefix}_{secrets.token_hex(8)}"
@@ -368,9 +370,9 @@ class Session(ImageOutput, SpeechOutput, McpOutput, ItemEvents):
     def _on_response_cancel(self, ev: p.ResponseCancel) -> Output:
         r = self.response
         if r is None or (ev.response_id and ev.response_id != r.id):
-            return self.error(
-                "response_cancel_not_active", "no response in progress to cancel", ev.event_id, "response_id"
-            )
+            # OpenAI's words: clients match them to ignore the race of a cancel with the server's own end
+            # of a response (LiveKit Agents drops an error starting "Cancellation failed")
+            return self.error("response_cancel_not_active", CANCEL_NOT_ACTIVE, ev.event_id, "response_id")
         return self.cancel("client_cancelled")
 
     # ------------------------------------------------------------------ engine results

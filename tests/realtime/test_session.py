@@ -69,6 +69,9 @@ def test_cancel_with_nothing_active_is_an_error_and_changes_nothing():
     out = s.handle(ev('{"type":"response.cancel","event_id":"x"}'))
     assert out.events[0]["error"]["code"] == "response_cancel_not_active"
     assert out.events[0]["error"]["event_id"] == "x" and not out.actions
+    # OpenAI's message word for word: LiveKit Agents ignores an error starting "Cancellation failed" (the race of
+    # its interrupt's response.cancel with the server's own cancel on speech_started) and logs any other one
+    assert out.events[0]["error"]["message"] == "Cancellation failed: no active response found"
 
 
 def test_length_limit_ends_incomplete():
