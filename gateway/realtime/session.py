@@ -21,22 +21,14 @@ from ..options import SchedulerOptions
 from ..tools.session import McpOutput
 from ..tools.state import McpPolicy, McpState
 from ..tools.wire import McpApprovalResponseItem
-from . import functions, locks, transcription, truncation
+from . import functions, locks, speech_out, transcription, truncation
 from . import protocol as p
 from .actions import Action, CancelResponse, Output, StartResponse
 from .conversation import Conversation, ItemError
 from .images import ImageOutput
 from .items import ItemEvents
 from .responses import ResponseState, final_events
-from .speech_out import (
-    AudioState,
-    SpeechOutput,
-    SpeechSettings,
-    SpokenItem,
-    check_output,
-    describe_output,
-    settings_for,
-)
+from .speech_out import AudioState, SpeechOutput, SpeechSettings, SpokenItem
 
 CANCEL_NOT_ACTIVE = "Cancellation failed: no active response found"  # OpenAI's message, word for word
 
@@ -109,7 +101,7 @@ class Session(ImageOutput, SpeechOutput, McpOutput, ItemEvents):
             self.view_hook(view)
         if self.options.type == "transcription":
             return transcription.view(view)
-        describe_output(view, self.defaults.speech, self.options)
+        speech_out.describe_output(view, self.defaults.speech, self.options)
         return view
 
     def created(self, extra: dict[str, Any] | None = None) -> Output:
@@ -191,7 +183,8 @@ class Session(ImageOutput, SpeechOutput, McpOutput, ItemEvents):
             else:
                 merged[key] = value
         options = p.SessionOptions.model_validate(merged)
-        refused = check_output(options.audio.output if options.audio else None, self.defaults.voices, "session")
+        out = options.audio.output if options.audio else None
+        refused = speech_out.check_output(out, self.defaults.voices, "session")
         if refused is not None:
             return self.error("invalid_value", refused[0], ev.event_id, refused[1])
         try:
@@ -319,7 +312,7 @@ class Session(ImageOutput, SpeechOutput, McpOutput, ItemEvents):
             return self.error("session_field_locked", f"{fixed} is fixed by this session's key", ev.event_id, fixed)
         ev = self.mcp_strip(ev)
         audio_opts = ev.response.audio if ev.response is not None else None
-        refused = check_output(audio_opts.output if audio_opts else None, self.defaults.voices, "response")
+        refused = speech_out.check_output(audio_opts.output if audio_opts else None, self.defaults.voices, "response")
         if refused is not None:
             return self.error("invalid_value", refused[0], ev.event_id, refused[1])
         held = self.mcp_hold(ev)  # MCP listings it needs come first
@@ -341,7 +334,7 @@ class Session(ImageOutput, SpeechOutput, McpOutput, ItemEvents):
         )
         self.response.known_tools = action.tools.known
         if "audio" in modalities and self.defaults.speech is not None:
-            self.response.audio = AudioState(settings_for(self.defaults.speech, self.options, opts))
+            self.response.audio = AudioState(speech_out.settings_for(self.defaults.speech, self.options, opts))
         self.response.parallel = action.tools.parallel
         created = p.server_event(
             "response.created",
