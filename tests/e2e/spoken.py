@@ -42,10 +42,16 @@ def transcript_of(events: list[dict[str, Any]], item_id: str) -> str:
     )
 
 
+WINDOW_S = 20  # Whisper hears at most 30 s at once (a longer clip keeps only part): transcribe in pieces
+
+
 def heard(pcm16_24k: bytes) -> list[str]:
-    """The words our Whisper hears in 24 kHz pcm16 audio."""
+    """The words our Whisper hears in 24 kHz pcm16 audio (a word cut by a piece's edge may be lost)."""
     audio = np.frombuffer(pcm16_24k, dtype=np.int16).astype(np.float32) / 32768.0
-    return normalize_words(load_asr().transcribe(resample(audio, 24_000, 16_000)))
+    audio16 = resample(audio, 24_000, 16_000)
+    step = WINDOW_S * 16_000
+    asr = load_asr()
+    return [w for i in range(0, len(audio16), step) for w in normalize_words(asr.transcribe(audio16[i : i + step]))]
 
 
 def overlap(transcript: str, words: list[str]) -> float:

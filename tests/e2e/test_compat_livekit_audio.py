@@ -133,7 +133,7 @@ async def test_spoken_question_spoken_answer_and_a_barge_in_that_truncates(serve
     from livekit.plugins import openai as lk_openai
 
     Mic, Speaker = devices()
-    model = Recording(FakeBackend(answer_tokens=120, step_s=0.005))
+    model = Recording(FakeBackend(answer_tokens=60, step_s=0.005))  # its speech fits one Whisper window
     with server_factory(model, **CONF) as addr:
         async with aiohttp.ClientSession() as http:
             llm = lk_openai.realtime.RealtimeModel(base_url=f"http://{addr}/v1", api_key="unused", http_session=http)

@@ -93,7 +93,7 @@ def is_audio(event: dict[str, Any], item_id: str) -> bool:
 
 @requires_espeak
 async def test_spoken_question_spoken_answer_and_a_barge_in_that_truncates(server_factory):
-    model = Recording(FakeBackend(answer_tokens=120, step_s=0.005))
+    model = Recording(FakeBackend(answer_tokens=60, step_s=0.005))  # its speech fits one Whisper window
     with server_factory(model, **CONF) as addr:
         async with default_pipecat(addr) as app:
             pc = app.pc
