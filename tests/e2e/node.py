@@ -23,7 +23,6 @@ NODE, NPM = shutil.which("node"), shutil.which("npm")
 MIN_NODE = 18  # passes on Debian bookworm's 18.20 and on 20.20 (openai 7 declares >=22: docs/COMPATIBILITY.md)
 INSTALL_TIMEOUT_S = 600  # a cold npm cache downloads ≈ 25 MB
 LOCK_TIMEOUT_S = INSTALL_TIMEOUT_S + 60  # another run's install, then ours
-_STAMP = JS_DIR / "node_modules" / ".stream-omni-lock-sha256"  # the package-lock.json it was installed from
 
 
 class NodeSetupError(Exception):
@@ -31,8 +30,8 @@ class NodeSetupError(Exception):
 
 
 @contextlib.contextmanager
-def _install_lock() -> Iterator[None]:
-    with open(JS_DIR / ".npm-install.lock", "w") as f:
+def _install_lock(folder: Path) -> Iterator[None]:
+    with open(folder / ".npm-install.lock", "w") as f:
         deadline = time.monotonic() + LOCK_TIMEOUT_S
         while True:
             try:
@@ -48,6 +47,29 @@ def _install_lock() -> Iterator[None]:
             fcntl.flock(f, fcntl.LOCK_UN)
 
 
+def npm_ci(folder: Path) -> None:
+    """``npm ci`` in ``folder`` unless its node_modules already holds exactly its package-lock.json (under a file
+    lock, so parallel test runs share one install; needs the npm registry or a warm npm cache the first time)."""
+    if NODE is None or NPM is None:
+        raise NodeSetupError("node and npm are not installed (Debian: apt-get install nodejs npm)")
+    want = hashlib.sha256((folder / "package-lock.json").read_bytes()).hexdigest()
+    stamp = folder / "node_modules" / ".stream-omni-lock-sha256"  # the package-lock.json it was installed from
+    with _install_lock(folder):
+        if stamp.is_file() and stamp.read_text() == want:
+            return
+        cmd = [NPM, "ci", "--no-audit", "--no-fund", "--loglevel=error"]
+        try:
+            done = subprocess.run(cmd, cwd=folder, capture_output=True, text=True, timeout=INSTALL_TIMEOUT_S)
+        except subprocess.TimeoutExpired:
+            raise NodeSetupError(f"`{' '.join(cmd)}` in {folder} ran past {INSTALL_TIMEOUT_S} s") from None
+        if done.returncode != 0:
+            raise NodeSetupError(
+                f"`{' '.join(cmd)}` in {folder} failed ({done.returncode}): it needs the npm registry "
+                f"(or a warm npm cache):\n{done.stderr[-3000:]}"
+            )
+        stamp.write_text(want)
+
+
 def node_major() -> int:
     assert NODE is not None
     out = subprocess.run([NODE, "--version"], capture_output=True, text=True, timeout=30, check=True).stdout
@@ -58,26 +80,10 @@ def node_major() -> int:
 
 
 def ensure_installed() -> Path:
-    """``npm ci`` in tests/e2e/js unless node_modules already holds exactly its package-lock.json."""
-    if NODE is None or NPM is None:
-        raise NodeSetupError("node and npm are not installed (Debian: apt-get install nodejs npm)")
-    if (major := node_major()) < MIN_NODE:
+    """tests/e2e/js with its pinned packages installed (``npm_ci``), on a Node new enough for them."""
+    if NODE is not None and (major := node_major()) < MIN_NODE:
         raise NodeSetupError(f"{NODE} is Node {major}; the JS client tests need Node >= {MIN_NODE}")
-    want = hashlib.sha256((JS_DIR / "package-lock.json").read_bytes()).hexdigest()
-    with _install_lock():
-        if _STAMP.is_file() and _STAMP.read_text() == want:
-            return JS_DIR
-        cmd = [NPM, "ci", "--no-audit", "--no-fund", "--loglevel=error"]
-        try:
-            done = subprocess.run(cmd, cwd=JS_DIR, capture_output=True, text=True, timeout=INSTALL_TIMEOUT_S)
-        except subprocess.TimeoutExpired:
-            raise NodeSetupError(f"`{' '.join(cmd)}` in {JS_DIR} ran past {INSTALL_TIMEOUT_S} s") from None
-        if done.returncode != 0:
-            raise NodeSetupError(
-                f"`{' '.join(cmd)}` in {JS_DIR} failed ({done.returncode}): it needs the npm registry "
-                f"(or a warm npm cache):\n{done.stderr[-3000:]}"
-            )
-        _STAMP.write_text(want)
+    npm_ci(JS_DIR)
     return JS_DIR
 
 
