@@ -5,16 +5,33 @@ from __future__ import annotations
 import io
 import time
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 import numpy as np
 
+from testkit.speech import ESPEAK, silence, speak, wav_bytes
 from tests.e2e.browser_fixtures import (
     ARTIFACTS,
     Recorder,
 )
 
 SPOKEN = "Please open the kitchen window."
+
+
+def one_turn_wav(tmp_path_factory: Any, folder: str) -> Path | None:
+    """Chromium's fake microphone for one voice turn (None without espeak-ng): the speech, then 20 s of silence
+    before the WAV loops. With less, a loaded box transcribes slower than the loop repeats, every turn finds the
+    next one pending, and the held reply waits for it (the session answers turns in order)."""
+    if ESPEAK is None:
+        return None
+    rate = 48_000
+    audio = np.concatenate([silence(1.0, rate), speak(SPOKEN, rate), silence(20.0, rate)])
+    path = Path(tmp_path_factory.mktemp(folder)) / "speech.wav"
+    path.write_bytes(wav_bytes(audio, rate))
+    return path
+
+
 # Whisper is only loaded for the microphone test. The tiny random-init model, greedy, writes
 # little but newlines; sampled (temperature 1) it writes visible gibberish — what these tests need.
 NO_AUDIO = {"audio.enabled": False, "session.temperature": 1.0}

@@ -14,14 +14,12 @@ from typing import Any
 from urllib.parse import urlsplit
 
 import httpx
-import numpy as np
 import pytest
 
-from testkit.speech import ESPEAK, silence, speak, wav_bytes
 from tests.conftest import requires_espeak
 from tests.e2e.browser_fixtures import requires_browser
 from tests.e2e.browser_jsweb import JsSetupError, bundle
-from tests.e2e.browser_page import SPOKEN
+from tests.e2e.browser_page import one_turn_wav
 
 pytestmark = requires_browser
 
@@ -31,14 +29,8 @@ PAGE = """<!doctype html><html lang="en"><head><meta charset="utf-8"><title>Agen
 
 @pytest.fixture(scope="module")
 def speech_wav(tmp_path_factory: pytest.TempPathFactory) -> Path | None:
-    """The speech, then 20 s of silence before the fake microphone's WAV loops: one turn."""
-    if ESPEAK is None:
-        return None
-    rate = 48_000
-    audio = np.concatenate([silence(1.0, rate), speak(SPOKEN, rate), silence(20.0, rate)])
-    path = tmp_path_factory.mktemp("fake-mic-agents") / "speech.wav"
-    path.write_bytes(wav_bytes(audio, rate))
-    return path
+    """This module's fake microphone: one voice turn (``one_turn_wav``)."""
+    return one_turn_wav(tmp_path_factory, "fake-mic-agents")
 
 
 @pytest.fixture(scope="module")

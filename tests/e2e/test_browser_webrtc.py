@@ -13,13 +13,20 @@ from pathlib import Path
 from typing import Any
 
 import httpx
-import numpy as np
 import pytest
 
-from testkit.speech import ESPEAK, silence, speak, wav_bytes
 from tests.conftest import requires_espeak
 from tests.e2e.browser_fixtures import Recorder, requires_browser
-from tests.e2e.browser_page import ENDED, NO_AUDIO, SPOKEN, assert_clean, replies, shot, wait_for, wait_reply_text
+from tests.e2e.browser_page import (
+    ENDED,
+    NO_AUDIO,
+    assert_clean,
+    one_turn_wav,
+    replies,
+    shot,
+    wait_for,
+    wait_reply_text,
+)
 
 pytestmark = requires_browser
 
@@ -28,14 +35,8 @@ CLIENT = "window.streamOmni.client"
 
 @pytest.fixture(scope="module")
 def speech_wav(tmp_path_factory: pytest.TempPathFactory) -> Path | None:
-    """The speech, then 20 s of silence before the fake microphone's WAV loops (one turn per test)."""
-    if ESPEAK is None:
-        return None
-    rate = 48_000
-    audio = np.concatenate([silence(1.0, rate), speak(SPOKEN, rate), silence(20.0, rate)])
-    path = tmp_path_factory.mktemp("fake-mic-webrtc") / "speech.wav"
-    path.write_bytes(wav_bytes(audio, rate))
-    return path
+    """This module's fake microphone: one voice turn (``one_turn_wav``)."""
+    return one_turn_wav(tmp_path_factory, "fake-mic-webrtc")
 
 
 def open_auto(browser: Any, addr: str, query: str = "") -> tuple[Any, Any, Recorder, list[tuple[str, int]]]:

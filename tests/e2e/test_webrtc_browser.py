@@ -6,30 +6,20 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-import numpy as np
 import pytest
 
 from processors.asr import word_error_rate
-from testkit.speech import ESPEAK, silence, speak, wav_bytes
 from tests.conftest import requires_espeak
 from tests.e2e.browser_fixtures import requires_browser
-from tests.e2e.browser_page import SPOKEN
+from tests.e2e.browser_page import SPOKEN, one_turn_wav
 
 pytestmark = requires_browser
 
 
 @pytest.fixture(scope="module")
 def speech_wav(tmp_path_factory: pytest.TempPathFactory) -> Path | None:
-    """This module's fake microphone: the speech, then 20 s of silence before the WAV loops. With the
-    shared 3 s, a loaded box transcribes slower than the loop repeats, every turn finds the next one
-    pending, and the held reply waits for it (the session answers turns in order)."""
-    if ESPEAK is None:
-        return None
-    rate = 48_000
-    audio = np.concatenate([silence(1.0, rate), speak(SPOKEN, rate), silence(20.0, rate)])
-    path = tmp_path_factory.mktemp("fake-mic-rtc") / "speech.wav"
-    path.write_bytes(wav_bytes(audio, rate))
-    return path
+    """This module's fake microphone: one voice turn (``one_turn_wav``)."""
+    return one_turn_wav(tmp_path_factory, "fake-mic-rtc")
 
 
 CALL = """async () => {
