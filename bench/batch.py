@@ -388,6 +388,15 @@ def llama_server_rows(
     return rows
 
 
+def config_overrides(sets: list[str]) -> dict[str, Any]:
+    """The servers' config: audio off, then each ``--set KEY=VALUE`` (numbers and booleans as JSON)."""
+    overrides: dict[str, Any] = {"audio.enabled": False}
+    for kv in sets:
+        key, _, value = kv.partition("=")
+        overrides[key] = json.loads(value) if value[:1].isdigit() or value in ("true", "false") else value
+    return overrides
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__)
     ap.add_argument("--sessions", default="1,2,4,8,16", help="comma-separated N")
@@ -403,10 +412,7 @@ def main() -> None:
     ap.add_argument("--no-baseline", action="store_true", help="skip the drafter: none rows")
     args = ap.parse_args()
     ns = [int(x) for x in args.sessions.split(",")]
-    overrides: dict[str, Any] = {"audio.enabled": False}
-    for kv in args.set:
-        key, _, value = kv.partition("=")
-        overrides[key] = json.loads(value) if value[:1].isdigit() or value in ("true", "false") else value
+    overrides = config_overrides(args.set)
     configs: list[tuple[str, dict[str, Any]]] = [("default", {})]
     if not args.no_baseline:  # the cost or the gain of drafting is always on the table
         configs.append(("drafter: none", {"speculative.drafter": "none"}))

@@ -18,7 +18,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
-import json
 import os
 import statistics
 import subprocess
@@ -27,7 +26,7 @@ import urllib.request
 from collections.abc import Awaitable, Callable, Iterator
 from typing import Any
 
-from bench.batch import WORKLOAD_TEXT, llama_server_round, pct, round_of, workload
+from bench.batch import WORKLOAD_TEXT, config_overrides, llama_server_round, pct, round_of, workload
 from bench.common import free_port, machine, markdown_table, server_process, write
 
 Round = Callable[[list[str], int], Awaitable[dict[str, Any]]]
@@ -139,10 +138,7 @@ def main() -> None:
     ns = [int(x) for x in args.sessions.split(",")]
     from models.llm import embedded_gguf
 
-    base: dict[str, Any] = {"audio.enabled": False}
-    for kv in args.set:
-        key, _, value = kv.partition("=")
-        base[key] = json.loads(value) if value[:1].isdigit() or value in ("true", "false") else value
+    base = config_overrides(args.set)
     with contextlib.ExitStack() as stack:
         systems: dict[str, Round] = {}
         for label, cfg in (("default", {}), ("drafter: none", {"speculative.drafter": "none"})):
