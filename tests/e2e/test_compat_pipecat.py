@@ -115,6 +115,14 @@ async def pipecat_app(
             session_properties=pc.events.SessionProperties(output_modalities=["text"], **session)
         ),
     )
+    context = pc.LLMContext(messages or [], tools) if tools is not None else pc.LLMContext(messages or [])
+    async with running(pc, llm, context) as app:
+        yield app
+
+
+@asynccontextmanager
+async def running(pc: Any, llm: Any, context: Any) -> AsyncIterator[App]:
+    """``llm`` in the usual aggregator pipeline over ``context``, running, with the frames it pushes observed."""
     pushed: asyncio.Queue[Any] = asyncio.Queue()
 
     class Pushed(pc.BaseObserver):  # type: ignore[misc, name-defined]
@@ -122,7 +130,6 @@ async def pipecat_app(
             if data.source is llm:
                 pushed.put_nowait(data.frame)
 
-    context = pc.LLMContext(messages or [], tools) if tools is not None else pc.LLMContext(messages or [])
     pair = pc.LLMContextAggregatorPair(context)
     worker = pc.PipelineWorker(
         pc.Pipeline([pair.user(), llm, pair.assistant()]), cancel_on_idle_timeout=False, observers=[Pushed()]

@@ -35,7 +35,7 @@ from tests.e2e.spoken import (
     tap_server_events,
     transcript_of,
 )
-from tests.e2e.test_compat_pipecat import MODEL_ID, App, _pipecat, pytestmark  # noqa: F401  (skip rule)
+from tests.e2e.test_compat_pipecat import MODEL_ID, App, _pipecat, pytestmark, running  # noqa: F401  (skip rule)
 
 CONF = {"model.aliases": [MODEL_ID], "session.output_modalities": ["audio"], "speculative.drafter": "none"}
 AHEAD_S = 1.0  # barge in once the server's voice is this far ahead of the playback clock, so the cut is real
@@ -46,29 +46,8 @@ async def default_pipecat(addr: str) -> AsyncIterator[App]:
     """The realtime service as Pipecat builds it by default (no settings), in the usual aggregator pipeline."""
     pc = _pipecat()
     llm = pc.Service(api_key="unused", base_url=f"ws://{addr}/v1/realtime")
-    pushed: asyncio.Queue[Any] = asyncio.Queue()
-
-    class Pushed(pc.BaseObserver):  # type: ignore[misc, name-defined]
-        async def on_push_frame(self, data: Any) -> None:
-            if data.source is llm:
-                pushed.put_nowait(data.frame)
-
-    context = pc.LLMContext([])
-    pair = pc.LLMContextAggregatorPair(context)
-    worker = pc.PipelineWorker(
-        pc.Pipeline([pair.user(), llm, pair.assistant()]), cancel_on_idle_timeout=False, observers=[Pushed()]
-    )
-    runner = pc.WorkerRunner(handle_sigint=False)
-    await runner.add_workers(worker)
-    run = asyncio.create_task(runner.run())
-    try:
-        yield App(pc, worker, llm, context, pushed)
-        await worker.queue_frame(pc.frames.EndFrame())
-        await asyncio.wait_for(asyncio.shield(run), 15)
-    finally:
-        if not run.done():
-            await worker.cancel()
-            await asyncio.wait_for(run, 15)
+    async with running(pc, llm, pc.LLMContext([])) as app:
+        yield app
 
 
 async def say(app: App, text: str) -> None:
