@@ -1,7 +1,8 @@
 """bench long_session: a 300-turn text session and a 100-turn voice session on the embedded model, whole context.
 
-The embedded SmolLM2 on llama.cpp with its default 4096-token context and ``truncation: "auto"`` (the default):
-once a prompt would not fit, the oldest whole turns leave the model's context. Per turn it records the
+The embedded SmolLM2 on llama.cpp with its default 4096-token context, the default ``session.context_tokens``
+(history kept in context) and ``truncation: "auto"`` (the default): once a prompt would not fit, the oldest whole
+turns leave the model's context. Per turn it records the
 server's TTFT (``response.done.metrics.ttft_ms``: job start → first token, prefill included), the prompt and
 cached tokens, and any error. Target: no error, and TTFT flat — median of the last 10 turns / median of turns
 6–15 (around turn 10) ≤ 1.5; the exact last / tenth ratio is recorded too.
@@ -169,8 +170,8 @@ def main() -> None:
             rows.append(row)
             print(row, flush=True)
     md = f"# bench long_session — {machine()}\n\nEmbedded model (llama.cpp, {cfg.model.threads or 2} threads), "
-    md += f"context {cfg.model.max_context} "
-    md += f'tokens, `truncation: "auto"`, replies ≤ {args.reply} tokens. TTFT is the server\'s (job start → first '
+    md += f"context {cfg.model.max_context} tokens, `session.context_tokens` {cfg.session.context_tokens}, "
+    md += f'`truncation: "auto"`, replies ≤ {args.reply} tokens. TTFT is the server\'s (job start → first '
     md += "token, prefill included). A cut is a turn whose prompt is shorter than the last one's; a cache rebuild "
     md += "is a turn that found less than half of the last prompt cached. Target: no error; ratio ≤ 1.5.\n\n"
     md += markdown_table(rows, list(rows[0]))

@@ -182,6 +182,11 @@ class SessionConfig(_Frozen):
     # what a client that names no modality gets: text, so that text clients written against this server
     # (reading output_text.delta) keep working; voice clients (Agents SDK, Pipecat, LiveKit) ask for audio
     output_modalities: list[Literal["text", "audio"]] = Field(default=["text"], min_length=1, max_length=1)
+    # most tokens of conversation (after the instructions) that a Realtime session keeps in the model's context
+    # before truncation drops its oldest turns (a client's token_limits.post_instructions replaces it); every
+    # turn's prefill attends to all of them, so this bounds per-turn latency (docs/PROTOCOL.md §21 has the
+    # embedded model's figures); null: all that fits max_context
+    context_tokens: int | None = Field(default=1280, ge=64, le=4 * _MIB)
 
 
 class SessionsConfig(_Frozen):

@@ -101,6 +101,7 @@ class Services:
             # truncation estimates: local models only (a remote engine's tokenizer is not ours to count with)
             max_context=local.max_context if local is not None and countable else 0,
             count_tokens=self._count_tokens if countable else None,
+            context_tokens=c.session.context_tokens,
             mcp=McpPolicy(
                 allowed_urls=c.tools.mcp_allowed_urls,
                 servers=tuple(c.tools.mcp_servers),

@@ -51,6 +51,7 @@ class SessionDefaults:
     speech: SpeechSettings | None = None  # default audio.output; None: no voice loaded (audio is served as text)
     voices: tuple[str, ...] = ()  # installed voices (audio.output.voice)
     max_context: int = 0  # the model's context in tokens; 0: unknown (no truncation)
+    context_tokens: int | None = None  # most tokens after the instructions that truncation keeps; None: no cap
     count_tokens: Callable[[str], int] | None = None  # a text's tokens (truncation's estimates)
     mcp: McpPolicy = field(default_factory=McpPolicy)  # what MCP servers it may reach (config tools)
 
@@ -229,7 +230,9 @@ class Session(ImageOutput, SpeechOutput, McpOutput, ItemEvents):
         fixed += sum(tokens(i) + truncation.MESSAGE_OVERHEAD for i in self.items if i.get("role") == "system")
         groups = truncation.turns(self.items, self.dropped)
         policy = truncation.Policy.of(self.options.truncation)
-        cut = truncation.to_drop(groups, tokens, fixed, self.defaults.max_context, reply_budget, policy)
+        cut = truncation.to_drop(
+            groups, tokens, fixed, self.defaults.max_context, reply_budget, policy, self.defaults.context_tokens
+        )
         self.dropped.update(cut)
         for item_id in cut:
             self._tokens.pop(item_id, None)

@@ -14,7 +14,9 @@ from typing import Any, Literal
 
 from .conversation import Item
 
-AUTO_RETENTION = 0.75  # "auto" keeps this much of the room after a cut, so the cache is rebuilt every few turns
+# "auto" keeps half the room after a cut: the KV cache is rebuilt from the first dropped token, so a cut costs a
+# prefill of everything kept; keeping half makes that rare (every ~room/2 tokens of talk) and small
+AUTO_RETENTION = 0.5
 MESSAGE_OVERHEAD = 8  # chat-template tokens around each message (role markers, ends of turn)
 TRIGGER = 0.95  # estimates come from each item's own text: cut a little before the exact limit
 
@@ -68,15 +70,19 @@ def to_drop(
     max_context: int,
     reply_budget: int,
     policy: Policy,
+    context_tokens: int | None = None,
 ) -> list[str]:
     """Ids of the oldest turns to leave the context, or [] when the prompt fits (or truncation is off).
 
-    ``fixed``: tokens of the instructions and tool descriptions; ``count``: an item's tokens."""
+    ``fixed``: tokens of the instructions and tool descriptions; ``count``: an item's tokens;
+    ``context_tokens``: the server's cap on the room after the instructions (config ``session.context_tokens``),
+    which a client's own ``token_limits.post_instructions`` replaces."""
     if policy.mode == "disabled" or len(groups) < 2:
         return []
     room = max_context - reply_budget - fixed
-    if policy.post_instructions is not None:
-        room = min(room, policy.post_instructions)
+    limit = policy.post_instructions if policy.post_instructions is not None else context_tokens
+    if limit is not None:
+        room = min(room, limit)
     sizes = [sum(count(i) + MESSAGE_OVERHEAD for i in g) for g in groups]
     total = sum(sizes)
     if total <= room * TRIGGER:

@@ -17,7 +17,7 @@ def words(text: str) -> int:
     return len(text.split())
 
 
-def make(max_context: int = 400, max_output_tokens: int = 40, **session) -> Session:
+def make(max_context: int = 400, max_output_tokens: int = 40, context_tokens: int | None = None, **session) -> Session:
     counter = itertools.count()
 
     def stamp(ev):
@@ -25,7 +25,11 @@ def make(max_context: int = 400, max_output_tokens: int = 40, **session) -> Sess
         return ev
 
     defaults = SessionDefaults(
-        model="m", max_output_tokens=max_output_tokens, max_context=max_context, count_tokens=words
+        model="m",
+        max_output_tokens=max_output_tokens,
+        max_context=max_context,
+        count_tokens=words,
+        context_tokens=context_tokens,
     )
     s = Session(defaults, stamp)
     if session:
@@ -71,7 +75,7 @@ def test_a_long_session_never_overflows_and_the_client_keeps_every_item():
         cuts += bool(sizes) and prompt < sizes[-1]
         sizes.append(prompt)
     assert len(s.items) == 200  # the client's view keeps all of them
-    # auto cuts to 3/4 of the room: with ~56-token turns in ~1960 tokens, once every ~7 turns, never every turn
+    # auto cuts to half the room: with ~56-token turns in ~1960 tokens, once every ~16 turns, never every turn
     assert 3 <= cuts <= 100 / 5, cuts
     first_kept = s.messages()[0]["content"]
     assert not first_kept.startswith("u0w0")  # the oldest turns left the context ...
@@ -93,6 +97,24 @@ def test_retention_ratio_and_post_instruction_limit():
         kept.append(sum(words(m["content"]) + t.MESSAGE_OVERHEAD for m in messages))
     assert max(kept) <= 200 * t.TRIGGER + 60  # never much past the post-instruction limit (a turn is ~60)
     assert min(kept[5:]) <= 200 * 0.3 + 60  # a cut keeps about 30 %
+
+
+def kept_sizes(s: Session, turns: int) -> list[int]:
+    out = []
+    for n in range(turns):
+        messages, _ = turn(s, n)
+        out.append(sum(words(m["content"]) + t.MESSAGE_OVERHEAD for m in messages))
+    return out
+
+
+def test_the_servers_context_cap_bounds_auto_and_a_clients_own_limit_replaces_it():
+    capped = kept_sizes(make(max_context=4000, context_tokens=300), 40)
+    assert max(capped) <= 300 * t.TRIGGER + 60  # never much past the cap (a turn is ~60), far below max_context
+    assert min(capped[10:]) <= 300 * t.AUTO_RETENTION + 60  # a cut keeps about half
+    assert max(kept_sizes(make(max_context=4000), 40)) > 1000  # without the cap the history grows
+    ratio = {"type": "retention_ratio", "retention_ratio": 0.5, "token_limits": {"post_instructions": 900}}
+    own = kept_sizes(make(max_context=4000, context_tokens=300, truncation=ratio), 40)
+    assert 300 + 60 < max(own) <= 900 * t.TRIGGER + 60  # the client asked for more room than the server's default
 
 
 def test_instructions_and_system_items_always_stay():
