@@ -7,7 +7,9 @@ One server (embedded SmolLM2 on llama.cpp, drafter off, no Whisper), the default
   first chunk's synthesis adds (target: first text chunk → its first audio ≤ 150 ms).
 - ``underruns``: on a long spoken reply, each audio delta's arrival against its play time on a clock
   started at the first delta (a delta arriving after the audio before it has finished playing is a gap).
-- ``cost to others``: a text session's tok/s alone, and while another session speaks (target ≥ 0.8×).
+- ``cost to others``: a text session's tok/s alone, and while another session speaks (target ≥ 0.8×); the
+  speaking session decodes its reply in the same batch, so the same pair with a text reply instead shows
+  what sharing the decode costs by itself ("speech's own cost": beside speech / beside text).
 - ``cancel``: response.cancel → response.done, and whether any audio followed.
 """
 
@@ -98,10 +100,13 @@ async def measure(addr: str, runs: int, max_tokens: int) -> tuple[list[dict[str,
     alone = [await reply(addr, "text", max_tokens) for _ in range(runs)]
     shared = []
     long_spoken = []
+    beside_text = []  # the same two-reply batch with nothing spoken: what sharing the decode alone costs
     for _ in range(runs):
         t, s = await asyncio.gather(reply(addr, "text", max_tokens), reply(addr, "audio", max_tokens))
         shared.append(t)
         long_spoken.append(s)
+        t, _ = await asyncio.gather(reply(addr, "text", max_tokens), reply(addr, "text", max_tokens))
+        beside_text.append(t)
     cancels = [await reply(addr, "audio", max_tokens, cancel_after_s=1.0) for _ in range(runs)]
     late = [gaps(s["audio"]) for s in long_spoken]
     row = {
@@ -111,13 +116,17 @@ async def measure(addr: str, runs: int, max_tokens: int) -> tuple[list[dict[str,
         - median([1000 * r["first_text"] for r in text]),
         "text tok/s alone": median([tok_s(r) for r in alone]),
         "text tok/s while one speaks": median([tok_s(r) for r in shared]),
+        "text tok/s beside a text reply": median([tok_s(r) for r in beside_text]),
         "underrun gaps (long spoken replies)": sum(g for g, _ in late),
         "spoken s per long reply": median([s for _, s in late]),
         "cancel → done ms": median([1000 * (r["done"] - r["cancel_at"]) for r in cancels if r["cancel_at"]]),
         "audio deltas after done": sum(r["after_done"] for r in cancels),
     }
     row["cost ratio"] = row["text tok/s while one speaks"] / row["text tok/s alone"]
-    return [row], {"text": text, "spoken": spoken, "alone": alone, "shared": shared, "cancels": cancels}
+    row["speech's own cost ratio"] = row["text tok/s while one speaks"] / row["text tok/s beside a text reply"]
+    raw = {"text": text, "spoken": spoken, "alone": alone, "shared": shared, "beside_text": beside_text}
+    raw["long_spoken"] = long_spoken
+    return [row], {**raw, "cancels": cancels}
 
 
 def main() -> None:
@@ -126,6 +135,9 @@ def main() -> None:
     ap.add_argument("--max-tokens", type=int, default=200)
     ap.add_argument("--workers", type=int, default=1, help="audio.output.workers")
     ap.add_argument("--threads", type=int, default=1, help="audio.output.threads")
+    ap.add_argument("--lead-s", type=float, default=None, help="audio.output.lead_s (default: the config's)")
+    ap.add_argument("--nice", type=int, default=None, help="audio.output.nice (default: the config's)")
+    ap.add_argument("--name", default="speech", help="results file name under bench/results/")
     args = ap.parse_args()
 
     from gateway.config import load_config
@@ -138,15 +150,20 @@ def main() -> None:
         "session.max_output_tokens": args.max_tokens,
         "audio.output": {"workers": args.workers, "threads": args.threads},
     }
+    for key in ("lead_s", "nice"):
+        if getattr(args, key) is not None:
+            overrides["audio.output"][key] = getattr(args, key)
     cfg = load_config(None, **overrides)
     backend = default_loader(cfg)
     with run_server(cfg, backend) as addr:
         rows, raw = asyncio.run(measure(addr, args.runs, args.max_tokens))
     rows[0]["load 1m (end)"] = machine()["loadavg_1m"]
     md = f"# bench speech — {machine()}\n\nEmbedded model, drafter off, Piper en_US-joe-medium, "
-    md += f"audio.output.workers={args.workers}, threads={args.threads}; medians of {args.runs} runs; "
+    out = cfg.audio.output
+    md += f"audio.output.workers={out.workers}, threads={out.threads}, lead_s={out.lead_s}, nice={out.nice}; "
+    md += f"medians of {args.runs} runs; "
     md += f"long replies: {args.max_tokens} tokens.\n\n" + markdown_table(rows, list(rows[0]))
-    write("speech", {"machine": machine(), "args": vars(args), "rows": rows, "runs": raw}, md)
+    write(args.name, {"machine": machine(), "args": vars(args), "rows": rows, "runs": raw}, md)
     print(md)
 
 

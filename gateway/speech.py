@@ -5,6 +5,12 @@ Synthesis never runs on the event loop nor on the engine's decode thread: it run
 cores (onnxruntime and espeak-ng release the GIL while they compute; docs/SPEECH.md has the
 measurements behind threads rather than a process). Waiting syntheses are taken first chunks
 first (``gateway.tts_queue``), so a reply's first audio waits only for the syntheses running.
+
+With ``audio.output.nice`` the workers run that much below the decode's priority (``gateway.workers``):
+a reply's later chunks have seconds of lead (``gateway.realtime.pacing``), so they can wait for the
+scheduler, and llama.cpp's decode threads, which wait on each other at every step, are preempted
+less. A reply's first chunks are what a listener waits for, before the reply has any lead: one more
+thread at normal priority takes only those.
 """
 
 from __future__ import annotations
@@ -21,6 +27,7 @@ from processors.audio_formats import encode
 from .config import SpeechConfig
 from .realtime.speech_out import SpeechSettings
 from .tts_queue import SynthesisQueue
+from .workers import yield_to_decoding
 
 log = logging.getLogger("stream_omni.speech")
 
@@ -34,6 +41,9 @@ class Synthesis:
 
 
 _Job = tuple[Future[Synthesis], str, SpeechSettings]
+# a reply's chunks that the normal-priority thread also takes: the first plays while the next two are made, and
+# by then the reply has the seconds of lead that let later chunks wait for a niced worker
+FIRST_CHUNKS = 3
 
 
 @dataclass
@@ -41,13 +51,20 @@ class SpeechService:
     voices: dict[str, Any]  # name → processors.speech.PiperSpeaker (or anything with rate and synthesize)
     default: SpeechSettings
     workers: int = 1  # synthesis threads
+    nice: int = 0  # how far below the process's priority the workers run; > 0 adds a first-chunk thread
     _queue: SynthesisQueue[_Job] = field(default_factory=SynthesisQueue, init=False)
     _ready: threading.Condition = field(default_factory=threading.Condition, init=False)
     _closed: bool = field(default=False, init=False)
+    threads: list[threading.Thread] = field(default_factory=list, init=False)
 
     def __post_init__(self) -> None:
-        for i in range(self.workers):
-            threading.Thread(target=self._work, name=f"tts_{i}", daemon=True).start()
+        kinds: list[tuple[str, int | None, int]] = [(f"tts_{i}", None, self.nice) for i in range(self.workers)]
+        if self.nice > 0:  # a reply's first chunks, before it has any lead: at the decode's own priority
+            kinds.append(("tts_first", FIRST_CHUNKS - 1, 0))
+        for name, max_rank, nice in kinds:
+            thread = threading.Thread(target=self._work, args=(max_rank, nice), name=name, daemon=True)
+            thread.start()
+            self.threads.append(thread)
 
     @property
     def names(self) -> tuple[str, ...]:
@@ -70,17 +87,21 @@ class SpeechService:
             if self._closed:
                 raise RuntimeError("speech service closed")
             self._queue.put((fut, text, settings), rank)
-            self._ready.notify()
+            self._ready.notify_all()  # a first-chunk thread waits only for rank 0: wake every kind
         return await asyncio.wrap_future(fut)
 
-    def _work(self) -> None:
+    def _work(self, max_rank: int | None, nice: int) -> None:
+        """Take jobs of rank ≤ ``max_rank`` (None: any) at ``nice`` below the process's priority."""
+        if nice > 0:
+            yield_to_decoding(nice)
         while True:
             with self._ready:
-                while not len(self._queue) and not self._closed:
+                while (job := self._queue.take(max_rank)) is None and not self._closed:
                     self._ready.wait()
                 if self._closed:
+                    if job is not None:
+                        job[0].cancel()
                     return
-                job = self._queue.take()
             assert job is not None
             fut, text, settings = job
             if not fut.set_running_or_notify_cancel():
@@ -109,4 +130,5 @@ def load_speech(config: SpeechConfig) -> SpeechService | None:
     except SpeechError as exc:  # the server still answers, in text (session.created says so)
         log.warning("speech output is off: %s", exc.message)
         return None
-    return SpeechService(voices, SpeechSettings(config.format, config.voice, config.speed), config.workers)
+    settings = SpeechSettings(config.format, config.voice, config.speed)
+    return SpeechService(voices, settings, config.workers, config.nice)

@@ -33,9 +33,11 @@ class SynthesisQueue(Generic[T]):
         """``rank``: the chunk's index in its reply (0: the first); equal ranks go in arrival order."""
         heapq.heappush(self._heap, _Entry(max(0, rank), next(self._seq), job))
 
-    def take(self) -> T | None:
-        """The job to run next, or None when none waits."""
-        return heapq.heappop(self._heap).job if self._heap else None
+    def take(self, max_rank: int | None = None) -> T | None:
+        """The job to run next, or None when none waits (of rank ≤ ``max_rank``, when given)."""
+        if not self._heap or (max_rank is not None and self._heap[0].rank > max_rank):
+            return None
+        return heapq.heappop(self._heap).job
 
     def __len__(self) -> int:
         return len(self._heap)

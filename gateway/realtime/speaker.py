@@ -3,10 +3,13 @@
 One task per session takes chunks in order and synthesizes each on the server's TTS pool; so
 chunk n+1 is synthesized while the client plays chunk n. A cancelled response's chunks are
 dropped from the queue at once and a synthesis already running for it is discarded when it
-returns (one clause, tens of ms). ``prefetch`` synthesizes a text before any response asks for
-it (the first chunk of a reply prepared during the user's pause); a ``Speak`` of the same text and
-settings then takes that result instead of starting again. On a WebRTC call the session's released
-audio comes back here as ``PlayAudio`` and goes to the call's track (``sink``), in order.
+returns (one clause, tens of ms). A reply's later chunks wait while its audio is more than a lead
+ahead of real-time playback (``gateway.realtime.pacing``), so a long reply's synthesis does not
+take the cores from other sessions' decoding in one burst; a cancel ends the wait at once.
+``prefetch`` synthesizes a text before any response asks for it (the first chunk of a reply
+prepared during the user's pause); a ``Speak`` of the same text and settings then takes that result
+instead of starting again. On a WebRTC call the session's released audio comes back here as
+``PlayAudio`` and goes to the call's track (``sink``), in order.
 """
 
 from __future__ import annotations
@@ -14,9 +17,13 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import time
 from collections.abc import Callable
 
+from processors.audio_formats import bytes_to_ms
+
 from ..speech import SpeechService, Synthesis
+from .pacing import PlaybackClock
 from .speech_out import PlayAudio, Speak, SpeechResult, SpeechSettings
 
 log = logging.getLogger("stream_omni.speaker")
@@ -25,14 +32,17 @@ _Key = tuple[str, SpeechSettings]
 
 
 class Speaker:
-    def __init__(self, service: SpeechService | None, deliver: Callable[[SpeechResult], None]):
-        """``service`` None: no voice is loaded (nothing is ever submitted then)."""
+    def __init__(self, service: SpeechService | None, deliver: Callable[[SpeechResult], None], lead_s: float = 0.0):
+        """``service`` None: no voice is loaded (nothing is ever submitted then); ``lead_s``: how far a
+        reply's synthesis may run ahead of real-time playback (0: as fast as the voice goes)."""
         self.service = service
         self.deliver = deliver  # the session's on_speech, from the event loop
         self.sink: Callable[[PlayAudio], None] | None = None  # a WebRTC call's outbound track, while it has one
         self._queue: asyncio.Queue[Speak] = asyncio.Queue()
         self._cancelled: set[str] = set()  # responses whose chunks are dropped
         self._ready: dict[_Key, asyncio.Future[Synthesis]] = {}  # prefetched syntheses
+        self._clock = PlaybackClock(lead_s)
+        self._wake = asyncio.Event()  # a cancel: a paced wait ends now
         self._task = asyncio.create_task(self._run(), name="speaker")
 
     def submit(self, action: Speak | PlayAudio) -> None:
@@ -46,6 +56,7 @@ class Speaker:
     def cancel(self, response_id: str) -> None:
         """Stop speaking ``response_id`` now: nothing more of it is synthesized or delivered."""
         self._cancelled.add(response_id)
+        self._wake.set()
         kept = [a for a in self._drain() if a.response_id != response_id]
         for a in kept:
             self._queue.put_nowait(a)
@@ -72,6 +83,9 @@ class Speaker:
             action = await self._queue.get()
             if action.response_id in self._cancelled or self.service is None:
                 continue
+            await self._paced(action.response_id)
+            if action.response_id in self._cancelled:
+                continue
             try:
                 ready = self._ready.pop((action.text, action.settings), None)  # taken: forget() spares it
                 synth = await (
@@ -84,7 +98,20 @@ class Speaker:
                 synth = Synthesis(b"", ())
             if action.response_id in self._cancelled:
                 continue
+            self._clock.sent(
+                action.response_id, bytes_to_ms(action.settings.format, len(synth.audio)) / 1000, time.monotonic()
+            )
             self.deliver(SpeechResult(action.response_id, action.index, synth.audio, synth.word_ends_ms))
+
+    async def _paced(self, response_id: str) -> None:
+        """Wait while ``response_id``'s audio is more than the lead ahead of playback (or until a cancel)."""
+        while response_id not in self._cancelled and (wait := self._clock.wait_s(response_id, time.monotonic())) > 0:
+            self._wake.clear()
+            # asyncio.timeout, not wait_for: on 3.11 wait_for can swallow a cancel of this task (close())
+            # that lands as the event is set (a cancel of the reply), leaving the task running after close
+            with contextlib.suppress(TimeoutError):
+                async with asyncio.timeout(wait):
+                    await self._wake.wait()
 
     def close(self) -> None:
         self.forget()

@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 import asyncio
+import os
 import threading
 from types import SimpleNamespace
 
 from gateway.realtime.speech_out import SpeechSettings
-from gateway.speech import SpeechService
+from gateway.speech import FIRST_CHUNKS, SpeechService
 from gateway.tts_queue import SynthesisQueue
 
 
@@ -58,6 +59,44 @@ async def test_a_new_replys_first_chunk_waits_only_for_the_synthesis_running():
         results = await asyncio.wait_for(asyncio.gather(running, first, *later), 30)
         assert voice.said == ["a0", "b0", "a1", "a2", "a3"]
         assert all(r.audio for r in results)
+    finally:
+        voice.release.set()
+        svc.close()
+
+
+def test_a_first_chunk_only_taker_leaves_later_chunks_waiting():
+    q: SynthesisQueue[str] = SynthesisQueue()
+    q.put("a1", 1)
+    assert q.take(max_rank=0) is None and len(q) == 1  # nothing for the first-chunk thread
+    q.put("b0", 0)
+    assert q.take(max_rank=0) == "b0" and q.take() == "a1"
+
+
+class SlowLaterVoice(GatedVoice):
+    """Later chunks ("later…") block until released; any other text is said at once."""
+
+    def synthesize(self, text: str, speed: float) -> SimpleNamespace:
+        self.said.append(text)
+        if text.startswith("later"):
+            self.started.set()
+            assert self.release.wait(30), "never released"
+        return SimpleNamespace(audio=[0.0] * 160, rate=self.rate, word_ends=[160])
+
+
+async def test_niced_workers_take_later_chunks_while_a_first_chunk_thread_keeps_the_decodes_priority():
+    voice = SlowLaterVoice()
+    s = SpeechSettings("audio/pcm", "v", 1.0)
+    svc = SpeechService({"v": voice}, s, workers=1, nice=10)
+    try:
+        base = os.getpriority(os.PRIO_PROCESS, threading.get_native_id())
+        nice = {t.name: os.getpriority(os.PRIO_PROCESS, t.native_id or 0) for t in svc.threads}
+        assert nice == {"tts_0": min(19, base + 10), "tts_first": base}
+        later = asyncio.ensure_future(svc.run("later words", s, FIRST_CHUNKS))
+        assert await asyncio.to_thread(voice.started.wait, 30)  # the niced worker is busy with it
+        first = await asyncio.wait_for(svc.run("first words", s, 0), 30)  # served meanwhile by tts_first
+        assert first.audio and not later.done()
+        voice.release.set()
+        assert (await asyncio.wait_for(later, 30)).audio
     finally:
         voice.release.set()
         svc.close()
