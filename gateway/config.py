@@ -215,13 +215,13 @@ class SpeechConfig(_Frozen):
     speed: float = Field(default=1.0, ge=0.25, le=1.5)  # default audio.output.speed
     workers: int = Field(default=1, ge=1, le=16)  # syntheses running at once over all sessions (threads)
     threads: int = Field(default=1, ge=1, le=16)  # onnxruntime threads of one synthesis
-    # a reply's synthesis runs at most this many seconds of audio ahead of real-time playback, so a long
-    # reply's synthesis is spread over its playback instead of competing with decoding in one burst
-    # (docs/SPEECH.md has the measurements); 0: as fast as the voice goes
-    lead_s: float = Field(default=3.0, ge=0, le=3600)
-    # the synthesis workers run this much below the decode's scheduling priority (later chunks have lead_s to
-    # wait); > 0 adds one normal-priority thread for first chunks; 0: all at the decode's priority
-    nice: int = Field(default=10, ge=0, le=19)
+    # > 0: a reply's synthesis runs at most this many seconds of audio ahead of real-time playback, spread over
+    # the playback instead of competing with decoding in one burst (docs/SPEECH.md: measured, and why it is
+    # off by default); 0: as fast as the voice goes
+    lead_s: float = Field(default=0.0, ge=0, le=3600)
+    # > 0: the synthesis workers run this much below the decode's scheduling priority, and one more thread at
+    # normal priority takes a reply's first chunks (off by default, as lead_s); 0: all at the decode's priority
+    nice: int = Field(default=0, ge=0, le=19)
 
     @model_validator(mode="after")
     def _default_known(self) -> SpeechConfig:
