@@ -15,7 +15,7 @@ from typing import Any
 
 from bench.common import median
 from bench.voices import pct
-from processors.asr import normalize_words
+from processors.asr import normalize_words, word_edits
 from processors.speech_text import SpeechText, spoken_text
 
 # the round trip: each has numbers, dates, names, units, money or punctuation the voice must get right
@@ -91,18 +91,7 @@ def word_diff(expected: list[str], got: list[str]) -> WordDiff:
         for tag, i1, i2, j1, j2 in ops
         if tag != "equal"
     )
-    return WordDiff(len(expected), len(got), _edits(expected, got), changes)
-
-
-def _edits(a: list[str], b: list[str]) -> int:
-    """Levenshtein distance over words (the numerator of the word error rate)."""
-    prev = list(range(len(b) + 1))
-    for i, x in enumerate(a, 1):
-        cur = [i] + [0] * len(b)
-        for j, y in enumerate(b, 1):
-            cur[j] = min(prev[j] + 1, cur[j - 1] + 1, prev[j - 1] + (x != y))
-        prev = cur
-    return prev[-1]
+    return WordDiff(len(expected), len(got), word_edits(expected, got), changes)
 
 
 def round_trip(sentence: str, heard: str) -> dict[str, Any]:

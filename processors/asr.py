@@ -404,15 +404,20 @@ def normalize_words(text: str) -> list[str]:
     return re.findall(r"[a-z0-9']+", text.lower().replace("’", "'"))
 
 
-def word_error_rate(reference: str, hypothesis: str) -> float:
-    """(substitutions + deletions + insertions) / reference words, after ``normalize_words``."""
-    ref, hyp = normalize_words(reference), normalize_words(hypothesis)
-    if not ref:
-        return 0.0 if not hyp else float("inf")
+def word_edits(ref: list[str], hyp: list[str]) -> int:
+    """Substitutions + deletions + insertions from ``ref`` to ``hyp`` (Levenshtein over words)."""
     prev = list(range(len(hyp) + 1))
     for i, r in enumerate(ref, 1):
         cur = [i] + [0] * len(hyp)
         for j, h in enumerate(hyp, 1):
             cur[j] = min(prev[j] + 1, cur[j - 1] + 1, prev[j - 1] + (r != h))
         prev = cur
-    return prev[-1] / len(ref)
+    return prev[-1]
+
+
+def word_error_rate(reference: str, hypothesis: str) -> float:
+    """(substitutions + deletions + insertions) / reference words, after ``normalize_words``."""
+    ref, hyp = normalize_words(reference), normalize_words(hypothesis)
+    if not ref:
+        return 0.0 if not hyp else float("inf")
+    return word_edits(ref, hyp) / len(ref)
