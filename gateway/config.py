@@ -182,10 +182,8 @@ class SessionConfig(_Frozen):
     # what a client that names no modality gets: text, so that text clients written against this server
     # (reading output_text.delta) keep working; voice clients (Agents SDK, Pipecat, LiveKit) ask for audio
     output_modalities: list[Literal["text", "audio"]] = Field(default=["text"], min_length=1, max_length=1)
-    # most tokens of conversation (after the instructions) that a Realtime session keeps in the model's context
-    # before truncation drops its oldest turns (a client's token_limits.post_instructions replaces it); every
-    # turn's prefill attends to all of them, so this bounds per-turn latency (docs/PROTOCOL.md §21 has the
-    # embedded model's figures); null: all that fits max_context
+    # Realtime history kept in context after the instructions (a client's token_limits.post_instructions wins);
+    # each turn's prefill reads all of it, so it bounds per-turn latency (PROTOCOL.md §21); null: all of max_context
     context_tokens: int | None = Field(default=1280, ge=64, le=4 * _MIB)
 
 
@@ -215,13 +213,10 @@ class SpeechConfig(_Frozen):
     speed: float = Field(default=1.0, ge=0.25, le=1.5)  # default audio.output.speed
     workers: int = Field(default=1, ge=1, le=16)  # syntheses running at once over all sessions (threads)
     threads: int = Field(default=1, ge=1, le=16)  # onnxruntime threads of one synthesis
-    # > 0: a reply's synthesis runs at most this many seconds of audio ahead of real-time playback, spread over
-    # the playback instead of competing with decoding in one burst (docs/SPEECH.md: measured, and why it is
-    # off by default); 0: as fast as the voice goes
+    # > 0: a reply's synthesis stays at most this many seconds of audio ahead of real-time playback, not one burst
+    # beside other sessions' decoding (docs/SPEECH.md: measured, and why off by default); 0: as fast as it goes
     lead_s: float = Field(default=0.0, ge=0, le=3600)
-    # > 0: the synthesis workers run this much below the decode's scheduling priority, and one more thread at
-    # normal priority takes a reply's first chunks (off by default, as lead_s); 0: all at the decode's priority
-    nice: int = Field(default=0, ge=0, le=19)
+    nice: int = Field(default=0, ge=0, le=19)  # > 0: TTS workers this far below the decode, plus a first-chunk thread
 
     @model_validator(mode="after")
     def _default_known(self) -> SpeechConfig:

@@ -87,7 +87,7 @@ class SpeechService:
             if self._closed:
                 raise RuntimeError("speech service closed")
             self._queue.put((fut, text, settings), rank)
-            self._ready.notify_all()  # a first-chunk thread waits only for rank 0: wake every kind
+            self._ready.notify_all()  # a first-chunk thread waits only for a reply's first chunks: wake every kind
         return await asyncio.wrap_future(fut)
 
     def _work(self, max_rank: int | None, nice: int) -> None:
