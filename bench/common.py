@@ -103,3 +103,14 @@ def server_process(overrides: dict[str, Any], timeout_s: float = 180.0) -> Itera
             proc.kill()
         log.close()
         os.unlink(f.name)
+
+
+def server_pid(port: str) -> int:
+    """The pid of the `stream-omni serve` started by ``server_process`` on ``port``."""
+    import psutil
+
+    for proc in psutil.process_iter(["cmdline"]):
+        cmd = proc.info["cmdline"] or []
+        if "gateway.cli" in cmd and port in cmd:
+            return int(proc.pid)
+    raise RuntimeError("server process not found")

@@ -22,23 +22,13 @@ from typing import Any
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
-from bench.common import machine, markdown_table, median, server_process, write  # noqa: E402
+from bench.common import machine, markdown_table, median, server_pid, server_process, write  # noqa: E402
 
 UTTERANCES = [
     "Please open the kitchen window.",
     "What is the capital of France?",
     "Please turn on the lights in the kitchen.",
 ]
-
-
-def server_pid(port: str) -> int:
-    import psutil
-
-    for proc in psutil.process_iter(["cmdline"]):
-        cmd = proc.info["cmdline"] or []
-        if "gateway.cli" in cmd and port in cmd:
-            return int(proc.pid)
-    raise RuntimeError("server process not found")
 
 
 def speech_pcm(text: str, rate: int) -> tuple[Any, int]:

@@ -6,13 +6,21 @@ included. One worker thread does it instead: one, because a Hugging Face fast to
 safe to encode from two threads at once ("Already borrowed"), prompts are then tokenized in
 arrival order, and a flood of huge prompts costs the process one thread's worth of CPU at most.
 Not the engine's thread: a big prompt there would stall every running response's next step.
+
+The thread takes its work by priority: the event loop's own synchronous token counts first (the
+loop is blocked until they are done, so they must never queue behind a flood of big prompts), then
+conversations, then raw text prompts; a raw prompt too long for the context is refused after a
+bounded head of it is tokenized, so no one job holds the thread for long.
 """
 
 from __future__ import annotations
 
 import asyncio
+import itertools
+import queue
+import threading
 from collections.abc import Callable
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Future
 from typing import Any, Protocol, TypeVar
 
 T = TypeVar("T")
@@ -22,9 +30,42 @@ class ChatTokenizer(Protocol):
     def chat_tokens(self, messages: list[dict[str, str]], add_generation_prompt: bool = True) -> list[int]: ...
 
 
-# Normal priority, unlike the grammar thread: the event loop waits on this one synchronously to count
-# a conversation item's tokens (count_tokens), and a low-priority thread would stretch that wait.
-_POOL = ThreadPoolExecutor(max_workers=1, thread_name_prefix="tokenize")
+COUNT, CHAT, TEXT = 0, 1, 2  # job priorities: the loop waiting on a count, a conversation, a raw prompt
+HEAD_CHARS_PER_TOKEN = 16  # a raw prompt over this many characters per token of context is tried by its head first
+
+
+class _Worker:
+    """One thread running submitted calls, lowest priority value first, then in arrival order."""
+
+    def __init__(self, name: str):
+        self.name = name
+        self._jobs: queue.PriorityQueue[tuple[int, int, Callable[[], Any], Future[Any]]] = queue.PriorityQueue()
+        self._order = itertools.count()
+        self._started = False
+        self._lock = threading.Lock()
+
+    def submit(self, fn: Callable[..., T], *args: Any, priority: int = CHAT) -> Future[T]:
+        future: Future[T] = Future()
+        self._jobs.put((priority, next(self._order), lambda: fn(*args), future))
+        with self._lock:
+            if not self._started:
+                threading.Thread(target=self._run, name=self.name, daemon=True).start()
+                self._started = True
+        return future
+
+    def _run(self) -> None:
+        while True:
+            _, _, call, future = self._jobs.get()
+            if future.set_running_or_notify_cancel():
+                try:
+                    future.set_result(call())
+                except BaseException as exc:  # the caller's to handle, as with an executor
+                    future.set_exception(exc)
+
+
+# Normal OS priority, unlike the grammar thread: the event loop waits on this one synchronously to
+# count a conversation item's tokens (count_tokens), and a low-priority thread would stretch that wait.
+_POOL = _Worker("tokenize")
 
 
 class Tokenizing(Protocol):
@@ -49,15 +90,39 @@ def count_tokens(backend: TextEncoder, text: str) -> int:
     """Tokens of ``text`` (a conversation item's, for truncation estimates), on the tokenizer thread: a
     Hugging Face fast tokenizer must not encode from two threads at once. Blocks the caller; items are short
     and each is counted once (gateway.realtime.session caches the counts)."""
-    return len(_POOL.submit(backend.encode, text).result()) if text else 0
+    return len(_POOL.submit(backend.encode, text, priority=COUNT).result()) if text else 0
 
 
-async def text_tokens(encode: Callable[[str], list[int]], texts: list[str], holder: Tokenizing) -> list[list[int]]:
-    """``encode`` of each text (a raw ``/v1/completions`` prompt) on the same tokenizer thread as chat:
-    one request's prompts in one task, counted once in ``holder.tokenizing`` as they wait."""
+class TooManyTokens(Exception):
+    """A raw prompt whose head alone is past the context: the rest was not tokenized."""
+
+    def __init__(self, at_least: int, limit: int):
+        super().__init__(f"prompt is more than {at_least} tokens; the model's context is {limit}")
+
+
+def encode_within(encode: Callable[[str], list[int]], text: str, limit: int) -> list[int]:
+    """``encode(text)``; a text long enough to be past ``limit`` tokens is tried by its head first, and
+    refused (``TooManyTokens``) when the head alone is: a text far past the context costs its head's work."""
+    head_chars = HEAD_CHARS_PER_TOKEN * limit
+    if len(text) > head_chars:
+        head = encode(text[:head_chars])
+        if len(head) > limit + 1:  # cutting the text changes at most the last token or so
+            raise TooManyTokens(len(head) - 1, limit)
+    return encode(text)
+
+
+async def text_tokens(
+    encode: Callable[[str], list[int]], texts: list[str], holder: Tokenizing, limit: int
+) -> list[list[int]]:
+    """``encode`` of each text (a raw ``/v1/completions`` prompt) on the tokenizer thread, after chat and
+    counts; one request's prompts one job each, counted once in ``holder.tokenizing`` as they wait.
+    ``limit``: the context; a prompt past it may raise ``TooManyTokens`` (``encode_within``)."""
     holder.tokenizing += 1
     try:
-        return await asyncio.wrap_future(_POOL.submit(lambda: [encode(t) for t in texts]))
+        out = []
+        for t in texts:
+            out.append(await asyncio.wrap_future(_POOL.submit(encode_within, encode, t, limit, priority=TEXT)))
+        return out
     finally:
         holder.tokenizing -= 1
 

@@ -18,7 +18,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any
 
-_watched: dict[int, LoopWatch] = {}  # id(loop) → its watch
+_watched: dict[int, list[LoopWatch]] = {}  # id(loop) → its watches (a test's own one inside the server's)
 _lock = threading.Lock()
 _original_run: Any = None
 
@@ -30,25 +30,28 @@ class Stall:
     callback: str  # the Handle's repr: the coroutine and where it was running, or the function
 
 
-@dataclass
+@dataclass(eq=False)  # removed from its loop's list by identity
 class LoopWatch:
     cpu_s: float = 0.1
     wall_s: float = 2.0
     stalls: list[Stall] = field(default_factory=list)
     callbacks: int = 0
+    log: list[Stall] | None = None  # where each stall is also written (``SERVER_STALLS``: the suite's check)
 
     def check(self) -> None:
         """Fail (AssertionError) naming every stall seen."""
         if self.stalls:
-            lines = "\n".join(
-                f"  {s.cpu_s * 1000:.0f} ms CPU, {s.wall_s * 1000:.0f} ms wall: {s.callback}" for s in self.stalls
-            )
-            raise AssertionError(f"the event loop stalled {len(self.stalls)} time(s):\n{lines}")
+            raise AssertionError(report(self.stalls))
+
+
+def report(stalls: list[Stall]) -> str:
+    lines = "\n".join(f"  {s.cpu_s * 1000:.0f} ms CPU, {s.wall_s * 1000:.0f} ms wall: {s.callback}" for s in stalls)
+    return f"the event loop stalled {len(stalls)} time(s):\n{lines}"
 
 
 def _timed_run(handle: asyncio.Handle) -> None:
-    watch = _watched.get(id(handle._loop))  # type: ignore[attr-defined]
-    if watch is None:
+    watches = _watched.get(id(handle._loop))  # type: ignore[attr-defined]
+    if not watches:
         _original_run(handle)
         return
     c0, w0 = time.thread_time(), time.perf_counter()
@@ -56,9 +59,13 @@ def _timed_run(handle: asyncio.Handle) -> None:
         _original_run(handle)
     finally:
         cpu, wall = time.thread_time() - c0, time.perf_counter() - w0
-        watch.callbacks += 1
-        if cpu > watch.cpu_s or wall > watch.wall_s:
-            watch.stalls.append(Stall(cpu, wall, _describe(handle)))
+        for watch in list(watches):
+            watch.callbacks += 1
+            if cpu > watch.cpu_s or wall > watch.wall_s:
+                stall = Stall(cpu, wall, _describe(handle))
+                watch.stalls.append(stall)
+                if watch.log is not None:
+                    watch.log.append(stall)
 
 
 def _describe(handle: asyncio.Handle) -> str:
@@ -81,13 +88,26 @@ def _install() -> None:
             asyncio.events.Handle._run = _timed_run  # type: ignore[method-assign]
 
 
+# Every stall of every test server's loop (``testkit.server.run_server`` watches each one while it
+# serves, start-up and shut-down aside); tests/conftest.py fails the test during which one appears
+SERVER_STALLS: list[Stall] = []
+
+
 @contextmanager
-def watch_loop(loop: asyncio.AbstractEventLoop, cpu_s: float = 0.1, wall_s: float = 2.0) -> Iterator[LoopWatch]:
+def watch_loop(
+    loop: asyncio.AbstractEventLoop, cpu_s: float = 0.1, wall_s: float = 2.0, log: list[Stall] | None = None
+) -> Iterator[LoopWatch]:
     """Time ``loop``'s callbacks while the block runs; ``LoopWatch.check()`` fails on a stall."""
     _install()
-    watch = LoopWatch(cpu_s, wall_s)
-    _watched[id(loop)] = watch
+    watch = LoopWatch(cpu_s, wall_s, log=log)
+    with _lock:
+        _watched.setdefault(id(loop), []).append(watch)
     try:
         yield watch
     finally:
-        _watched.pop(id(loop), None)
+        with _lock:
+            left = [w for w in _watched.get(id(loop), []) if w is not watch]
+            if left:
+                _watched[id(loop)] = left
+            else:
+                _watched.pop(id(loop), None)

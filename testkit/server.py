@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+import contextlib
 import socket
 import threading
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import Any
+
+from .loopwatch import SERVER_STALLS, watch_loop
 
 # servers this process has started (uvicorn threads, engine and Redis subprocesses): the test suite
 # checks that a test which starts one carries the `server` marker (tests/conftest.py)
@@ -93,7 +96,9 @@ def run_server(config: Any, backend: Any, loader: Callable[[Any], Any] | None = 
     addr.app, addr.server = app, server
     addr.loop = getattr(server, "_stream_omni_loop", None)
     try:
-        yield addr
+        # watched while it serves (start-up aside): a stall fails the test it happened in (tests/conftest.py)
+        with watch_loop(addr.loop, log=SERVER_STALLS) if addr.loop else contextlib.nullcontext():
+            yield addr
     finally:
         server.should_exit = True
         thread.join(15)

@@ -11,6 +11,7 @@ import pytest
 from hypothesis import settings
 
 import testkit.server
+from testkit.loopwatch import SERVER_STALLS, report
 from testkit.server import run_server
 from testkit.speech import ESPEAK
 from testkit.tiny_models import build_tiny_llama, build_tiny_open_clip, build_tiny_sd, build_tiny_vlm
@@ -44,18 +45,25 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
 
 
 _SERVERS_BEFORE = pytest.StashKey[int]()
+_STALLS_BEFORE = pytest.StashKey[int]()
 
 
 @pytest.hookimpl(tryfirst=True)
 def pytest_runtest_setup(item: pytest.Item) -> None:
     item.stash[_SERVERS_BEFORE] = testkit.server.servers_started
+    item.stash[_STALLS_BEFORE] = len(SERVER_STALLS)
 
 
 @pytest.hookimpl(wrapper=True)
 def pytest_runtest_teardown(item: pytest.Item, nextitem: pytest.Item | None) -> Iterator[None]:
-    """A test that starts a server without a server fixture must say so, or the inner loop slows.
-    Checked after the fixtures' own teardown has run, so a failure here never leaks a server."""
+    """A test that starts a server without a server fixture must say so, or the inner loop slows;
+    and no test server's event loop may stall while a test runs (``testkit.loopwatch``: a callback
+    computing over 100 ms, or blocking over 2 s). Checked after the fixtures' own teardown has run,
+    so a failure here never leaks a server."""
     result = yield
+    stalls = SERVER_STALLS[item.stash.get(_STALLS_BEFORE, len(SERVER_STALLS)) :]
+    if stalls:
+        pytest.fail(f"{item.nodeid}: a test server's {report(stalls)}", pytrace=False)
     started = testkit.server.servers_started - item.stash.get(_SERVERS_BEFORE, testkit.server.servers_started)
     if started and item.get_closest_marker("server") is None:
         pytest.fail(

@@ -35,7 +35,7 @@ from models.remote import RemoteModel
 
 from ..services import Services
 from ..sink import AsyncSink
-from ..tokenize import text_tokens
+from ..tokenize import TooManyTokens, text_tokens
 from . import serving, shapes
 from .errors import ApiError, busy, error_body
 from .schemas import SamplingRequest, parse, read_body
@@ -124,7 +124,10 @@ async def _prompts(svc: Services, req: CompletionRequest) -> list[tuple[str | li
         )
     if texts and not isinstance(backend, PromptEncoder):
         raise ApiError(400, "unsupported_content", "this model cannot read a raw text prompt", "prompt")
-    encoded = iter(await text_tokens(backend.encode, texts, svc) if texts else [])  # type: ignore[union-attr]
+    try:
+        encoded = iter(await text_tokens(backend.encode, texts, svc, backend.max_context) if texts else [])  # type: ignore[union-attr]
+    except TooManyTokens as exc:
+        raise ApiError(400, "context_length_exceeded", str(exc), "prompt") from None
     out: list[tuple[str | list[int], list[int]]] = []
     for i, p in enumerate(items):
         where = "prompt" if len(items) == 1 else f"prompt[{i}]"
