@@ -3,7 +3,9 @@
 A request's body costs the server CPU however it ends (parsed, validated, refused), and on a small
 machine that CPU is taken from every running decode. So each key has a budget of body bytes per
 second; a request costs its declared length, and at least ``MIN_COST`` (small requests cost
-parsing and routing too). Past the budget a request is refused before its body is read.
+parsing and routing too), and at most ``REQUEST_BURST`` requests go through at once: the bytes'
+burst is sized for one largest body, which would otherwise admit a hundred tiny requests in a
+row. Past the budget a request is refused before its body is read.
 """
 
 from __future__ import annotations
@@ -13,7 +15,11 @@ from collections import OrderedDict
 
 from ..realtime.ratelimit import TokenBucket
 
-MIN_COST = 16 * 1024  # bytes one request costs at least: parsing and routing are work too
+# bytes one request costs at least: parsing, routing and answering are work too (a tiny upload is
+# ~1.6 ms of CPU, and a decode on 2 cores loses more than that: every request preempts it); at the
+# 4 MiB/s default a key makes 32 small requests a second
+MIN_COST = 128 * 1024
+REQUEST_BURST = 32  # small requests a key may send at once
 MAX_KEYS = 10_000  # buckets kept; the least recently used goes first (it was full again anyway)
 
 
@@ -22,16 +28,23 @@ class ByteBudget:
         self.rate = rate  # bytes per second per key
         self.burst = burst  # a key's bucket: at least one largest request
         self.max_keys = max_keys
-        self._buckets: OrderedDict[str, TokenBucket] = OrderedDict()
+        self._buckets: OrderedDict[str, tuple[TokenBucket, TokenBucket]] = OrderedDict()  # (bytes, requests)
 
     def admit(self, key: str, size: int | None, now: float) -> float:
         """Spend a request's cost (``size``: its declared body length, None when not declared);
         0 when admitted, else the whole seconds until the key's budget covers it (Retry-After)."""
         cost = min(self.burst, max(MIN_COST, size or 0))
-        bucket = self._buckets.pop(key, None) or TokenBucket(self.rate, self.burst)
-        self._buckets[key] = bucket  # most recently used last
+        buckets = self._buckets.pop(key, None) or (
+            TokenBucket(self.rate, self.burst),
+            TokenBucket(self.rate / MIN_COST, REQUEST_BURST),
+        )
+        self._buckets[key] = buckets  # most recently used last
         while len(self._buckets) > self.max_keys:
             self._buckets.popitem(last=False)
-        if bucket.take(now, cost):
-            return 0.0
-        return float(max(1, math.ceil((cost - bucket.tokens) / self.rate)))
+        data, requests = buckets
+        if not data.take(now, cost):
+            return float(max(1, math.ceil((cost - data.tokens) / data.rate)))
+        if not requests.take(now):
+            data.tokens += cost  # a refused request costs nothing
+            return float(max(1, math.ceil((1 - requests.tokens) / requests.rate)))
+        return 0.0

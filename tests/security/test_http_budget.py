@@ -5,7 +5,7 @@ from __future__ import annotations
 import httpx
 import pytest
 
-from gateway.http.budget import MIN_COST, ByteBudget
+from gateway.http.budget import MIN_COST, REQUEST_BURST, ByteBudget
 from testkit.fake_backend import FakeBackend
 
 MIB = 1024 * 1024
@@ -26,6 +26,14 @@ def test_small_requests_cost_the_minimum_and_a_huge_declared_length_at_most_the_
     assert b.admit("k", 1, now=0.0) == 1.0
     b = ByteBudget(rate=MIB, burst=MIB)
     assert b.admit("k", 1 << 40, now=0.0) == 0.0  # the body-size limit refuses it next, with a 413
+
+
+def test_small_requests_come_at_most_a_burst_at_once_then_at_the_rate_and_a_refused_one_costs_no_bytes():
+    b = ByteBudget(rate=32 * MIN_COST, burst=1000 * MIN_COST)  # bytes for 1000; requests: 32 a second
+    assert all(b.admit("k", 1, now=0.0) == 0.0 for _ in range(REQUEST_BURST))
+    assert b.admit("k", 1, now=0.0) == 1.0
+    # 1/32 s later: one request back, and 968 + 1 MIN_COST of bytes only if the refused one cost none
+    assert b.admit("k", 969 * MIN_COST, now=1 / 32) == 0.0
 
 
 def test_buckets_are_bounded_least_recently_used_first():
