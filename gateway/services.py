@@ -82,6 +82,14 @@ class Services:
     def serves(self, model: str) -> bool:
         return model in self.model_ids
 
+    def model_refusal(self, model: str, also: tuple[str, ...] = ()) -> str | None:
+        """None when this server answers to ``model`` (its name, ``model.aliases``, or ``also``: ids an
+        endpoint's clients send by default); else why not, for every API's ``model_not_found``."""
+        if self.serves(model) or model in also:
+            return None
+        served = ", ".join(repr(m) for m in self.model_ids)
+        return f"the model {model[:100]!r} is not served here; this server serves {served}"
+
     @property
     def session_defaults(self) -> SessionDefaults:
         c = self.config

@@ -53,8 +53,9 @@ def _parse(body: bytes, svc: Services) -> tuple[SpeechRequest, str]:
         raise ApiError(400, "invalid_value", f"{loc or 'body'}: {first['msg']}", loc) from None
     if svc.speech is None:
         raise ApiError(400, "speech_disabled", "speech output is not enabled on this server (audio.output)")
-    if req.model not in svc.model_ids and req.model not in ("tts-1", "tts-1-hd", "gpt-4o-mini-tts"):
-        raise ApiError(404, "model_not_found", f"model {req.model!r} is not served here", "model")
+    refusal = svc.model_refusal(req.model, also=("tts-1", "tts-1-hd", "gpt-4o-mini-tts"))  # OpenAI's TTS ids
+    if refusal:
+        raise ApiError(404, "model_not_found", refusal, "model")
     name = req.voice if isinstance(req.voice, str) else str(req.voice.get("id", ""))
     if name in OPENAI_VOICES:
         name = svc.speech.default.voice

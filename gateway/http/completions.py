@@ -76,13 +76,9 @@ class Choice:
 
 async def create(svc: Services, store: CompletionStore, request: Request, owner: str) -> Response:
     req = parse(await read_body(request, svc.config.limits.max_http_body_bytes), CompletionRequest)
-    if req.model != svc.backend.name:
-        raise ApiError(
-            404,
-            "model_not_found",
-            f"the model {req.model!r} does not exist; this server serves {svc.backend.name!r}",
-            "model",
-        )
+    refusal = svc.model_refusal(req.model)
+    if refusal:
+        raise ApiError(404, "model_not_found", refusal, "model")
     if req.echo and req.logprobs is not None:
         raise ApiError(400, "invalid_value", "echo with logprobs (the prompt's logprobs) is not supported", "echo")
     if not svc.engine_has_room():

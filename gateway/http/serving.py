@@ -59,13 +59,9 @@ _FAILED = {  # what a client is told; never the engine's address or its own word
 async def create(svc: Services, store: CompletionStore, request: Request, owner: str) -> Response:
     """``POST /v1/chat/completions``; ``owner``: who may resume its stream (a key digest)."""
     req = parse(await read_body(request, svc.config.limits.max_http_body_bytes))
-    if not svc.serves(req.model):
-        raise ApiError(
-            404,
-            "model_not_found",
-            f"the model {req.model!r} does not exist; this server serves {svc.backend.name!r}",
-            "model",
-        )
+    refusal = svc.model_refusal(req.model)
+    if refusal:
+        raise ApiError(404, "model_not_found", refusal, "model")
     if not svc.engine_has_room():
         raise busy()
     tools.check_budget(req)  # before any compilation, and cheap

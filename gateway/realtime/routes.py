@@ -59,8 +59,9 @@ async def _realtime(s: Services, node: ClusterNode | None, ws: WebSocket) -> Non
         return
     model = ws.query_params.get("model")
     await ws.accept(subprotocol=subprotocol or None)
-    if model and not s.serves(model) and model != "embedded":
-        err = p.error_event("model_not_found", f"model {model!r} is not served here; use {s.backend.name!r}")
+    refusal = s.model_refusal(model, also=("embedded",)) if model else None  # "embedded": model.model's default
+    if refusal:
+        err = p.error_event("model_not_found", refusal)
         await ws.send_json(err)
         await ws.close(CLOSE_POLICY, "model not found")
         return

@@ -1,5 +1,6 @@
 """model.aliases: the OpenAI ids LiveKit/Pipecat default to are accepted where configured — in
-/v1/models, Chat Completions ``model``, ``?model=`` and ``session.model`` — and refused otherwise."""
+/v1/models, Chat Completions' and Completions' ``model``, ``?model=`` and ``session.model`` — and
+refused otherwise, with the same message everywhere."""
 
 from __future__ import annotations
 
@@ -34,6 +35,13 @@ async def test_configured_aliases_are_listed_and_accepted_everywhere(server_fact
         assert_error(
             await asyncio.to_thread(post, addr, {"model": "gpt-5", "messages": user("hi")}), 404, "model_not_found"
         )
+        async with httpx.AsyncClient(timeout=30) as client:
+            text = f"http://{addr}/v1/completions"
+            ok = await client.post(text, json={"model": "gpt-4o-mini", "prompt": "hi", "max_tokens": 2})
+            bad = await client.post(text, json={"model": "gpt-5", "prompt": "hi", "max_tokens": 2})
+        assert ok.status_code == 200 and ok.json()["choices"][0]["text"]
+        assert_error(bad, 404, "model_not_found")
+        assert "'fake', 'gpt-realtime', 'gpt-4o-mini'" in bad.json()["error"]["message"]  # what is served instead
         async with websockets.connect(f"ws://{addr}/v1/realtime?model=gpt-realtime") as ws:
             assert (await recv(ws))["type"] == "session.created"
             await ws.send(json.dumps({"type": "session.update", "session": {"model": "gpt-realtime"}}))
