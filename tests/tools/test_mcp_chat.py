@@ -13,15 +13,17 @@ NO_AUDIO = {"audio.enabled": False, "session.instructions": None}
 
 
 def client(addr: str) -> OpenAI:
+    """Closed by its ``with``: an error kept by ``pytest.raises`` holds the client in a reference cycle, and a
+    socket freed by the cycle collector unclosed warns in whichever later test collects it."""
     return OpenAI(base_url=f"http://{addr}/v1", api_key="x", timeout=60, max_retries=0)
 
 
 def test_chat_runs_a_configured_mcp_tool_and_answers_with_it(tiny_backend, server_factory, mcp_http):
     model = ToolScript(tiny_backend, call("add", a=40, b=2))
     servers = {"calc": {"url": mcp_http.url, "headers": {"X-Key": "k"}}}
-    with server_factory(model, **NO_AUDIO, **{"tools.mcp_servers": servers}) as addr:
+    with server_factory(model, **NO_AUDIO, **{"tools.mcp_servers": servers}) as addr, client(addr) as c:
         before = len(mcp_http.requests())
-        r = client(addr).chat.completions.create(
+        r = c.chat.completions.create(
             model="tiny-llama",
             messages=[{"role": "user", "content": "40+2?"}],
             tools=[{"type": "mcp", "server_label": "calc"}],  # type: ignore[list-item]
@@ -29,13 +31,13 @@ def test_chat_runs_a_configured_mcp_tool_and_answers_with_it(tiny_backend, serve
             max_tokens=80,
         )
         with pytest.raises(openai.BadRequestError) as unknown:
-            client(addr).chat.completions.create(
+            c.chat.completions.create(
                 model="tiny-llama",
                 messages=[{"role": "user", "content": "hi"}],
                 tools=[{"type": "mcp", "server_label": "nope"}],  # type: ignore[list-item]
             )
         with pytest.raises(openai.BadRequestError) as streamed:
-            client(addr).chat.completions.create(
+            c.chat.completions.create(
                 model="tiny-llama",
                 messages=[{"role": "user", "content": "hi"}],
                 tools=[{"type": "mcp", "server_label": "calc"}],  # type: ignore[list-item]

@@ -9,6 +9,7 @@ server event is checked against the openai SDK's own ``RealtimeServerEvent``."""
 from __future__ import annotations
 
 import asyncio
+import difflib
 import re
 import time
 from typing import Any
@@ -106,8 +107,10 @@ async def test_a_spoken_question_is_answered_in_speech_on_the_track(server_facto
         assert len(voiced), "the track carried no audio"
         pcm = np.concatenate([np.zeros(RATE // 4, np.float32), pcm[voiced[0] : voiced[-1] + 1]])
         text = await asyncio.to_thread(load_asr().transcribe, resample(pcm, RATE, 16_000))
-        expected, got = words(said), set(words(text))
-        assert expected and sum(w in got for w in expected) >= 0.6 * len(expected), (said, text)
+        # letters, not words: Whisper tiny.en often joins or splits the fake model's call-sign words ("tango
+        # lima" → "Tangalima"); the heard reply scores ~0.9 where unrelated words of the same kind score ~0.3
+        similarity = difflib.SequenceMatcher(None, " ".join(words(said)), " ".join(words(text))).ratio()
+        assert words(said) and similarity >= 0.6, (said, text, similarity)
         await c.close()
 
 
