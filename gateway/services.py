@@ -79,13 +79,10 @@ class Services:
         """Every id this server answers to: the served name, then ``model.aliases``."""
         return [self.backend.name, *(a for a in self.config.model.aliases if a != self.backend.name)]
 
-    def serves(self, model: str) -> bool:
-        return model in self.model_ids
-
     def model_refusal(self, model: str, also: tuple[str, ...] = ()) -> str | None:
         """None when this server answers to ``model`` (its name, ``model.aliases``, or ``also``: ids an
         endpoint's clients send by default); else why not, for every API's ``model_not_found``."""
-        if self.serves(model) or model in also:
+        if model in self.model_ids or model in also:
             return None
         served = ", ".join(repr(m) for m in self.model_ids)
         return f"the model {model[:100]!r} is not served here; this server serves {served}"

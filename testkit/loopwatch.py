@@ -59,10 +59,11 @@ def _timed_run(handle: asyncio.Handle) -> None:
         _original_run(handle)
     finally:
         cpu, wall = time.thread_time() - c0, time.perf_counter() - w0
+        stall: Stall | None = None
         for watch in list(watches):
             watch.callbacks += 1
             if cpu > watch.cpu_s or wall > watch.wall_s:
-                stall = Stall(cpu, wall, _describe(handle))
+                stall = stall or Stall(cpu, wall, _describe(handle))
                 watch.stalls.append(stall)
                 if watch.log is not None:
                     watch.log.append(stall)
@@ -106,8 +107,7 @@ def watch_loop(
         yield watch
     finally:
         with _lock:
-            left = [w for w in _watched.get(id(loop), []) if w is not watch]
-            if left:
-                _watched[id(loop)] = left
-            else:
-                _watched.pop(id(loop), None)
+            watches = _watched[id(loop)]
+            watches.remove(watch)  # by identity (eq=False); _timed_run iterates a copy
+            if not watches:
+                del _watched[id(loop)]

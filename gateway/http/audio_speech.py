@@ -24,7 +24,7 @@ from processors.speech_text import SpeechText, spoken_text
 
 from ..realtime.speech_out import OPENAI_VOICES, SpeechSettings
 from ..services import Services
-from .errors import ApiError
+from .errors import ApiError, check_model
 from .schemas import read_body
 
 MAX_INPUT_CHARS = 4096  # OpenAI's limit for one request
@@ -53,9 +53,7 @@ def _parse(body: bytes, svc: Services) -> tuple[SpeechRequest, str]:
         raise ApiError(400, "invalid_value", f"{loc or 'body'}: {first['msg']}", loc) from None
     if svc.speech is None:
         raise ApiError(400, "speech_disabled", "speech output is not enabled on this server (audio.output)")
-    refusal = svc.model_refusal(req.model, also=("tts-1", "tts-1-hd", "gpt-4o-mini-tts"))  # OpenAI's TTS ids
-    if refusal:
-        raise ApiError(404, "model_not_found", refusal, "model")
+    check_model(svc, req.model, also=("tts-1", "tts-1-hd", "gpt-4o-mini-tts"))  # OpenAI's TTS ids
     name = req.voice if isinstance(req.voice, str) else str(req.voice.get("id", ""))
     if name in OPENAI_VOICES:
         name = svc.speech.default.voice

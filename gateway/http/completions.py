@@ -37,7 +37,7 @@ from ..services import Services
 from ..sink import AsyncSink
 from ..tokenize import TooManyTokens, text_tokens
 from . import serving, shapes
-from .errors import ApiError, busy, error_body
+from .errors import ApiError, busy, check_model, error_body
 from .schemas import SamplingRequest, parse, read_body
 from .stream import CompletionStore, CompletionStream, SseResponse, dumps
 
@@ -76,9 +76,7 @@ class Choice:
 
 async def create(svc: Services, store: CompletionStore, request: Request, owner: str) -> Response:
     req = parse(await read_body(request, svc.config.limits.max_http_body_bytes), CompletionRequest)
-    refusal = svc.model_refusal(req.model)
-    if refusal:
-        raise ApiError(404, "model_not_found", refusal, "model")
+    check_model(svc, req.model)
     if req.echo and req.logprobs is not None:
         raise ApiError(400, "invalid_value", "echo with logprobs (the prompt's logprobs) is not supported", "echo")
     if not svc.engine_has_room():

@@ -5,11 +5,14 @@ Messages are written for the client: never a stack trace, a path or an object ad
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from starlette.responses import JSONResponse
 
 from ..realtime.protocol import clean  # one sanitizer for WS and HTTP errors
+
+if TYPE_CHECKING:
+    from ..services import Services
 
 _TYPES = {
     400: "invalid_request_error",
@@ -48,6 +51,13 @@ def error_body(status: int, code: str, message: str, param: str | None = None) -
 
 def error_response(exc: ApiError) -> JSONResponse:
     return JSONResponse(exc.body(), status_code=exc.status, headers=exc.headers)
+
+
+def check_model(svc: Services, model: str, also: tuple[str, ...] = ()) -> None:
+    """404 ``model_not_found`` unless this server answers to ``model`` (``Services.model_refusal``)."""
+    refusal = svc.model_refusal(model, also)
+    if refusal:
+        raise ApiError(404, "model_not_found", refusal, "model")
 
 
 def busy(message: str = "the server is at capacity; retry shortly") -> ApiError:

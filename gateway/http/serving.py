@@ -25,7 +25,7 @@ from ..tokenize import chat_tokens
 from ..tools import chat as mcp_chat
 from . import chat_audio, shapes, tools
 from .content import chat_messages
-from .errors import ApiError, busy, error_body
+from .errors import ApiError, busy, check_model, error_body
 from .schemas import ChatRequest, ToolDef, parse, read_body
 from .stream import CompletionStore, CompletionStream, SseResponse, dumps
 
@@ -59,9 +59,7 @@ _FAILED = {  # what a client is told; never the engine's address or its own word
 async def create(svc: Services, store: CompletionStore, request: Request, owner: str) -> Response:
     """``POST /v1/chat/completions``; ``owner``: who may resume its stream (a key digest)."""
     req = parse(await read_body(request, svc.config.limits.max_http_body_bytes))
-    refusal = svc.model_refusal(req.model)
-    if refusal:
-        raise ApiError(404, "model_not_found", refusal, "model")
+    check_model(svc, req.model)
     if not svc.engine_has_room():
         raise busy()
     tools.check_budget(req)  # before any compilation, and cheap
