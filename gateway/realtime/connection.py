@@ -33,6 +33,12 @@ CLOSE_RESTART = 1012
 CLOSE_TRY_AGAIN = 1013
 CLOSE_SUPERSEDED = 4009  # the session was resumed on a newer socket
 
+# The most a socket's reader computes before it lets the loop run others: frames that queued up
+# (a client sending audio faster than real time, one TCP read of 30 frames) are otherwise all read
+# in one task step, since a receive with frames waiting never suspends, and 30 frames of VAD hold
+# the loop for 50-100 ms
+READ_SLICE_S = 0.005
+
 
 class Connection:
     def __init__(self, ws: WebSocket, live: LiveSession, last_seq: int = -1, sideband: bool = False):
@@ -115,7 +121,11 @@ class Connection:
             self._sending_since = None
 
     async def _reader(self) -> None:
+        slice_from = time.perf_counter()
         while self._closing is None:
+            if time.perf_counter() - slice_from > READ_SLICE_S:
+                await asyncio.sleep(0)
+                slice_from = time.perf_counter()
             msg = await self.ws.receive()
             if msg["type"] == "websocket.disconnect":
                 raise WebSocketDisconnect(msg.get("code", 1000))

@@ -31,10 +31,10 @@ class Probe:
 
 
 @contextmanager
-def under_attack(addr: object, interval_s: float = 0.02) -> Iterator[tuple[Probe, LoopWatch]]:
+def under_attack(addr: object, interval_s: float = 0.02, cpu_s: float = 0.1) -> Iterator[tuple[Probe, LoopWatch]]:
     """While the block runs: ``/health`` every ``interval_s`` from its own client, and the server's
     loop watched. On exit: at least one probe answered, none failed or took over ``HEALTH_MAX_S``,
-    and no callback stalled the loop."""
+    and no callback computed past ``cpu_s`` (the loop watch's stall)."""
     probe = Probe()
     stop = threading.Event()
 
@@ -51,7 +51,7 @@ def under_attack(addr: object, interval_s: float = 0.02) -> Iterator[tuple[Probe
                     probe.failures.append(type(exc).__name__)
                 stop.wait(interval_s)
 
-    with watch_loop(addr.loop) as watch:  # type: ignore[attr-defined]
+    with watch_loop(addr.loop, cpu_s=cpu_s) as watch:  # type: ignore[attr-defined]
         t = threading.Thread(target=run, daemon=True)
         t.start()
         try:

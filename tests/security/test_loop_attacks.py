@@ -196,3 +196,22 @@ async def test_realtime_schema_past_the_budget_is_an_error_event_and_the_session
             await _recv(ws, "session.updated")
             await ws.close()
     assert err["type"] == "invalid_request_error" and err["param"] == param, err
+
+
+# ---------------------------------------------------------------------- a burst of audio frames
+
+
+async def test_audio_sent_faster_than_real_time_is_read_in_slices(server_factory):
+    """Frames that queue up faster than the loop reads them are still handled a few at a time: 15 s of
+    audio sent at once (within the socket's message burst) runs 475 VAD windows, which read frame after frame
+    would take 50 ms or more per TCP read (30 frames); read in 5 ms slices, no step takes 30 ms."""
+    frame = bytes(24_000 * 2 * 40 // 1000)  # 40 ms of pcm16 silence at 24 kHz, as a binary frame
+    with server_factory(FakeBackend(answer_tokens=3)) as addr:
+        with under_attack(addr, cpu_s=0.03):
+            ws = await websockets.connect(f"ws://{addr}/v1/realtime", open_timeout=5, max_size=None)
+            await _recv(ws, "session.created")
+            for _ in range(380):
+                await ws.send(frame)
+            await ws.send('{"type": "input_audio_buffer.clear"}')
+            await _recv(ws, "input_audio_buffer.cleared", 60)
+            await ws.close()
