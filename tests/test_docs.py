@@ -162,7 +162,8 @@ def test_every_error_code_the_browser_has_words_for_is_one_the_server_sends():
 
 def close_codes() -> tuple[dict[str, list[str]], dict[str, list[str]]]:
     """(codes, reasons): the ``CLOSE_*`` constants of the gateway and the literals given to ``close``
-    and ``kick``, and the literal reasons those calls send."""
+    and ``kick`` (or to a ``Close`` decision, ``gateway.realtime.framegate``), and the literal reasons
+    those calls send."""
     codes: dict[str, list[str]] = {}
     reasons: dict[str, list[str]] = {}
     for path, tree in sources("gateway"):
@@ -174,7 +175,7 @@ def close_codes() -> tuple[dict[str, list[str]], dict[str, list[str]]]:
                         consts[t.id] = n.value.value
                         codes.setdefault(str(n.value.value), []).append(f"{path}:{n.lineno}")
         for n in ast.walk(tree):
-            if isinstance(n, ast.Call) and _callee(n) in ("close", "kick") and len(n.args) >= 1:
+            if isinstance(n, ast.Call) and _callee(n) in ("close", "kick", "Close") and len(n.args) >= 1:
                 first = n.args[0]
                 if isinstance(first, ast.Constant) and isinstance(first.value, int) and first.value >= 1000:
                     codes.setdefault(str(first.value), []).append(f"{path}:{n.lineno}")

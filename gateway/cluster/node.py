@@ -15,6 +15,7 @@ import logging
 import time
 from typing import TYPE_CHECKING
 
+from ..realtime.protocol import CLOSE_SUPERSEDED
 from .mirror import Mirror
 from .secrets import RedisVault
 from .store import RedisStore, StoreUnavailable
@@ -183,7 +184,7 @@ class ClusterNode:
             previous = live.attached
             live.attached = RemoteSocket(data.decode())
             if previous is not None and not isinstance(previous, RemoteSocket):
-                previous.kick(4009, "session resumed on another connection")
+                previous.kick(CLOSE_SUPERSEDED, "session resumed on another connection")
             self.registry.hold(live)
         elif kind == "detach":
             att = live.attached
@@ -197,9 +198,7 @@ class ClusterNode:
             live.on_bytes(data)
             live.received += 1
         elif kind == "limited":  # refused by the socket's replica, and told so here (not to be resent)
-            live.svc.metrics.errors.labels(code="rate_limited").inc()
-            live.send(live.session.error("rate_limited", "too many messages; slow down"))
-            live.received += 1
+            live.frame_refused(tell=True)
 
     # ------------------------------------------------------------------ message rate per key
 

@@ -20,17 +20,10 @@ import time
 from starlette.websockets import WebSocket, WebSocketDisconnect, WebSocketState
 
 from ..realtime import protocol as p
-from ..realtime.connection import (
-    CLOSE_NORMAL,
-    CLOSE_NOT_UTF8,
-    CLOSE_POLICY,
-    CLOSE_SUPERSEDED,
-    CLOSE_TOO_BIG,
-    CLOSE_TRY_AGAIN,
-    Connection,
-)
+from ..realtime.connection import Connection
+from ..realtime.framegate import Admit, Close, FrameGate, Refuse
 from ..realtime.live import LiveSession
-from ..realtime.ratelimit import TokenBucket
+from ..realtime.protocol import CLOSE_NORMAL, CLOSE_NOT_UTF8, CLOSE_SUPERSEDED, CLOSE_TRY_AGAIN
 from ..services import Services
 from ..wsreader import UNDECODED_TEXT
 from .node import ClusterNode
@@ -50,8 +43,7 @@ class Proxy:
         self.closing: tuple[int, str] | None = None
         self.taken: LiveSession | None = None  # set when this replica took the session over
         self._forwarding = asyncio.Lock()  # a frame being handed to the owner is never cut in half
-        limits = s.config.limits
-        self.bucket = TokenBucket(limits.messages_per_s, limits.messages_burst)
+        self.gate = FrameGate(s.config.limits, lambda: node.over_rate(key))
 
     async def run(self, last_seq: int, replay: Entries, received: int, view: dict[str, object]) -> None:
         """Say ``session.resumed``, send ``replay``, then serve until the socket or the session ends."""
@@ -138,35 +130,32 @@ class Proxy:
                 await self.store.command(holder, self.token, "attach", self.socket_id)
 
     async def _forward(self) -> None:
-        """Client frames → the owner, in order (token bucket per socket, as on a local socket)."""
-        limits = self.s.config.limits
-        limited = 0
+        """Client frames → the owner, in order, admitted as on a local socket (``FrameGate``)."""
         while True:
             msg = await self.ws.receive()
             if msg["type"] == "websocket.disconnect":
                 raise WebSocketDisconnect(msg.get("code", 1000))
-            if not self.bucket.take(time.monotonic()) or self.node.over_rate(self.key):
-                limited += 1
-                if limited >= limits.flood_close_after:
-                    self.closing = (CLOSE_POLICY, "message flood")
+            text = msg.get("text", msg.get(UNDECODED_TEXT))  # a big text frame comes as UTF-8 (gateway.wsreader)
+            size = len(text) if text is not None else len(msg.get("bytes") or b"")
+            match self.gate.admit(time.monotonic(), size, binary=text is None):
+                case Close(code, reason):
+                    self.closing = (code, reason)
                     return
-                if limited != 1 and limited % 50:  # the owner says so once per 50, without amplifying a flood
-                    continue
-                kind, data = "limited", b""
-            else:
-                limited = 0
-                text = msg.get("text", msg.get(UNDECODED_TEXT))  # a big text frame comes as UTF-8 (gateway.wsreader)
-                if isinstance(text, bytes) and not _utf8(text):  # what the WebSocket layer checks on small ones
-                    self.closing = (CLOSE_NOT_UTF8, "text frame is not valid UTF-8")
-                    return
-                kind, data = (
-                    ("text", text if isinstance(text, bytes) else text.encode())
-                    if text is not None
-                    else ("bytes", msg.get("bytes") or b"")
-                )
-                if kind == "bytes" and len(data) > limits.max_binary_frame_bytes:
-                    self.closing = (CLOSE_TOO_BIG, "binary frame too large")
-                    return
+                case Refuse(tell):
+                    if not tell:  # the owner counts and says only the told ones, without amplifying a flood
+                        continue
+                    kind, data = "limited", b""
+                case Admit(wait_s):
+                    if isinstance(text, bytes) and not _utf8(text):  # what the WebSocket layer checks on small ones
+                        self.closing = (CLOSE_NOT_UTF8, "text frame is not valid UTF-8")
+                        return
+                    kind, data = (
+                        ("text", text if isinstance(text, bytes) else text.encode())
+                        if text is not None
+                        else ("bytes", msg.get("bytes") or b"")
+                    )
+                    if wait_s > 0:  # over its bytes/s: this socket reads again later, the others go on
+                        await asyncio.sleep(wait_s)
             async with self._forwarding:
                 await self.store.command(self.owner, self.token, kind, data)
 

@@ -10,7 +10,8 @@ import logging
 from starlette.websockets import WebSocket, WebSocketState
 
 from ..realtime import protocol as p
-from ..realtime.connection import CLOSE_NORMAL, CLOSE_TRY_AGAIN, Connection
+from ..realtime.connection import Connection
+from ..realtime.protocol import CLOSE_NORMAL, CLOSE_TRY_AGAIN
 from ..services import Services
 from .node import ClusterNode
 from .proxy import Proxy

@@ -20,18 +20,19 @@ from starlette.websockets import WebSocket, WebSocketDisconnect, WebSocketState
 
 from ..wsreader import UNDECODED_TEXT
 from . import protocol as p
+from .framegate import Admit, Close, FrameGate, Refuse
 from .live import LiveSession
-from .ratelimit import TokenBucket
+from .protocol import (
+    CLOSE_NORMAL,
+    CLOSE_NOT_UTF8,
+    CLOSE_POLICY,
+    CLOSE_RESTART,
+    CLOSE_SUPERSEDED,
+    CLOSE_TOO_BIG,
+    CLOSE_TRY_AGAIN,
+)
 
 log = logging.getLogger("stream_omni.connection")
-
-CLOSE_NORMAL = 1000
-CLOSE_NOT_UTF8 = 1007
-CLOSE_POLICY = 1008
-CLOSE_TOO_BIG = 1009
-CLOSE_RESTART = 1012
-CLOSE_TRY_AGAIN = 1013
-CLOSE_SUPERSEDED = 4009  # the session was resumed on a newer socket
 
 # The most a socket's reader computes before it lets the loop run others: frames that queued up
 # (a client sending audio faster than real time, one TCP read of 30 frames) are otherwise all read
@@ -52,9 +53,8 @@ class Connection:
         self.cursor = last_seq  # the last seq this client has
         self._closing: tuple[int, str] | None = None
         self._tasks: list[asyncio.Task[Any]] = []
-        self.bucket = TokenBucket(self.limits.messages_per_s, self.limits.messages_burst)
-        self.bytes_in = TokenBucket(self.limits.inbound_bytes_per_s, self.limits.max_text_frame_bytes)
-        self._limited = 0  # frames refused in a row
+        key_rate, key = live.svc.key_rate, live.key
+        self.gate = FrameGate(self.limits, (lambda: key_rate.over_rate(key)) if key_rate is not None else None)
         self._sending_since: float | None = None  # when the send in progress started
 
     @property
@@ -129,23 +129,17 @@ class Connection:
             msg = await self.ws.receive()
             if msg["type"] == "websocket.disconnect":
                 raise WebSocketDisconnect(msg.get("code", 1000))
-            key_rate = self.live.svc.key_rate
-            if not self.bucket.take(time.monotonic()) or (key_rate is not None and key_rate.over_rate(self.live.key)):
-                self._limited += 1
-                self.live.svc.metrics.errors.labels(code="rate_limited").inc()
-                if self._limited >= self.limits.flood_close_after:
-                    self.kick(CLOSE_POLICY, "message flood")
-                    return
-                if self._limited == 1 or self._limited % 50 == 0:  # say it, without amplifying the flood
-                    self.live.send(self.live.session.error("rate_limited", "too many messages; slow down"))
-                self.live.received += 1  # refused, and told so: not to be resent
-                continue
-            self._limited = 0
             text = msg.get("text", msg.get(UNDECODED_TEXT))  # str, or a big frame's UTF-8 (gateway.wsreader)
             size = len(text) if text is not None else len(msg.get("bytes") or b"")
-            wait = self.bytes_in.owe(time.monotonic(), size)
-            if wait > 0:  # over its bytes/s: this socket reads again later, the others go on
-                await asyncio.sleep(wait)
+            match self.gate.admit(time.monotonic(), size, binary=text is None):
+                case Close(code, reason):
+                    self.kick(code, reason)
+                    return
+                case Refuse(tell):
+                    self.live.frame_refused(tell)
+                    continue
+                case Admit(wait_s) if wait_s > 0:  # over its bytes/s: this socket reads again later, the others go on
+                    await asyncio.sleep(wait_s)
             try:
                 if text is not None:
                     if len(text) >= self.limits.parse_off_loop_bytes:  # JSON + depth scan of MBs: not on the loop
@@ -158,9 +152,6 @@ class Connection:
                     else:
                         self.live.on_text(text)
                 elif msg.get("bytes") is not None:
-                    if len(msg["bytes"]) > self.limits.max_binary_frame_bytes:
-                        self.kick(CLOSE_TOO_BIG, "binary frame too large")
-                        return
                     self.live.on_bytes(msg["bytes"])
             except Exception as exc:  # a bug must cost one event, not the session
                 log.error("handling a client event failed: %s", type(exc).__name__, exc_info=True)

@@ -305,6 +305,14 @@ class LiveSession:
         """A client event, or the ``ProtocolError`` it raised (pure: safe on a worker thread)."""
         return parse_checked(raw, ParseLimits.of(self.limits))  # the same as a parse process's
 
+    def frame_refused(self, tell: bool) -> None:
+        """A client frame its socket's rate refused: counted as read (the client must not resend it),
+        and said so when ``tell`` (not on every frame of a flood)."""
+        self.svc.metrics.errors.labels(code="rate_limited").inc()
+        if tell:
+            self.send(self.session.error("rate_limited", "too many messages; slow down"))
+        self.received += 1
+
     def on_text(self, raw: str) -> None:
         self.on_parsed(self.parse(raw))
 

@@ -22,6 +22,15 @@ from ..tools.wire import McpApprovalResponseItem, McpTool, NamedMcpTool
 MAX_JSON_DEPTH = 32  # a nesting limit far below any parser's recursion limit
 NOT_UTF8 = "invalid_utf8"  # a big text frame handed over undecoded (gateway.wsreader) was not UTF-8: closed 1007
 
+# WebSocket close codes the server sends (RFC 6455 section 7.4.1, and one of the private range)
+CLOSE_NORMAL = 1000
+CLOSE_NOT_UTF8 = 1007
+CLOSE_POLICY = 1008
+CLOSE_TOO_BIG = 1009
+CLOSE_RESTART = 1012
+CLOSE_TRY_AGAIN = 1013
+CLOSE_SUPERSEDED = 4009  # the session was resumed on a newer socket
+
 
 class _Lenient(BaseModel):
     model_config = ConfigDict(extra="ignore")

@@ -17,9 +17,10 @@ from ..security import AuthRefused, check_origin
 from ..services import Services
 from . import protocol as p
 from . import transcription
-from .connection import CLOSE_NORMAL, CLOSE_POLICY, CLOSE_TRY_AGAIN, Connection
+from .connection import Connection
 from .keyed import PresetRefused, authenticate
 from .live import LiveSession
+from .protocol import CLOSE_NORMAL, CLOSE_POLICY, CLOSE_TRY_AGAIN
 from .registry import TooManySessions
 
 

@@ -15,8 +15,9 @@ from aiortc import RTCConfiguration, RTCIceServer, RTCPeerConnection, RTCRtpSend
 from ..config import WebRtcConfig
 from ..realtime import protocol as p
 from ..realtime.actions import Output
-from ..realtime.connection import CLOSE_TRY_AGAIN, Connection
+from ..realtime.connection import Connection
 from ..realtime.live import LiveSession
+from ..realtime.protocol import CLOSE_TRY_AGAIN
 from ..realtime.speech_out import PlayAudio
 from .channel import LABEL, DataChannelSocket
 from .pacing import Cleared, OutboundAudio, PlayoutEvent, Started, Stopped, track_samples

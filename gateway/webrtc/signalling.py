@@ -27,9 +27,10 @@ from ..cluster.node import ClusterNode
 from ..cluster.store import StoreUnavailable
 from ..http.errors import error_body
 from ..realtime import protocol as p
-from ..realtime.connection import CLOSE_POLICY, Connection
+from ..realtime.connection import Connection
 from ..realtime.keyed import PresetRefused, authenticate
 from ..realtime.live import LiveSession
+from ..realtime.protocol import CLOSE_POLICY
 from ..realtime.ratelimit import TokenBucket
 from ..realtime.registry import TooManySessions
 from ..security import AuthRefused, check_origin, ws_auth
