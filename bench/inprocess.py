@@ -58,7 +58,7 @@ def engine_ttft(so: Any, messages: list[dict[str, str]]) -> float:
         svc.backend,
         svc.backend.new_state(),
         ids,
-        svc.sampling({"temperature": 0, "max_tokens": MAX_TOKENS}),
+        svc.sampling(temperature=0.0, max_tokens=MAX_TOKENS),
         svc.scheduler_config({}),
         *svc.drafting(),
     )

@@ -122,12 +122,22 @@ class Services:
         assert isinstance(self.backend, PromptEncoder)
         return count_tokens(self.backend, text)
 
-    def sampling(self, opts: dict[str, Any]) -> SamplingParams:
+    def sampling(
+        self,
+        temperature: float | None = None,
+        top_p: float | None = None,
+        seed: int | None = None,
+        max_tokens: int | None = None,
+    ) -> SamplingParams:
+        """An HTTP request's sampling: what it leaves unset comes from the ``session`` config, and its
+        token cap never exceeds the server's (``session.max_output_tokens``). A Realtime response's
+        comes from its session's options (``realtime.session``), which start from the same config."""
+        s = self.config.session
         return SamplingParams(
-            temperature=float(opts.get("temperature") or 0.0),
-            top_p=float(opts.get("top_p") or 1.0),
-            seed=opts.get("seed"),
-            max_tokens=int(opts.get("max_tokens") or self.config.session.max_output_tokens),
+            temperature=s.temperature if temperature is None else temperature,
+            top_p=s.top_p if top_p is None else top_p,
+            seed=seed,
+            max_tokens=s.max_output_tokens if max_tokens is None else min(max_tokens, s.max_output_tokens),
         )
 
     def scheduler_config(self, opts: dict[str, Any]) -> SchedulerConfig:
@@ -162,7 +172,7 @@ class Services:
         self,
         state: KVState,
         messages: list[dict[str, str]],
-        sampling: dict[str, Any],
+        sampling: SamplingParams,
         scheduler: dict[str, Any],
         prompt: list[int] | None = None,
         constraint: TokenConstraint | None = None,
@@ -177,12 +187,12 @@ class Services:
         if isinstance(self.backend, RemoteModel):
             if constraint is not None:
                 raise ValueError("structured output needs local decoding")
-            return RemoteJob(self.backend, messages, self.sampling(sampling), self.scheduler_config(scheduler))
+            return RemoteJob(self.backend, messages, sampling, self.scheduler_config(scheduler))
         return DecodeJob(
             self.backend,
             state,
             self.backend.chat_tokens(messages) if prompt is None else prompt,
-            self.sampling(sampling),
+            sampling,
             self.scheduler_config(scheduler),
             *self.drafting(),
             constraint=constraint,

@@ -153,7 +153,6 @@ async def _echo(svc: Services, req: CompletionRequest, prompt: str | list[int]) 
 
 
 def _job(svc: Services, req: CompletionRequest, ids: list[int]) -> DecodeJob:
-    cap = svc.config.session.max_output_tokens
     sched: dict[str, Any] = req.scheduler.model_dump(exclude_none=True) if req.scheduler else {}
     sched["stop"] = req.stop_sequences()
     backend = svc.backend
@@ -163,14 +162,7 @@ def _job(svc: Services, req: CompletionRequest, ids: list[int]) -> DecodeJob:
             backend,
             backend.new_state(),
             ids,
-            svc.sampling(
-                {
-                    "temperature": req.temperature if req.temperature is not None else svc.config.session.temperature,
-                    "top_p": req.top_p if req.top_p is not None else svc.config.session.top_p,
-                    "seed": req.seed,
-                    "max_tokens": cap if req.max_tokens is None else min(req.max_tokens, cap),
-                }
-            ),
+            svc.sampling(req.temperature, req.top_p, req.seed, req.max_tokens),
             svc.scheduler_config(sched),
             *svc.drafting(),
             top_logprobs=req.logprobs,

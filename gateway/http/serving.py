@@ -103,8 +103,6 @@ def _job(
     prompt: list[int] | None = None,
     constraint: Any = None,
 ) -> Job:
-    cap = svc.config.session.max_output_tokens
-    asked = req.token_cap()
     sched: dict[str, Any] = req.scheduler.model_dump(exclude_none=True) if req.scheduler else {}
     sched["stop"] = req.stop_sequences()
     sched["tool_intercept"] = TOOL_TAGS  # the model's tool-call markup never reaches the text
@@ -112,12 +110,7 @@ def _job(
         return svc.decode_job(
             svc.backend.new_state(),
             messages,
-            {
-                "temperature": req.temperature if req.temperature is not None else svc.config.session.temperature,
-                "top_p": req.top_p if req.top_p is not None else svc.config.session.top_p,
-                "seed": req.seed,
-                "max_tokens": cap if asked is None else min(asked, cap),
-            },
+            svc.sampling(req.temperature, req.top_p, req.seed, req.token_cap()),
             sched,
             prompt,
             constraint,

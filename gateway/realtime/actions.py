@@ -5,6 +5,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+from models.sampling import SamplingParams
+
 from ..tools.actions import CallTool, ListTools
 from . import functions
 
@@ -15,7 +17,7 @@ class StartResponse:
 
     response_id: str
     messages: list[dict[str, Any]]  # {role, content} (+ tool_calls of an assistant turn)
-    sampling: dict[str, Any]  # temperature, top_p, seed, max_tokens
+    sampling: SamplingParams
     scheduler: dict[str, Any]  # SchedulerOptions fields that are set
     output_modalities: list[str]
     tools: functions.ToolPlan = field(default_factory=functions.ToolPlan)  # tools in the prompt, forced calls

@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from models import toolcalls
+from models.sampling import SamplingParams
 
 from ..keylimits import BoundLimits
 from ..options import SchedulerOptions
@@ -277,12 +278,12 @@ class Session(ImageOutput, SpeechOutput, McpOutput, ItemEvents):
         action = StartResponse(
             response_id=rid,
             messages=messages,
-            sampling={
-                "temperature": pick("temperature") or 0.0,
-                "top_p": pick("top_p") or 1.0,
-                "seed": pick("seed"),
-                "max_tokens": max_tokens,
-            },
+            sampling=SamplingParams(
+                temperature=pick("temperature") or 0.0,
+                top_p=pick("top_p") or 1.0,
+                seed=pick("seed"),
+                max_tokens=max_tokens,
+            ),
             scheduler=sched,
             output_modalities=modalities,
             tools=tools,

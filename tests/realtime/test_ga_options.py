@@ -43,7 +43,7 @@ def test_max_output_tokens_inf_is_the_server_cap():
     s = make()
     s.handle(ev(USER))
     start = s.handle(ev('{"type":"response.create","response":{"max_output_tokens":"inf"}}')).actions[0]
-    assert start.sampling["max_tokens"] == 64  # make()'s session.max_output_tokens
+    assert start.sampling.max_tokens == 64  # make()'s session.max_output_tokens
 
 
 def test_legacy_modalities_is_read_as_output_modalities():

@@ -38,7 +38,7 @@ def test_response_lifecycle_and_contiguous_seq():
     start = out.actions[0]
     assert isinstance(start, StartResponse)
     assert start.messages[-1] == {"role": "user", "content": "hi"}
-    assert start.sampling["max_tokens"] == 64
+    assert start.sampling.max_tokens == 64
     events += s.on_chunk(start.response_id, "Hel").events
     events += s.on_chunk(start.response_id, "lo").events
     events += s.on_done(start.response_id, "stop", {"tokens": 2}, {"output_tokens": 2}).events
