@@ -55,6 +55,23 @@ class Forward:
     prefill: bool = False  # a piece of the prompt (the engine budgets these per step)
 
 
+@dataclass(frozen=True)
+class Prefill:
+    """The planned forward feeds the next ``n`` prompt tokens (one piece of a chunked prefill)."""
+
+    n: int
+
+
+@dataclass(frozen=True)
+class Advance:
+    """The planned forward feeds the last shown ``token`` and the ``drafts`` after it, to a cache
+    ``base`` tokens long: rejected drafts are cropped back to ``base + 1 + accepted``."""
+
+    token: int
+    drafts: list[int]
+    base: int
+
+
 @dataclass
 class JobEvents:
     chunks: list[Chunk] = field(default_factory=list)
@@ -126,7 +143,7 @@ class DecodeJob:
         self._pending: int | None = None  # the next token, when already chosen
         self._feed: int | None = None  # the last shown token, not yet fed to the model
         self._prompt_left: list[int] | None = None  # prompt ids still to prefill (chunked prefill)
-        self._inflight: tuple[Any, ...] | None = None  # what the planned forward was for
+        self._inflight: Prefill | Advance | None = None  # what the planned forward was for
 
     # -------------------------------------------------------------------------------------
 
@@ -210,7 +227,7 @@ class DecodeJob:
                 n = left if prefill_budget is None else min(prefill_budget, left)
             if n <= 0:
                 return None
-            self._inflight = ("prefill", n)
+            self._inflight = Prefill(n)
             return Forward(self._prompt_left[:n], 1, prefill=True)
         if self._feed is None:
             return None
@@ -228,7 +245,7 @@ class DecodeJob:
                 drafts = self.drafter.propose(self.state.tokens + [tok], k)[:k]
                 if self.constraint is not None:  # only drafts the grammar allows are verified (it is past tok)
                     drafts = drafts[: self.constraint.valid_prefix(drafts)]
-        self._inflight = ("advance", tok, drafts, len(self.state.tokens))
+        self._inflight = Advance(tok, drafts, len(self.state.tokens))
         return Forward([tok, *drafts], len(drafts) + 1)
 
     @property
@@ -247,20 +264,20 @@ class DecodeJob:
         assert self._inflight is not None, "complete() without plan()"
         inflight, self._inflight = self._inflight, None
         out = JobEvents()
-        if inflight[0] == "prefill":
-            assert self._prompt_left is not None
-            self._prompt_left = self._prompt_left[inflight[1] :]
-            if self._prompt_left:
-                return out  # more pieces to go
-            self._prompt_left = None
-            self._next_logits = rows[0]
-            self.t_prefilled = self.clock()
-        else:
-            _, tok, drafts, base = inflight
-            self._feed = None
-            out = self._verified(rows, tok, drafts, base, seconds)
-            if self.finished:
-                return out
+        match inflight:
+            case Prefill(n):
+                assert self._prompt_left is not None
+                self._prompt_left = self._prompt_left[n:]
+                if self._prompt_left:
+                    return out  # more pieces to go
+                self._prompt_left = None
+                self._next_logits = rows[0]
+                self.t_prefilled = self.clock()
+            case Advance(tok, drafts, base):
+                self._feed = None
+                out = self._verified(rows, tok, drafts, base, seconds)
+                if self.finished:
+                    return out
         if self._pending is not None:  # chosen by the verifier
             tok, self._pending = self._pending, None
             lp, top = self._pending_lp, self._pending_top
