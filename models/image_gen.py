@@ -5,12 +5,10 @@ Shapes: latents ``[B, C, h, w]`` with ``h = H / vae_scale_factor`` (SD: C = 4, f
 → ``[h, w, 3]``, upscaled to ``preview_max_side``; a ``vae`` preview decodes latents shrunk so the
 image side is at most ``preview_max_side``.
 
-Events (dicts, called on the worker thread; bridge them into asyncio with ``call_soon_threadsafe``):
-``{"kind": "in_progress"}`` when queued · ``{"kind": "generating", "total_steps"}`` when denoising
-starts · ``{"kind": "partial_image", "index", "step", "total_steps", "png_b64"}`` every
-``preview_every`` steps · then exactly one terminal event: ``{"kind": "completed", "png_b64",
-"width", "height"}`` | ``{"kind": "cancelled", "step"}`` | ``{"kind": "failed", "message"}``.
-These map 1:1 onto PROTOCOL.md's ``response.image_generation_call.*`` events.
+Events (``ImageEvent`` records, called on the worker thread; bridge them into asyncio with
+``call_soon_threadsafe``): ``InProgress`` when queued · ``Generating`` when denoising starts ·
+``PartialImage`` every ``preview_every`` steps · then exactly one terminal event: ``Completed`` |
+``Cancelled`` | ``Failed``. These map 1:1 onto PROTOCOL.md's ``response.image_generation_call.*`` events.
 
 Cancel: ``cancel.set()`` from any thread. The step callback sees it at the end of the running step,
 sets ``pipe._interrupt`` (diffusers then skips every remaining step) and sends ``cancelled`` at
@@ -31,8 +29,9 @@ from typing import Any
 
 from PIL import Image
 
-Event = dict[str, Any]
-OnEvent = Callable[[Event], None]
+from .image_events import Cancelled, Completed, Failed, Generating, ImageEvent, InProgress, PartialImage
+
+OnEvent = Callable[[ImageEvent], None]
 
 # Linear latent → RGB approximation for 4-channel SD-family latents (rows: latent channels; as
 # used by ComfyUI's SD1.5 previewer); applied to the scaled latents the callback receives.
@@ -166,7 +165,7 @@ class ImageGenerator:
         """Queue a generation on the worker thread; sends ``in_progress`` now, the rest from the worker."""
         emit = on_event or (lambda _e: None)
         cancel = cancel or threading.Event()
-        emit({"kind": "in_progress"})
+        emit(InProgress())
         return self._worker.submit(self._run, prompt, steps or self.cfg.steps, emit, cancel, seed, negative_prompt)
 
     def generate(
@@ -211,7 +210,7 @@ class ImageGenerator:
         result = GenerationResult(status="completed")
         if cancel.is_set():  # cancelled while queued
             result.status = "cancelled"
-            emit({"kind": "cancelled", "step": 0})
+            emit(Cancelled(step=0))
             return result
         cfg = self.cfg
         t_start = time.perf_counter()
@@ -223,13 +222,12 @@ class ImageGenerator:
                 if result.status != "cancelled":
                     pipe._interrupt = True  # diffusers skips every remaining step
                     result.status = "cancelled"
-                    emit({"kind": "cancelled", "step": i + 1})
+                    emit(Cancelled(step=i + 1))
                 return kwargs
             done = i + 1
             if cfg.preview_every > 0 and done % cfg.preview_every == 0 and done < steps:
                 png = png_bytes(self._preview(kwargs["latents"]), compress_level=1)  # speed over size
-                emit({"kind": "partial_image", "index": result.previews, "step": done, "total_steps": steps,
-                      "png_b64": _b64(png)})  # fmt: skip
+                emit(PartialImage(index=result.previews, step=done, total_steps=steps, png_b64=_b64(png)))
                 if result.first_preview_s is None:
                     result.first_preview_s = time.perf_counter() - t_start
                 result.previews += 1
@@ -253,7 +251,7 @@ class ImageGenerator:
             call["height"] = cfg.height
         if seed is not None:
             call["generator"] = torch.Generator(device="cpu").manual_seed(seed)
-        emit({"kind": "generating", "total_steps": steps})
+        emit(Generating(total_steps=steps))
         try:
             image = self.pipe(**call).images[0]
             if result.status == "cancelled":  # interrupted: whatever was decoded is discarded
@@ -265,7 +263,7 @@ class ImageGenerator:
             if result.status == "cancelled":  # already reported; a late failure changes nothing
                 return result
             result.status, result.message = "failed", f"{type(exc).__name__}: {exc}"[:500]
-            emit({"kind": "failed", "message": result.message})
+            emit(Failed(result.message))
             return result
-        emit({"kind": "completed", "png_b64": _b64(result.png), "width": image.width, "height": image.height})
+        emit(Completed(png_b64=_b64(result.png), width=image.width, height=image.height))
         return result

@@ -9,6 +9,8 @@ import secrets
 from dataclasses import dataclass
 from typing import Any
 
+from models.image_events import TERMINAL, Completed, Generating, ImageEvent, PartialImage
+
 from . import protocol as p
 from .actions import Output, StartImage
 from .responses import ResponseState
@@ -19,7 +21,7 @@ class ImageProgress:
     """One event of an image being generated (models.image_gen, from its worker thread)."""
 
     item_id: str  # the response's image_generation_call item
-    event: dict[str, Any]  # {"kind": "partial" | "completed" | "failed" | "cancelled", …}
+    event: ImageEvent
 
 
 class ImageOutput:
@@ -54,37 +56,35 @@ class ImageOutput:
             actions=[StartImage(r.id, item_id, prompt)],
         )
 
-    def on_image(self, response_id: str, item_id: str, ev: dict[str, Any]) -> Output:
-        """A progress event from the image generator (models.image_gen's dicts)."""
+    def on_image(self, response_id: str, item_id: str, ev: ImageEvent) -> Output:
+        """A progress event from the image generator (``models.image_gen``)."""
         r = self.response
         if r is None or r.id != response_id or item_id not in r.images:
             return Output()  # late event of a cancelled/finished response
         item = r.images[item_id]
         idx = item["output_index"]
-        kind = ev.get("kind")
-        if kind == "generating":
-            return self._out(
-                p.server_event("response.image_generation_call.generating", item_id=item_id, output_index=idx)
-            )
-        if kind == "partial_image":
-            return self._out(
-                p.server_event(
-                    "response.image_generation_call.partial_image",
-                    item_id=item_id,
-                    output_index=idx,
-                    partial_image_index=ev.get("index", 0),
-                    partial_image_b64=ev["png_b64"],
+        match ev:
+            case Generating():
+                return self._out(
+                    p.server_event("response.image_generation_call.generating", item_id=item_id, output_index=idx)
                 )
-            )
-        if kind not in ("completed", "cancelled", "failed"):
-            return Output()
-        item["status"] = "completed" if kind == "completed" else "failed"
+            case PartialImage(index=index, png_b64=png_b64):
+                return self._out(
+                    p.server_event(
+                        "response.image_generation_call.partial_image",
+                        item_id=item_id,
+                        output_index=idx,
+                        partial_image_index=index,
+                        partial_image_b64=png_b64,
+                    )
+                )
+            case _ if not isinstance(ev, TERMINAL):
+                return Output()
+        item["status"] = "completed" if isinstance(ev, Completed) else "failed"
         done_item = {"id": item_id, "type": "image_generation_call", "status": item["status"]}
-        if kind == "completed":
-            done_item["result"] = ev["png_b64"]
-            item["result"] = ev["png_b64"]
         events = []
-        if kind == "completed":
+        if isinstance(ev, Completed):
+            done_item["result"] = item["result"] = ev.png_b64
             events.append(p.server_event("response.image_generation_call.completed", item_id=item_id, output_index=idx))
         events.append(p.server_event("response.output_item.done", response_id=r.id, output_index=idx, item=done_item))
         out = self._out(*events)

@@ -21,6 +21,7 @@ from models.backend import Parking
 from models.constrain import GrammarError
 from models.decode import ContextOverflow, JobEvents
 from models.engine import EngineBusy, Handle
+from models.image_events import TERMINAL, Failed, ImageEvent
 
 from ..filters import FILTER_FAILED, ResponseFilter
 from ..grammars import CompileBusy, off_loop
@@ -158,13 +159,13 @@ class LiveSession:
         gen = self.svc.image_gen
         if gen is None:
             self.send(self.session.error("image_generation_disabled", "image output is not enabled on this server"))
-            self.send(self.session.on_image(rid, item_id, {"kind": "failed"}))
+            self.send(self.session.on_image(rid, item_id, Failed("image output is not enabled on this server")))
             return
         loop = asyncio.get_running_loop()
         cancel = threading.Event()
         self.image_cancels.setdefault(rid, []).append(cancel)
 
-        def on_event(ev: dict[str, Any]) -> None:  # from the generator's worker thread
+        def on_event(ev: ImageEvent) -> None:  # from the generator's worker thread
             if not loop.is_closed():
                 loop.call_soon_threadsafe(self.model_q.put_nowait, (rid, ImageProgress(item_id, ev)))
 
@@ -405,9 +406,9 @@ class LiveSession:
     def _on_model(self, rid: str, events: JobEvents | ImageProgress) -> None:
         if isinstance(events, ImageProgress):
             ev = events.event
-            if ev.get("kind") == "failed":
-                log.warning("image generation failed: %s", ev.get("message"))
-            if ev.get("kind") in ("completed", "failed", "cancelled"):
+            if isinstance(ev, Failed):
+                log.warning("image generation failed: %s", ev.message)
+            if isinstance(ev, TERMINAL):
                 flags = self.image_cancels.get(rid, [])
                 if flags:
                     flags.pop(0)

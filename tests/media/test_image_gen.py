@@ -16,6 +16,7 @@ import pytest
 import torch
 from PIL import Image
 
+from models.image_events import Cancelled, Completed, Failed, ImageEvent, PartialImage
 from models.image_gen import (
     LATENT_RGB,
     ImageGenConfig,
@@ -44,17 +45,17 @@ class Recorder:
     """Collects events; optionally sets ``cancel`` when the partial image ``cancel_on_preview`` arrives."""
 
     def __init__(self, cancel: threading.Event | None = None, cancel_on_preview: int | None = None):
-        self.events: list[dict[str, Any]] = []
+        self.events: list[ImageEvent] = []
         self.cancel = cancel
         self.cancel_on_preview = cancel_on_preview
 
-    def __call__(self, event: dict[str, Any]) -> None:
+    def __call__(self, event: ImageEvent) -> None:
         self.events.append(event)
-        if self.cancel is not None and event.get("index") == self.cancel_on_preview:
+        if self.cancel is not None and isinstance(event, PartialImage) and event.index == self.cancel_on_preview:
             self.cancel.set()
 
     def kinds(self) -> list[str]:
-        return [e["kind"] for e in self.events]
+        return [e.kind for e in self.events]
 
 
 @pytest.fixture(scope="module")
@@ -89,14 +90,15 @@ def test_completed_generation_emits_events_in_order_and_a_png(generator: ImageGe
     ]
     assert result.status == "completed" and result.steps_run == 4 and len(unet_calls) == 4
     final = rec.events[-1]
-    assert base64.b64decode(final["png_b64"]) == result.png
-    img = _png(final["png_b64"])
-    assert img.mode == "RGB" and img.size == (16, 16) == (final["width"], final["height"])
+    assert isinstance(final, Completed)
+    assert base64.b64decode(final.png_b64) == result.png
+    img = _png(final.png_b64)
+    assert img.mode == "RGB" and img.size == (16, 16) == (final.width, final.height)
 
 
 def test_events_arrive_on_the_worker_thread(generator: ImageGenerator) -> None:
     seen: list[tuple[str, str]] = []
-    generator.generate("x", steps=2, on_event=lambda e: seen.append((e["kind"], threading.current_thread().name)))
+    generator.generate("x", steps=2, on_event=lambda e: seen.append((e.kind, threading.current_thread().name)))
     assert seen[0] == ("in_progress", threading.current_thread().name)  # sent by submit() itself
     assert len(seen) == 4 and all(name.startswith("image-gen") for _, name in seen[1:])
 
@@ -104,11 +106,11 @@ def test_events_arrive_on_the_worker_thread(generator: ImageGenerator) -> None:
 def test_partial_images_are_indexed_pngs_at_preview_size(generator: ImageGenerator) -> None:
     rec = Recorder()
     generator.generate("x", steps=4, on_event=rec, seed=1)
-    partials = [e for e in rec.events if e["kind"] == "partial_image"]
-    assert [p["index"] for p in partials] == [0, 1, 2] and [p["step"] for p in partials] == [1, 2, 3]
-    assert all(p["total_steps"] == 4 for p in partials)
+    partials = [e for e in rec.events if isinstance(e, PartialImage)]
+    assert [p.index for p in partials] == [0, 1, 2] and [p.step for p in partials] == [1, 2, 3]
+    assert all(p.total_steps == 4 for p in partials)
     for p in partials:  # latents 8×8, VAE factor 2: previews at the final 16×16 size (< preview_max_side)
-        assert _png(p["png_b64"]).size == (16, 16)
+        assert _png(p.png_b64).size == (16, 16)
 
 
 def test_previews_every_n_steps(tiny_sd_dir: Path) -> None:  # noqa: F811
@@ -118,7 +120,7 @@ def test_previews_every_n_steps(tiny_sd_dir: Path) -> None:  # noqa: F811
         result = gen.generate("x", steps=6, on_event=rec)
     finally:
         gen.close()
-    assert [e["step"] for e in rec.events if e["kind"] == "partial_image"] == [2, 4]
+    assert [e.step for e in rec.events if isinstance(e, PartialImage)] == [2, 4]
     assert result.previews == 2 and result.first_preview_s is not None and len(result.step_seconds) == 6
 
 
@@ -129,8 +131,8 @@ def test_vae_preview_mode_decodes_at_reduced_size(tiny_sd_dir: Path) -> None:  #
         gen.generate("x", steps=2, on_event=rec)
     finally:
         gen.close()
-    (partial,) = [e for e in rec.events if e["kind"] == "partial_image"]
-    assert _png(partial["png_b64"]).size == (8, 8)  # 8×8 latents shrunk to 4×4, VAE ×2
+    (partial,) = [e for e in rec.events if isinstance(e, PartialImage)]
+    assert _png(partial.png_b64).size == (8, 8)  # 8×8 latents shrunk to 4×4, VAE ×2
 
 
 def test_previews_can_be_disabled(tiny_sd_dir: Path) -> None:  # noqa: F811
@@ -156,7 +158,8 @@ def test_cancel_mid_denoise_stops_within_one_step(generator: ImageGenerator, une
     assert result.status == "cancelled" and result.png is None
     assert len(unet_calls) <= 3  # step 2 done when cancel was set, then at most the running step
     assert rec.kinds()[-1] == "cancelled" and "completed" not in rec.kinds()
-    assert rec.events[-1]["step"] == len(unet_calls)
+    last = rec.events[-1]
+    assert isinstance(last, Cancelled) and last.step == len(unet_calls)
 
 
 def test_cancel_before_start_runs_nothing(generator: ImageGenerator, unet_calls: list[int]) -> None:
@@ -200,7 +203,8 @@ def test_pipeline_error_is_a_failed_event() -> None:
     finally:
         gen.close()
     assert result.status == "failed" and rec.kinds() == ["in_progress", "generating", "failed"]
-    assert "out of memory" in rec.events[-1]["message"] == result.message
+    last = rec.events[-1]
+    assert isinstance(last, Failed) and "out of memory" in last.message == result.message
 
 
 def test_latent_rgb_preview_is_enlarged_up_to_max_side() -> None:
