@@ -77,12 +77,12 @@ async def _file(svc: Services, owner: str, part: FilePart, where: str) -> str:
     try:
         if f.file_id is None:
             return await data_url_text(svc, f.file_data or "", svc.config.files.max_file_bytes)
-        kind, text = await file_text(svc, owner, f.file_id)
+        _, text = await file_text(svc, owner, f.file_id)
     except FileRefused as exc:
         raise ApiError(exc.status, exc.code, exc.message, f"{where}.file") from None
     except REFUSALS as exc:
         raise ApiError(400, exc.code, exc.message, f"{where}.file") from None
-    return f"[Image: {text}]" if kind == "image" else text
+    return text
 
 
 async def _describe(svc: Services, part: ImagePart, where: str) -> str:
@@ -97,4 +97,4 @@ async def _describe(svc: Services, part: ImagePart, where: str) -> str:
             raise ApiError(400, code, message, f"{where}.image_url") from None
         log.error("image description failed: %s", type(exc).__name__)
         raise ApiError(500, "image_failed", "could not read the image", where) from None
-    return f"[Image: {text}]"
+    return str(text)  # as the describer words it ("[image: …]"), the same text a Realtime image part becomes

@@ -39,13 +39,29 @@ async def test_image_parts_go_through_the_describer_when_there_is_one():
     img = {"type": "image_url", "image_url": {"url": "data:image/png;base64,AAAA"}}
     svc = fake_services(image_describer=describe)
     out = await chat_messages(svc, messages({"role": "user", "content": [{"type": "text", "text": "What?"}, img]}))
-    assert out == [{"role": "user", "content": "What?\n[Image: a red square]"}]
+    assert out == [{"role": "user", "content": "What?\na red square"}]
     assert seen == ["data:image/png;base64,AAAA"]
     bad = {"type": "image_url", "image_url": {"url": "data:bad"}}
     with pytest.raises(ApiError) as info:
         await chat_messages(svc, messages({"role": "user", "content": [bad]}))
     err = info.value
     assert (err.status, err.code, err.param) == (400, "invalid_image", "messages[0].content[0].image_url")
+
+
+async def test_an_image_part_reads_as_the_same_text_on_both_apis():
+    from gateway.http.content import chat_messages
+    from gateway.realtime import protocol as p
+    from gateway.realtime.content import resolve_parts
+    from models.clip import describe as clip_words
+
+    url = "data:image/png;base64,AAAA"
+    svc = fake_services(image_describer=lambda _url: clip_words([("a red square", 0.9)]))
+    http = await chat_messages(
+        svc, messages({"role": "user", "content": [{"type": "image_url", "image_url": {"url": url}}]})
+    )
+    part = p.InputImage(type="input_image", image_url=url)
+    (realtime,) = await resolve_parts(svc, "", [part], transcribe=None)  # type: ignore[arg-type]
+    assert http[0]["content"] == realtime.text == "[image: likely a photo of a red square]"
 
 
 async def test_default_instructions_apply_only_without_a_system_message():
