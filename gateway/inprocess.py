@@ -38,7 +38,7 @@ from models.engine import EngineBusy, Handle
 
 from .config import Config, load_config
 from .filters import FILTER_FAILED, ResponseFilter
-from .http import serving
+from .http import jobs, serving
 from .http.content import chat_messages
 from .http.errors import ApiError
 from .http.schemas import ChatRequest
@@ -146,7 +146,7 @@ class ResponseStream:
         self.svc = svc
         self._messages = messages
         self._options = options
-        self.job: serving.Job | None = None
+        self.job: jobs.Job | None = None
         self._handle: Handle | None = None
         self._queue: asyncio.Queue[tuple[int, JobEvents]] = asyncio.Queue()
         self._ready: deque[StreamChunk] = deque()
@@ -214,7 +214,7 @@ class ResponseStream:
         try:
             messages = await chat_messages(svc, req.messages)
             prompt = await chat_tokens(svc.backend, messages, svc) if svc.tokenizes else None  # off the loop
-            self.job = serving._job(svc, req, messages, prompt)
+            self.job = serving.chat_job(svc, req, messages, prompt)
         except ApiError as exc:
             raise StreamOmniError(exc.code, exc.message, exc.param) from None
         try:
@@ -237,7 +237,7 @@ class ResponseStream:
         done = events.done
         if done is None:
             return
-        serving._finished(self.svc, done)
+        jobs.finished(self.svc, done)
         self._done = True
         if self._filter.error is not None:
             self._error = StreamOmniError(FILTER_FAILED, self._filter.error)

@@ -36,7 +36,7 @@ from models.remote import RemoteModel
 from ..services import Services
 from ..sink import AsyncSink
 from ..tokenize import TooManyTokens, text_tokens
-from . import serving, shapes
+from . import jobs, shapes
 from .errors import ApiError, busy, check_model, error_body
 from .schemas import SamplingRequest, parse, read_body
 from .stream import CompletionStore, CompletionStream, SseResponse, dumps
@@ -186,7 +186,7 @@ def _submit(svc: Services, choices: list[Choice], queue: asyncio.Queue[tuple[int
 def _cancel_all(svc: Services, choices: list[Choice]) -> None:
     for c in choices:
         if c.handle is not None and c.done is None:
-            serving._cancel(svc, c.handle)()
+            jobs.canceller(svc, c.handle)()
 
 
 def _take(c: Choice, events: JobEvents) -> None:
@@ -237,7 +237,7 @@ async def _complete(
     h: shapes.Header,
 ) -> Response:
     collect = asyncio.create_task(_collect(choices, queue))
-    gone = asyncio.create_task(serving._disconnected(request))
+    gone = asyncio.create_task(jobs.disconnected(request))
     try:
         await asyncio.wait({collect, gone}, return_when=asyncio.FIRST_COMPLETED)
         if not collect.done():  # the client left: stop decoding for nobody
@@ -250,7 +250,7 @@ async def _complete(
                 c.handle.cancel()
     dones = [c.done for c in choices if c.done is not None]
     for d in dones:
-        serving._finished(svc, d)
+        jobs.finished(svc, d)
     if any(d.reason == "cancelled" for d in dones):
         return Response(status_code=499)
     if any(d.reason not in shapes.FINISH for d in dones):
@@ -284,7 +284,7 @@ def _start_stream(
     queue: asyncio.Queue[tuple[int, JobEvents]],
     h: shapes.Header,
 ) -> Response:
-    stream = CompletionStream(h.id, owner, svc.config.server.grace_period_s or serving.HTTP_GRACE_S)
+    stream = CompletionStream(h.id, owner, svc.config.server.grace_period_s or jobs.HTTP_GRACE_S)
     if not store.add(stream):
         _cancel_all(svc, choices)
         raise busy("too many streamed completions in flight; retry shortly")
@@ -336,7 +336,7 @@ async def _pump(
         done = events.done
         if done is None:
             continue
-        serving._finished(svc, done)
+        jobs.finished(svc, done)
         if done.reason in shapes.FINISH:
             stream.push(dumps(_chunk(h, i, "", None, shapes.FINISH[done.reason], with_usage)))
         elif failed is None:

@@ -6,52 +6,28 @@ import asyncio
 import logging
 import secrets
 import time
-from collections.abc import Callable
 from typing import Any
 
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 
-from models.decode import ContextOverflow, DecodeJob, Done, JobEvents
-from models.engine import EngineBusy, Handle
-from models.remote import RemoteJob
+from models.decode import ContextOverflow, Done, JobEvents
+from models.engine import Handle
 from models.toolcalls import TOOL_TAGS, ParsedCall
 
 from ..filters import CONTENT_FILTER, FILTER_FAILED, ResponseFilter
 from ..grammars import CompileBusy, off_loop
 from ..services import Services
-from ..sink import AsyncSink
 from ..tokenize import chat_tokens
 from ..tools import chat as mcp_chat
 from . import chat_audio, shapes, tools
 from .content import chat_messages
 from .errors import ApiError, busy, check_model, error_body
+from .jobs import FAILED, FAILED_STATUS, HTTP_GRACE_S, Job, canceller, disconnected, error_code, finished, submit
 from .schemas import ChatRequest, ToolDef, parse, read_body
 from .stream import CompletionStore, CompletionStream, SseResponse, dumps
 
 log = logging.getLogger("stream_omni.http")
-
-HTTP_GRACE_S = 30.0  # resume window for SSE when server.grace_period_s is 0
-
-Job = DecodeJob | RemoteJob  # decoded here, or streamed from a remote engine (backend: openai)
-
-# a failed response's error code → HTTP status (anything else: 500)
-FAILED_STATUS = {
-    "server_busy": 503,
-    "engine_unavailable": 502,
-    "engine_error": 502,
-    "engine_timeout": 504,
-    "context_length_exceeded": 400,
-}
-_FAILED = {  # what a client is told; never the engine's address or its own words
-    "generation_failed": "generation failed",
-    "server_busy": "the model engine is at capacity; retry shortly",
-    "engine_unavailable": "the model engine is unavailable",
-    "engine_timeout": "the model engine did not answer in time",
-    "engine_error": "the model engine failed this request",
-    "context_length_exceeded": "the conversation does not fit the model's context",
-}
-
 
 # ---------------------------------------------------------------------- POST /v1/chat/completions
 
@@ -76,7 +52,7 @@ async def create(svc: Services, store: CompletionStore, request: Request, owner:
         except CompileBusy:
             raise busy("too many schemas are being compiled; retry shortly") from None
         prompt = await chat_tokens(svc.backend, messages, svc) if svc.tokenizes else None  # off the loop
-        job = _job(svc, req, messages, prompt, constraint)
+        job = chat_job(svc, req, messages, prompt, constraint)
         header = shapes.Header(f"chatcmpl-{secrets.token_hex(16)}", int(time.time()), svc.backend.name)
         if req.stream:
             return _start_stream(svc, store, owner, req, job, header, plan, speech)
@@ -89,14 +65,14 @@ async def create(svc: Services, store: CompletionStore, request: Request, owner:
             plan = tools.ToolPlan([] if mcp.spent else plan.tools, plan.known, None, True)  # forced once
             messages = tools.messages(turns, plan)
             prompt = await chat_tokens(svc.backend, messages, svc) if svc.tokenizes else None
-            job = _job(svc, req, messages, prompt)
+            job = chat_job(svc, req, messages, prompt)
         return (await _complete(svc, request, job, header, plan, speech))[0]
     finally:
         if mcp is not None:
             await mcp.close()
 
 
-def _job(
+def chat_job(
     svc: Services,
     req: ChatRequest,
     messages: list[dict[str, str]],
@@ -121,38 +97,6 @@ def _job(
         raise ApiError(400, "invalid_value", str(exc)) from None
 
 
-def _submit(svc: Services, job: Job, tag: str) -> tuple[Handle, asyncio.Queue[tuple[str, JobEvents]]]:
-    queue: asyncio.Queue[tuple[str, JobEvents]] = asyncio.Queue()
-    try:
-        handle = svc.engine.submit(job, AsyncSink(asyncio.get_running_loop(), queue, tag))
-    except EngineBusy:
-        raise busy() from None
-    return handle, queue
-
-
-def _finished(svc: Services, done: Done) -> None:
-    """Metrics for one finished completion."""
-    if "tokens" in done.metrics:
-        svc.metrics.observe_response(done.metrics)
-    svc.metrics.responses.labels(status=shapes.STATUS.get(done.reason, done.reason)).inc()
-    if done.reason == "error":
-        svc.metrics.errors.labels(code=_error_code(done)).inc()
-
-
-def _error_code(done: Done) -> str:
-    code = str(done.metrics.get("error_code") or "generation_failed")
-    return code if code in _FAILED else "generation_failed"
-
-
-def _cancel(svc: Services, handle: Handle) -> Callable[[], None]:
-    def cancel() -> None:
-        if not handle.cancelled.is_set():
-            handle.cancel()
-            svc.metrics.cancels.inc()
-
-    return cancel
-
-
 # ---------------------------------------------------------------------- non-streamed
 
 
@@ -160,19 +104,19 @@ async def _complete(
     svc: Services, request: Request, job: Job, h: shapes.Header, plan: tools.ToolPlan, speech: Any = None
 ) -> tuple[Response, str, list[ParsedCall]]:
     """The response, and the answer's text and calls (for the MCP rounds)."""
-    handle, queue = _submit(svc, job, h.id)
+    handle, queue = submit(svc, job, h.id)
     flt = ResponseFilter(svc.filters, None, h.id)
     collect = asyncio.create_task(_collect(queue, flt, handle))
-    gone = asyncio.create_task(_disconnected(request))
+    gone = asyncio.create_task(disconnected(request))
     try:
         await asyncio.wait({collect, gone}, return_when=asyncio.FIRST_COMPLETED)
         if not collect.done():  # the client left: stop decoding for nobody
-            _cancel(svc, handle)()
+            canceller(svc, handle)()
         text, bodies, done = await collect
     finally:
         gone.cancel()
         handle.cancel()  # no-op when finished; never leaves a job running if this task is cancelled
-    _finished(svc, done)
+    finished(svc, done)
     if flt.error is not None:
         return JSONResponse(error_body(500, FILTER_FAILED, flt.error), status_code=500), text, []
     if flt.stopped:
@@ -180,10 +124,10 @@ async def _complete(
     if done.reason == "cancelled":
         return Response(status_code=499), text, []  # nobody is listening
     if done.reason not in shapes.FINISH:
-        code = _error_code(done)
+        code = error_code(done)
         status = FAILED_STATUS.get(code, 500)
         headers = {"Retry-After": "1"} if code == "server_busy" else None
-        return JSONResponse(error_body(status, code, _FAILED[code]), status_code=status, headers=headers), text, []
+        return JSONResponse(error_body(status, code, FAILED[code]), status_code=status, headers=headers), text, []
     calls = tools.parse(bodies, plan)
     body = shapes.completion(h, text, "tool_calls" if calls else shapes.FINISH[done.reason], done.metrics)
     if calls:
@@ -215,11 +159,6 @@ async def _collect(
             return "".join(parts), bodies, events.done
 
 
-async def _disconnected(request: Request) -> None:
-    while (await request.receive())["type"] != "http.disconnect":
-        pass
-
-
 # ---------------------------------------------------------------------- streamed (SSE)
 
 
@@ -237,11 +176,11 @@ def _start_stream(
     if not store.add(stream):
         raise busy("too many streamed completions in flight; retry shortly")
     try:
-        handle, queue = _submit(svc, job, h.id)
+        handle, queue = submit(svc, job, h.id)
     except ApiError:
         store.drop(stream)
         raise
-    stream.cancel = _cancel(svc, handle)
+    stream.cancel = canceller(svc, handle)
     with_usage = bool(req.stream_options and req.stream_options.include_usage)
     stream.push(dumps(shapes.chunk(h, {"role": "assistant", "content": ""}, with_usage=with_usage)))
     stream.task = asyncio.create_task(_pump(svc, stream, queue, h, with_usage, plan, speech))
@@ -277,7 +216,7 @@ async def _pump(
         done = events.done
         if done is None:
             continue
-        _finished(svc, done)
+        finished(svc, done)
         if flt.error is not None:
             stream.push(dumps(error_body(500, FILTER_FAILED, flt.error)))
         elif flt.stopped:
@@ -292,8 +231,8 @@ async def _pump(
         elif done.reason == "cancelled":
             stream.push(dumps(error_body(500, "cancelled", "the completion was cancelled")))
         else:
-            code = _error_code(done)
-            stream.push(dumps(error_body(FAILED_STATUS.get(code, 500), code, _FAILED[code])))
+            code = error_code(done)
+            stream.push(dumps(error_body(FAILED_STATUS.get(code, 500), code, FAILED[code])))
         stream.push("[DONE]")
         stream.finish()
         return
