@@ -14,6 +14,7 @@ from starlette.responses import JSONResponse, Response
 from models.decode import ContextOverflow, Done, JobEvents
 from models.engine import Handle
 from models.toolcalls import TOOL_TAGS, ParsedCall
+from models.toolplan import ToolPlan
 
 from ..filters import CONTENT_FILTER, FILTER_FAILED, ResponseFilter
 from ..grammars import CompileBusy, off_loop
@@ -62,7 +63,7 @@ async def create(svc: Services, store: CompletionStore, request: Request, owner:
             if not ours or len(ours) < len(calls):  # no MCP call, or the client's own functions to call too
                 return response
             turns += await mcp.run(text, ours)
-            plan = tools.ToolPlan([] if mcp.spent else plan.tools, plan.known, None, True)  # forced once
+            plan = ToolPlan([] if mcp.spent else plan.tools, plan.known)  # forced once
             messages = tools.messages(turns, plan)
             prompt = await chat_tokens(svc.backend, messages, svc) if svc.tokenizes else None
             job = chat_job(svc, req, messages, prompt)
@@ -101,7 +102,7 @@ def chat_job(
 
 
 async def _complete(
-    svc: Services, request: Request, job: Job, h: shapes.Header, plan: tools.ToolPlan, speech: Any = None
+    svc: Services, request: Request, job: Job, h: shapes.Header, plan: ToolPlan, speech: Any = None
 ) -> tuple[Response, str, list[ParsedCall]]:
     """The response, and the answer's text and calls (for the MCP rounds)."""
     handle, queue = submit(svc, job, h.id)
@@ -169,7 +170,7 @@ def _start_stream(
     req: ChatRequest,
     job: Job,
     h: shapes.Header,
-    plan: tools.ToolPlan,
+    plan: ToolPlan,
     speech: Any = None,
 ) -> Response:
     stream = CompletionStream(h.id, owner, svc.config.server.grace_period_s or HTTP_GRACE_S)
@@ -193,7 +194,7 @@ async def _pump(
     queue: asyncio.Queue[tuple[str, JobEvents]],
     h: shapes.Header,
     with_usage: bool,
-    plan: tools.ToolPlan,
+    plan: ToolPlan,
     speech: Any = None,
 ) -> None:
     """Engine events → numbered SSE frames, until the job is done."""

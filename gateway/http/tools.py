@@ -14,42 +14,40 @@ from __future__ import annotations
 
 import json
 import secrets
-from dataclasses import dataclass, field
+from dataclasses import replace
 from typing import Any
 
-from models import constrain, schema_budget, toolcalls
+from models import constrain, toolcalls, toolplan
 from models.toolcalls import ParsedCall, Tool
+from models.toolplan import Declared, ToolPlan, ToolPlanError
 
 from .errors import ApiError
 from .schemas import ChatRequest, NamedToolChoice, ToolDef
-
-
-@dataclass(frozen=True)
-class ToolPlan:
-    tools: list[Tool] = field(default_factory=list)  # described to the model in the prompt
-    known: frozenset[str] = frozenset()  # names a call may carry
-    grammar: str | None = None  # the whole answer decodes under it (forced calls, response_format)
-    intercept: bool = False  # cut tool-call markup out of the text
 
 
 def _bad(message: str, param: str) -> ApiError:
     return ApiError(400, "invalid_value", message, param)
 
 
+def _declared(req: ChatRequest) -> list[Declared]:
+    """The request's function tools (an ``mcp`` entry's tools come listed, as ``plan``'s ``extra``)."""
+    return [
+        Declared(t.function.name, t.function.description, t.function.parameters, f"tools[{i}].function")
+        for i, t in enumerate(req.tools or [])
+        if isinstance(t, ToolDef)
+    ]
+
+
 def check_budget(req: ChatRequest) -> None:
     """The tools' and response_format's schemas within ``models.schema_budget`` (cheap: before any
     compilation); else ``invalid_request_error`` naming the field."""
-    schemas: list[tuple[str, Any]] = [
-        (f"tools[{i}].function.parameters", t.function.parameters)
-        for i, t in enumerate(req.tools or [])
-        if isinstance(t, ToolDef) and t.function.parameters is not None
-    ]
     fmt = req.response_format
+    more: list[tuple[str, Any]] = []
     if fmt is not None and fmt.json_schema is not None and fmt.json_schema.schema_ is not None:
-        schemas.append(("response_format.json_schema.schema", fmt.json_schema.schema_))
+        more.append(("response_format.json_schema.schema", fmt.json_schema.schema_))
     try:
-        schema_budget.check(schemas, schema_budget.SchemaBudget(), len(req.tools or []), "tools")
-    except schema_budget.TooComplex as exc:
+        toolplan.check_budget(_declared(req), "tools", more, count=len(req.tools or []))
+    except ToolPlanError as exc:
         raise ApiError(400, "schema_too_complex", exc.message, exc.param) from None
 
 
@@ -58,20 +56,6 @@ def plan(req: ChatRequest, extra: list[Tool] | None = None) -> ToolPlan:
     ``extra``: more tools to offer (MCP servers' tools, gateway.tools.chat), checked already.
     Compiles the schemas (cached by hash): run it off the event loop (``gateway.grammars``)."""
     check_budget(req)
-    tools: list[Tool] = []
-    for i, t in enumerate(req.tools or []):
-        if not isinstance(t, ToolDef):  # an mcp server: its tools come in extra
-            continue
-        params = t.function.parameters if t.function.parameters is not None else {"type": "object", "properties": {}}
-        where = f"tools[{i}].function.parameters"
-        try:
-            constrain.check_schema(params, where)
-        except constrain.GrammarError as exc:
-            raise _bad(str(exc), where) from None
-        if any(x.name == t.function.name for x in tools):
-            raise _bad(f"two tools are named {t.function.name!r}", f"tools[{i}].function.name")
-        tools.append(Tool(t.function.name, t.function.description, params))
-    tools += extra or []
     for i, m in enumerate(req.messages):
         for j, c in enumerate(m.tool_calls or []):
             try:
@@ -80,23 +64,17 @@ def plan(req: ChatRequest, extra: list[Tool] | None = None) -> ToolPlan:
                 ok = False
             if not ok:
                 raise _bad("arguments must be a JSON object", f"messages[{i}].tool_calls[{j}].function.arguments")
-    choice = req.tool_choice or ("auto" if tools else "none")
-    known = frozenset(t.name for t in tools)
-    if isinstance(choice, NamedToolChoice):
-        if choice.function.name not in known:
-            raise _bad(f"tool_choice names {choice.function.name!r}, which is not in tools", "tool_choice")
-        chosen = [t for t in tools if t.name == choice.function.name]
-        grammar = constrain.tool_call_grammar([t.spec() for t in chosen], parallel=False)
-        return ToolPlan(tools, known, grammar, True)
-    if choice == "required":
-        if not tools:
-            raise _bad("tool_choice 'required' needs tools", "tool_choice")
-        return ToolPlan(
-            tools, known, constrain.tool_call_grammar([t.spec() for t in tools], req.parallel_tool_calls), True
+    try:
+        tools = toolplan.check(_declared(req)) + (extra or [])
+        choice = req.tool_choice or ("auto" if tools else "none")
+        named = choice.function.name if isinstance(choice, NamedToolChoice) else None
+        chosen = toolplan.choose(
+            tools, str(choice), named, "tool_choice", req.parallel_tool_calls, forced_parallel=req.parallel_tool_calls
         )
-    return ToolPlan(
-        tools if choice == "auto" else [], known if choice == "auto" else frozenset(), _format_grammar(req), True
-    )
+    except ToolPlanError as exc:
+        raise _bad(exc.message, exc.param) from None
+    # no forced call: the answer follows response_format, if it asks for one
+    return chosen if chosen.grammar is not None else replace(chosen, grammar=_format_grammar(req))
 
 
 def _format_grammar(req: ChatRequest) -> str | None:

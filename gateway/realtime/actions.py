@@ -6,9 +6,9 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from models.sampling import SamplingParams
+from models.toolplan import ToolPlan
 
 from ..tools.actions import CallTool, ListTools
-from . import functions
 
 
 @dataclass
@@ -20,7 +20,7 @@ class StartResponse:
     sampling: SamplingParams
     scheduler: dict[str, Any]  # SchedulerOptions fields that are set
     output_modalities: list[str]
-    tools: functions.ToolPlan = field(default_factory=functions.ToolPlan)  # tools in the prompt, forced calls
+    tools: ToolPlan = field(default_factory=ToolPlan)  # tools in the prompt, forced calls
 
 
 @dataclass

@@ -10,11 +10,11 @@ from __future__ import annotations
 
 import secrets
 from collections.abc import Callable
-from dataclasses import dataclass, field
 from typing import Any
 
-from models import constrain, schema_budget, toolcalls
-from models.toolcalls import ParsedCall, Tool
+from models import toolcalls, toolplan
+from models.toolcalls import ParsedCall
+from models.toolplan import Declared, ToolPlan, ToolPlanError
 
 from . import protocol as p
 from .conversation import Item
@@ -22,18 +22,7 @@ from .conversation import Item
 ARG_PIECE = 16  # characters of arguments per delta event
 
 
-class ToolError(Exception):
-    def __init__(self, message: str, param: str):
-        super().__init__(message)
-        self.message, self.param = message, param
-
-
-@dataclass(frozen=True)
-class ToolPlan:
-    tools: list[Tool] = field(default_factory=list)  # described to the model
-    known: frozenset[str] = frozenset()  # names a call may carry
-    grammar: str | None = None  # forced calls: the whole answer decodes under it
-    parallel: bool = True  # several calls in one response (parallel_tool_calls)
+ToolError = ToolPlanError  # its message and the field it names ("session.tools[0].parameters")
 
 
 def plan(
@@ -42,41 +31,14 @@ def plan(
     """``where``: "session" or "response" (the field prefix in errors). Raises ``ToolError``.
 
     A forced call (``required`` or a named tool) is exactly one call: a small model under a grammar that
-    allowed more wrote the same call twice, and the client ran its tool twice.
-
-    The schemas are measured against ``models.schema_budget`` first (a bounded walk), then
-    checked; a check is remembered by the schema's hash, so a session's tools, checked at
-    ``session.update``, cost nothing again at each ``response.create``."""
-    schemas = [(f"{where}.tools[{i}].parameters", t.parameters) for i, t in enumerate(tools or []) if t.parameters]
-    try:
-        schema_budget.check(schemas, schema_budget.SchemaBudget(), len(tools or []), f"{where}.tools")
-    except schema_budget.TooComplex as exc:
-        raise ToolError(exc.message, exc.param) from None
-    checked: list[Tool] = []
-    for i, t in enumerate(tools or []):
-        params = t.parameters if t.parameters is not None else {"type": "object", "properties": {}}
-        try:
-            constrain.check_schema(params, f"{where}.tools[{i}].parameters")
-        except constrain.GrammarError as exc:
-            raise ToolError(str(exc), f"{where}.tools[{i}].parameters") from None
-        if any(x.name == t.name for x in checked):
-            raise ToolError(f"two tools are named {t.name!r}", f"{where}.tools[{i}].name")
-        checked.append(Tool(t.name, t.description, params))
-    names = frozenset(t.name for t in checked)
-    choice = choice or "auto"
-    if isinstance(choice, p.NamedTool):
-        if choice.name not in names:
-            raise ToolError(f"tool_choice names {choice.name!r}, which is not in tools", f"{where}.tool_choice")
-        chosen = [t.spec() for t in checked if t.name == choice.name]
-        return ToolPlan(checked, names, constrain.tool_call_grammar(chosen, parallel=False), parallel=False)
-    if choice == "required":
-        if not checked:
-            raise ToolError("tool_choice 'required' needs tools", f"{where}.tool_choice")
-        grammar = constrain.tool_call_grammar([t.spec() for t in checked], parallel=False)
-        return ToolPlan(checked, names, grammar, parallel=False)
-    if choice == "none":
-        return ToolPlan()
-    return ToolPlan(checked, names, parallel=parallel)
+    allowed more wrote the same call twice, and the client ran its tool twice."""
+    declared = [Declared(t.name, t.description, t.parameters, f"{where}.tools[{i}]") for i, t in enumerate(tools or [])]
+    toolplan.check_budget(declared, f"{where}.tools")
+    named = choice.name if isinstance(choice, p.NamedTool) else None
+    mode = choice if isinstance(choice, str) else "auto"
+    return toolplan.choose(
+        toolplan.check(declared), mode, named, f"{where}.tool_choice", parallel, forced_parallel=False
+    )
 
 
 def call_ids(items: list[Item]) -> set[str]:

@@ -16,6 +16,7 @@ from typing import Any
 
 from models import toolcalls
 from models.sampling import SamplingParams
+from models.toolplan import ToolPlan
 
 from ..keylimits import BoundLimits
 from ..options import SchedulerOptions
@@ -213,7 +214,7 @@ class Session(ImageOutput, SpeechOutput, McpOutput, ItemEvents):
         system = extra_instructions if extra_instructions is not None else self.options.instructions
         return self.conversation.messages(system, self.dropped)
 
-    def _fit(self, instructions: str | None, tools: functions.ToolPlan, reply_budget: int) -> None:
+    def _fit(self, instructions: str | None, tools: ToolPlan, reply_budget: int) -> None:
         """Drop the oldest whole turns from the model's context when the next prompt would not fit."""
         count = self.defaults.count_tokens
         if count is None or not self.defaults.max_context:

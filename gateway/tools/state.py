@@ -8,8 +8,9 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from models import constrain
+from models import constrain, toolplan
 from models.toolcalls import Tool
+from models.toolplan import ToolPlan
 
 from ..realtime import functions
 from ..realtime import protocol as p
@@ -148,7 +149,7 @@ class McpState:
 
     def plan(
         self, tools: list[Any] | None, choice: Any, where: str, parallel: bool = True
-    ) -> tuple[functions.ToolPlan, dict[str, Entry]]:
+    ) -> tuple[ToolPlan, dict[str, Entry]]:
         """Function tools as ``functions.plan`` checks them, plus the listed MCP tools, with ``choice``
         (an ``mcp`` choice forces a call of that server's tool). Raises ``ToolError``."""
         fns = [t for t in tools or [] if isinstance(t, p.FunctionTool)]
@@ -161,7 +162,7 @@ class McpState:
         all_tools = base.tools + mcp_tools
         known = frozenset(t.name for t in all_tools)
         if choice == "none":
-            return functions.ToolPlan(), {}
+            return ToolPlan(), {}
         if isinstance(choice, NamedMcpTool):
             if choice.server_label not in servers:
                 raise ToolError(
@@ -177,10 +178,7 @@ class McpState:
                     f"{where}.tool_choice",
                 )
             grammar = constrain.tool_call_grammar([t.spec() for t in chosen], parallel=False)
-            return functions.ToolPlan(all_tools, known, grammar, parallel=False), routes
+            return ToolPlan(all_tools, known, grammar, parallel=False), routes
         if choice == "required":
-            if not all_tools:
-                raise ToolError("tool_choice 'required' needs tools", f"{where}.tool_choice")
-            grammar = constrain.tool_call_grammar([t.spec() for t in all_tools], parallel=False)
-            return functions.ToolPlan(all_tools, known, grammar, parallel=False), routes
-        return functions.ToolPlan(all_tools, known, base.grammar, base.parallel), routes
+            return toolplan.choose(all_tools, "required", None, f"{where}.tool_choice", parallel, False), routes
+        return ToolPlan(all_tools, known, base.grammar, base.parallel), routes
