@@ -6,11 +6,16 @@ watches. A callback counts as a stall when it computed for more than ``cpu_s`` o
 CPU time (what a client's input made the loop do: a 2-core CI machine under load stretches wall
 time, not CPU time), or blocked the loop for more than ``wall_s`` of wall time whatever it did
 (a blocking call that computes nothing). Each stall names the callback, as asyncio's debug log does.
+
+Time the cyclic garbage collector spends inside a callback is not counted: it walks the whole test
+process (every earlier test's leftovers, the clients' objects), which says nothing of what the
+callback did, and a collection triggered by the test process's size can land in any callback.
 """
 
 from __future__ import annotations
 
 import asyncio
+import gc
 import threading
 import time
 from collections.abc import Iterator
@@ -49,16 +54,38 @@ def report(stalls: list[Stall]) -> str:
     return f"the event loop stalled {len(stalls)} time(s):\n{lines}"
 
 
+class _GcTime(threading.local):
+    """CPU and wall seconds this thread has spent in the cyclic garbage collector."""
+
+    def __init__(self) -> None:
+        self.cpu = self.wall = 0.0
+        self.started = (0.0, 0.0)
+
+
+_gc_time = _GcTime()
+
+
+def _on_gc(phase: str, _info: dict[str, Any]) -> None:
+    if phase == "start":
+        _gc_time.started = (time.thread_time(), time.perf_counter())
+    else:
+        c0, w0 = _gc_time.started
+        _gc_time.cpu += time.thread_time() - c0
+        _gc_time.wall += time.perf_counter() - w0
+
+
 def _timed_run(handle: asyncio.Handle) -> None:
     watches = _watched.get(id(handle._loop))  # type: ignore[attr-defined]
     if not watches:
         _original_run(handle)
         return
+    g0c, g0w = _gc_time.cpu, _gc_time.wall
     c0, w0 = time.thread_time(), time.perf_counter()
     try:
         _original_run(handle)
     finally:
-        cpu, wall = time.thread_time() - c0, time.perf_counter() - w0
+        cpu = time.thread_time() - c0 - (_gc_time.cpu - g0c)
+        wall = time.perf_counter() - w0 - (_gc_time.wall - g0w)
         stall: Stall | None = None
         for watch in list(watches):
             watch.callbacks += 1
@@ -86,6 +113,7 @@ def _install() -> None:
     with _lock:
         if _original_run is None:
             _original_run = asyncio.events.Handle._run
+            gc.callbacks.append(_on_gc)
             asyncio.events.Handle._run = _timed_run  # type: ignore[method-assign]
 
 

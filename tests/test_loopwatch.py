@@ -4,6 +4,7 @@ which a server's loop stalls) catches a callback that computes too long, names i
 from __future__ import annotations
 
 import asyncio
+import gc
 import time
 
 import pytest
@@ -57,3 +58,28 @@ def test_a_blocking_call_counts_by_its_wall_time():
         loop.close()
     assert [s.wall_s >= 0.2 for s in watch.stalls] == [True]
     assert "sleeper" in report(watch.stalls) and isinstance(watch.stalls[0], Stall)
+
+
+def test_time_in_the_garbage_collector_is_not_the_callback_s():
+    loop = asyncio.new_event_loop()
+    heap = [[i] for i in range(1_000_000)]  # a full collection walks all of them
+
+    async def collects() -> None:
+        gc.collect()
+
+    async def computes() -> None:
+        _spin(0.02)
+
+    try:
+        t0 = time.thread_time()
+        gc.collect()
+        full = time.thread_time() - t0
+        with watch_loop(loop, cpu_s=0.01) as watch:
+            loop.run_until_complete(collects())
+            loop.run_until_complete(computes())
+    finally:
+        loop.close()
+    assert full > 0.02, f"a collection of this heap took {full * 1000:.1f} ms: too quick to test with"
+    assert [s.callback for s in watch.stalls if "collects" in s.callback] == []
+    assert any("computes" in s.callback for s in watch.stalls)
+    assert len(heap) == 1_000_000
