@@ -229,7 +229,7 @@ class MediaInput:
         except AudioError as exc:
             self.send(self.session.error(exc.code, exc.message, event_id))
             return
-        self._turn(turn, auto=False)
+        self._committed(turn)
 
     def clear(self) -> None:
         self._abandon()
@@ -358,23 +358,18 @@ class MediaInput:
         self.tasks.add(task)
         task.add_done_callback(self.tasks.discard)
 
-    def _turn(self, turn: Turn, auto: bool) -> None:
+    def _committed(self, turn: Turn) -> None:
+        """A turn the client committed (``input_audio_buffer.commit``): transcribed, never answered by
+        itself (the client asks with ``response.create``; VAD turns go through ``TurnTaker``)."""
         item_id = self._current_item or f"item_{secrets.token_hex(8)}"
         self._current_item = None
-        if auto:
-            self.send(self.session.speech_stopped(item_id, turn.end_ms))
         self.send(self.session.audio_committed(item_id))
-        cfg = self.voice.vad_config if self.voice else None
-        respond = auto and cfg is not None and cfg.create_response
-        self._transcribe(item_id, turn, respond)
-
-    def _transcribe(self, item_id: str, turn: Turn, respond: bool) -> None:
         self.session.item_pending(item_id)
-        task = asyncio.create_task(self._run_asr(item_id, turn, respond))
+        task = asyncio.create_task(self._run_asr(item_id, turn))
         self.tasks.add(task)
         task.add_done_callback(self.tasks.discard)
 
-    async def _run_asr(self, item_id: str, turn: Turn, respond: bool) -> None:
+    async def _run_asr(self, item_id: str, turn: Turn) -> None:
         text: str | None = None
         try:
             async with self._asr_lock:
@@ -388,8 +383,6 @@ class MediaInput:
             if text:
                 self.send(self.session.transcript_delta(item_id, text))
             self.send(self.session.transcript_done(item_id, text, _seconds(turn.audio)))
-            if respond and text and go is None:
-                go = self.session.want_response(p.ResponseCreate(type="response.create"))
         if go is not None:
             self.start_response(go)
 
