@@ -365,9 +365,7 @@ class MediaInput:
         self._current_item = None
         self.send(self.session.audio_committed(item_id))
         self.session.item_pending(item_id)
-        task = asyncio.create_task(self._run_asr(item_id, turn))
-        self.tasks.add(task)
-        task.add_done_callback(self.tasks.discard)
+        self._spawn(self._run_asr(item_id, turn))
 
     async def _run_asr(self, item_id: str, turn: Turn) -> None:
         text: str | None = None
