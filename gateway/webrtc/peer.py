@@ -23,7 +23,7 @@ from .channel import LABEL, DataChannelSocket
 from .pacing import Cleared, OutboundAudio, PlayoutEvent, Started, Stopped, track_samples
 from .ports import bind_in_range
 from .sdp import Offer, with_opus_bitrate, with_public_ip
-from .tracks import PacedTrack, pump_inbound, shorten_jitter_buffer
+from .tracks import PacedTrack, decode_inline, pump_inbound, shorten_jitter_buffer
 
 log = logging.getLogger("stream_omni.webrtc")
 
@@ -77,6 +77,7 @@ class Call:
             if t.kind == "audio":
                 t.setCodecPreferences(opus)
                 shorten_jitter_buffer(t.receiver, self.cfg.jitter_prefetch_frames)
+                decode_inline(t.receiver)
                 pc.addTrack(self.track)  # binds to the offer's audio transceiver
                 break
         if self.cfg.udp_ports is not None:

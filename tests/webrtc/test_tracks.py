@@ -2,14 +2,26 @@
 
 from __future__ import annotations
 
+import asyncio
+
 import numpy as np
+from aiortc import RTCPeerConnection
 from aiortc.codecs.opus import OpusDecoder
 from aiortc.jitterbuffer import JitterFrame
 from aiortc.rtp import RtpPacket
 from av import Packet
 
 from gateway.webrtc.pacing import FRAME, RATE, OutboundAudio, Started, Stopped
-from gateway.webrtc.tracks import SETTLE_FRAMES, ListeningBuffer, PacedTrack, silence_packet
+from gateway.webrtc.tracks import (
+    SETTLE_FRAMES,
+    InlineDecoder,
+    ListeningBuffer,
+    PacedTrack,
+    _frame,
+    decode_inline,
+    opus_encoder,
+    silence_packet,
+)
 
 
 def decode(packets: list[Packet]) -> np.ndarray:
@@ -51,3 +63,42 @@ def test_the_listening_buffer_hands_each_packet_on_at_once_and_skips_a_loss():
 
     got = [buf.add(rtp(s))[1] for s in (100, 101, 103, 102, 104)]  # 102 is late: 103 went first
     assert [f.data if f else None for f in got] == [b"\x64", b"\x65", b"\x67", None, b"\x68"]
+
+
+def tone_packets(n: int) -> list[bytes]:
+    codec = opus_encoder()
+    t = np.arange(n * FRAME)
+    pcm = (np.sin(t * 2 * np.pi * 440 / RATE) * 8000).astype(np.int16)
+    return [bytes(p) for i in range(n) for p in codec.encode(_frame(pcm[i * FRAME : (i + 1) * FRAME], i))]
+
+
+async def test_the_inline_decoder_puts_each_frame_on_the_track_queue_and_survives_a_bad_packet():
+    out: asyncio.Queue[object] = asyncio.Queue()
+    decoder = InlineDecoder(out)
+    packets = tone_packets(10)
+    decoder.put((None, JitterFrame(b"\xff\xff\xff", 0)))  # not Opus: counted, no frame, no exception
+    for i, data in enumerate(packets):
+        decoder.put((None, JitterFrame(data, i * FRAME)))
+    frames = [out.get_nowait() for _ in range(out.qsize())]
+    assert decoder.failed == 1
+    assert len(frames) >= len(packets) - 1  # libopus may hold the first frame back for its look-ahead
+    pcm = np.concatenate([f.to_ndarray().reshape(-1) for f in frames])  # type: ignore[attr-defined]
+    assert frames[0].layout.name == "mono" and frames[0].sample_rate == RATE  # type: ignore[attr-defined]
+    assert np.abs(pcm[-4 * FRAME :]).max() > 4000  # the tone, decoded
+    decoder.put(None)  # the receiver stopping: aiortc's waiting thread gets its end
+    assert decoder.get() is None
+
+
+async def test_decode_inline_takes_over_a_real_receivers_decoder_before_it_starts():
+    caller, callee = RTCPeerConnection(), RTCPeerConnection()
+    try:
+        caller.addTransceiver("audio", direction="sendrecv")
+        await caller.setLocalDescription(await caller.createOffer())
+        await callee.setRemoteDescription(caller.localDescription)
+        receiver = callee.getTransceivers()[0].receiver
+        decode_inline(receiver)
+        assert isinstance(receiver._RTCRtpReceiver__decoder_queue, InlineDecoder)  # type: ignore[attr-defined]
+        assert receiver._RTCRtpReceiver__decoder_queue._output is receiver.track._queue  # type: ignore[attr-defined]
+    finally:
+        await caller.close()
+        await callee.close()
