@@ -39,6 +39,11 @@ NOISE_GATE_DB = 10.0  # a window is speech only this far above the noise floor (
 FLOOR_WINDOWS = 156  # the noise floor is a low percentile of the last ~5 s of window energies
 FLOOR_PERCENTILE = 10
 SMOOTH_WINDOWS = 3  # window energy is averaged over ~96 ms, as a syllable lasts
+# A window quieter than this is silence whatever the model says: no microphone's noise floor is this
+# low, but digital silence and a codec's fade-out are, and silero-vad's recurrent state keeps its
+# probability up for 2–3 windows after speech stops when the last sound fades rather than cuts
+# (speech through Opus ended its turns 32–96 ms later than the same speech sent as pcm16).
+SILENCE_DBFS = -70.0
 # A pause (speculation on) is reported after this much silence, or speculation_ms if shorter: the
 # transcription of the turn so far starts then, the reply only at speculation_ms (gateway.realtime.
 # turntaking). At 200 ms a 0.5 s Whisper pass could not finish inside the 500 ms window (bench voice).
@@ -340,7 +345,8 @@ class NoiseGate:
     counts only when its energy (averaged over ``SMOOTH_WINDOWS``) is ``margin_db`` above the noise
     floor, the ``FLOOR_PERCENTILE``-th percentile of the last ``FLOOR_WINDOWS`` window energies. In
     a quiet room the floor is near silence and nothing changes; in steady noise the user must be
-    louder than it (10 dB SNR passes, as the tests check). Pure numpy.
+    louder than it (10 dB SNR passes, as the tests check). A window below ``SILENCE_DBFS`` never
+    counts. Pure numpy.
     """
 
     def __init__(self, margin_db: float = NOISE_GATE_DB):
@@ -353,6 +359,8 @@ class NoiseGate:
         power = float(np.mean(np.square(window, dtype=np.float64)))
         self._power = [*self._power[-(SMOOTH_WINDOWS - 1) :], power]
         self._energy_db = [*self._energy_db[-(FLOOR_WINDOWS - 1) :], _db(power)]
+        if self._energy_db[-1] < SILENCE_DBFS:
+            return 0.0
         floor = float(np.percentile(self._energy_db, FLOOR_PERCENTILE))
         return prob if _db(float(np.mean(self._power))) >= floor + self.margin_db else 0.0
 

@@ -7,7 +7,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from processors.vad import WINDOW, NoiseGate, ServerVad, ServerVadConfig, SpeechStarted, SpeechStopped
+from processors.vad import SILENCE_DBFS, WINDOW, NoiseGate, ServerVad, ServerVadConfig, SpeechStarted, SpeechStopped
 from testkit.speech import at_snr, babble, silence, speak, white_noise
 from tests.conftest import requires_espeak
 from tests.media.test_realtime_voice import pcm24, stream
@@ -36,6 +36,16 @@ def test_gate_blocks_steady_noise_and_passes_what_stands_10_db_above_it():
     assert [gate(w, 0.9) for w in windows(0.03, 100)].count(0.9) == 0
     loud = windows(0.03 * 10 ** (14 / 20), 6, seed=2)  # 14 dB above the noise
     assert [gate(w, 0.9) for w in loud][-3:] == [0.9, 0.9, 0.9]
+
+
+def test_gate_never_passes_a_window_below_the_silence_level():
+    gate = NoiseGate()
+    for w in windows(1e-5, 30):  # a floor far below any microphone's (-100 dBFS)
+        gate(w, 0.0)
+    faint = 10 ** ((SILENCE_DBFS - 10) / 20)  # 80 dB below full scale: a codec's fade-out
+    assert [gate(w, 0.9) for w in windows(faint, 3, seed=3)] == [0.0, 0.0, 0.0]
+    audible = 10 ** ((SILENCE_DBFS + 10) / 20)
+    assert [gate(w, 0.9) for w in windows(audible, 3, seed=4)][-1] == 0.9
 
 
 # ---------------------------------------------------------------- silero + gate on real audio
