@@ -23,6 +23,9 @@ from __future__ import annotations
 
 import functools
 import importlib.util
+import math
+from collections import deque
+from collections.abc import Iterable
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Protocol
@@ -40,9 +43,10 @@ FLOOR_WINDOWS = 156  # the noise floor is a low percentile of the last ~5 s of w
 FLOOR_PERCENTILE = 10
 SMOOTH_WINDOWS = 3  # window energy is averaged over ~96 ms, as a syllable lasts
 # A window quieter than this is silence whatever the model says: no microphone's noise floor is this
-# low, but digital silence and a codec's fade-out are, and silero-vad's recurrent state keeps its
-# probability up for 2–3 windows after speech stops when the last sound fades rather than cuts
-# (speech through Opus ended its turns 32–96 ms later than the same speech sent as pcm16).
+# low, but digital silence (a muted track, a pause in synthetic speech) and a codec's fade-out are.
+# silero-vad's recurrent state kept its probability up for 2–3 windows after such a fade (speech
+# through Opus ended its turns 32–96 ms later than the same speech as pcm16). The model still runs on
+# it: skipping it (or resetting its state) made it 30–100 ms slower to hear the next onset.
 SILENCE_DBFS = -70.0
 # A pause (speculation on) is reported after this much silence, or speculation_ms if shorter: the
 # transcription of the turn so far starts then, the reply only at speculation_ms (gateway.realtime.
@@ -345,28 +349,42 @@ class NoiseGate:
     counts only when its energy (averaged over ``SMOOTH_WINDOWS``) is ``margin_db`` above the noise
     floor, the ``FLOOR_PERCENTILE``-th percentile of the last ``FLOOR_WINDOWS`` window energies. In
     a quiet room the floor is near silence and nothing changes; in steady noise the user must be
-    louder than it (10 dB SNR passes, as the tests check). A window below ``SILENCE_DBFS`` never
-    counts. Pure numpy.
+    louder than it (10 dB SNR passes, as the tests check). Runs once per 32 ms window of every
+    listening session, on the event loop: plain Python over a few floats (numpy's percentile took as
+    long as the model).
     """
 
     def __init__(self, margin_db: float = NOISE_GATE_DB):
         self.margin_db = margin_db
-        self._energy_db: list[float] = []  # the last FLOOR_WINDOWS window energies, oldest first
-        self._power: list[float] = []  # the last SMOOTH_WINDOWS mean powers
+        self._energy_db: deque[float] = deque(maxlen=FLOOR_WINDOWS)  # the last window energies, oldest first
+        self._power: deque[float] = deque(maxlen=SMOOTH_WINDOWS)  # the last mean powers
 
-    def __call__(self, window: np.ndarray, prob: float) -> float:
-        """The probability to act on: ``prob``, or 0 for a window that does not stand out."""
-        power = float(np.mean(np.square(window, dtype=np.float64)))
-        self._power = [*self._power[-(SMOOTH_WINDOWS - 1) :], power]
-        self._energy_db = [*self._energy_db[-(FLOOR_WINDOWS - 1) :], _db(power)]
-        if self._energy_db[-1] < SILENCE_DBFS:
-            return 0.0
-        floor = float(np.percentile(self._energy_db, FLOOR_PERCENTILE))
-        return prob if _db(float(np.mean(self._power))) >= floor + self.margin_db else 0.0
+    def __call__(self, window: np.ndarray, prob: float, power: float | None = None) -> float:
+        """The probability to act on: ``prob``, or 0 for a window that does not stand out.
+        ``power``: the window's mean power, where the caller has it already."""
+        power = window_power(window) if power is None else power
+        self._power.append(power)
+        self._energy_db.append(_db(power))
+        floor = percentile(self._energy_db, FLOOR_PERCENTILE)
+        return prob if _db(sum(self._power) / len(self._power)) >= floor + self.margin_db else 0.0
+
+
+def window_power(window: np.ndarray) -> float:
+    """Mean power of float32 ``[n]`` samples (full scale 1.0)."""
+    return float(np.mean(np.square(window, dtype=np.float64)))
+
+
+def percentile(values: Iterable[float], q: float) -> float:
+    """numpy's default (linear) percentile, on a few hundred floats without numpy's overhead."""
+    ordered = sorted(values)
+    pos = q / 100.0 * (len(ordered) - 1)
+    lo = int(pos)
+    hi = min(lo + 1, len(ordered) - 1)
+    return ordered[lo] + (ordered[hi] - ordered[lo]) * (pos - lo)
 
 
 def _db(power: float) -> float:
-    return 10.0 * float(np.log10(power + 1e-10))
+    return 10.0 * math.log10(power + 1e-10)
 
 
 # ---------------------------------------------------------------- the streaming segmenter
@@ -420,8 +438,11 @@ class ServerVad:
         for k in range(n_windows):
             window = buf[k * WINDOW : (k + 1) * WINDOW]
             self._chunks.append(window)
-            prob = self.model(window)
-            event = self.machine.step(self.gate(window, prob) if self.gate is not None else prob)
+            power = window_power(window)
+            prob = self.model(window)  # run on silence too: its state after silence hears the next onset sooner
+            if _db(power) < SILENCE_DBFS:
+                prob = 0.0
+            event = self.machine.step(self.gate(window, prob, power) if self.gate is not None else prob)
             if isinstance(event, SpeechStopped):
                 event = replace(event, audio=self._take(event.audio_start_ms, event.audio_end_ms))
             if event is not None:

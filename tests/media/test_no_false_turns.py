@@ -7,7 +7,16 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from processors.vad import SILENCE_DBFS, WINDOW, NoiseGate, ServerVad, ServerVadConfig, SpeechStarted, SpeechStopped
+from processors.vad import (
+    SILENCE_DBFS,
+    WINDOW,
+    NoiseGate,
+    ServerVad,
+    ServerVadConfig,
+    SpeechStarted,
+    SpeechStopped,
+    percentile,
+)
 from testkit.speech import at_snr, babble, silence, speak, white_noise
 from tests.conftest import requires_espeak
 from tests.media.test_realtime_voice import pcm24, stream
@@ -38,14 +47,31 @@ def test_gate_blocks_steady_noise_and_passes_what_stands_10_db_above_it():
     assert [gate(w, 0.9) for w in loud][-3:] == [0.9, 0.9, 0.9]
 
 
-def test_gate_never_passes_a_window_below_the_silence_level():
-    gate = NoiseGate()
-    for w in windows(1e-5, 30):  # a floor far below any microphone's (-100 dBFS)
-        gate(w, 0.0)
-    faint = 10 ** ((SILENCE_DBFS - 10) / 20)  # 80 dB below full scale: a codec's fade-out
-    assert [gate(w, 0.9) for w in windows(faint, 3, seed=3)] == [0.0, 0.0, 0.0]
-    audible = 10 ** ((SILENCE_DBFS + 10) / 20)
-    assert [gate(w, 0.9) for w in windows(audible, 3, seed=4)][-1] == 0.9
+class SaysSpeech:
+    """A speech model that says 0.9 to everything."""
+
+    def __call__(self, window: np.ndarray) -> float:
+        return 0.9
+
+    def reset(self) -> None:
+        pass
+
+
+def test_a_window_below_the_silence_level_is_silence_whatever_the_model_says():
+    vad = ServerVad(ServerVadConfig(), model=SaysSpeech(), noise_gate_db=None)
+    faint = 10 ** ((SILENCE_DBFS - 10) / 20)  # 80 dB below full scale: digital silence, a codec's fade-out
+    assert vad.feed(np.concatenate(windows(faint, 20))) == []
+    audible = 10 ** ((SILENCE_DBFS + 20) / 20)
+    assert isinstance(vad.feed(np.concatenate(windows(audible, 10, seed=1)))[0], SpeechStarted)
+    events = vad.feed(np.concatenate(windows(faint, 17, seed=2)))  # 544 ms: the 500 ms window ends the turn
+    assert [type(e) for e in events] == [SpeechStopped]
+
+
+def test_the_gates_percentile_is_numpys():
+    rng = np.random.default_rng(5)
+    for n in (1, 2, 3, 17, 156):
+        values = list(rng.normal(-60, 15, n))
+        assert percentile(values, 10) == pytest.approx(float(np.percentile(values, 10)), abs=1e-9)
 
 
 # ---------------------------------------------------------------- silero + gate on real audio

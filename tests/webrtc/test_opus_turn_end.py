@@ -52,8 +52,8 @@ SENTENCES = [
 
 @requires_espeak
 def test_turns_spoken_through_opus_end_where_the_same_turns_in_pcm_do():
-    """The codec still changes silero's reading of a final plosive now and then (a window or two), but
-    its fade into silence no longer holds a turn open: without the silence level these lags were
+    """The codec still changes silero's reading of a final plosive now and then (a window), but its
+    fade into silence no longer holds a turn open: without the silence level these lags were
     64, 0, 96, 96, 0, 0, 0, 32 ms (mean 36); with it 0, 0, 32, 64, 0, 0, 0, 32 (mean 16)."""
     lags = []
     for text in SENTENCES:
