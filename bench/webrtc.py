@@ -2,8 +2,9 @@
 
 One server process (the embedded model, as users run it). Per utterance (espeak-ng, streamed at
 real-time pace then silence), alternating transports: the time from the end of speech (the moment
-the frame holding its last sample went out) to the first ``response.output_text.delta``. Then
-calls held open with audio flowing: the server process's CPU per call (over an idle baseline), the
+the frame holding its last sample went out) to the first ``response.output_text.delta``. The
+same over WebRTC with ``--beside`` calls open, the others' mics sending a quiet room (their VAD
+runs), with their outbound frames per second meanwhile. Then, audio input off, calls held open with audio flowing: the server process's CPU per call (over an idle baseline), the
 frames of the server's track each client received per second (50 is real time: fewer is an
 underrun), and the upstream bytes per second of the (aiortc) client's Opus track. Last, in this
 process, the outbound track's own cost per 20 ms frame: voice (encoded) and idle (cached silence).
@@ -101,6 +102,31 @@ async def over_webrtc(addr: str, text: str) -> float:
         await c.close()
 
 
+async def beside_calls(addr: str, others: int, rounds: int) -> dict[str, Any]:
+    """The WebRTC latency again with ``others`` calls open, each mic sending a quiet room (white noise
+    at -60 dBFS, so their VAD runs as it would on a real microphone), and their frames of the server's
+    track per second meanwhile."""
+    import numpy as np
+
+    from testkit.rtcclient import RATE, RtcClient
+
+    rng = np.random.default_rng(0)
+    calls = [await RtcClient.call(addr) for _ in range(others)]
+    try:
+        for c in calls:
+            await c.until("session.created", 20)
+            c.mic.play((rng.standard_normal(RATE * 30 * rounds) * 33).astype(np.int16))
+        await asyncio.sleep(2.0)  # past DTLS and the first frames
+        frames0, t0 = [c.audio_frames for c in calls], time.perf_counter()
+        latency = [await over_webrtc(addr, text) for _ in range(rounds) for text in UTTERANCES]
+        t1 = time.perf_counter()
+        frames = [(c.audio_frames - f) / (t1 - t0) for c, f in zip(calls, frames0, strict=True)]
+    finally:
+        for c in calls:
+            await c.close()
+    return {"latency_ms": latency, "frames_per_s": frames}
+
+
 async def hold_calls(addr: str, n: int, seconds: float, pid: int) -> dict[str, Any]:
     import numpy as np
     import psutil
@@ -164,6 +190,7 @@ def main() -> None:
     ap.add_argument("--rounds", type=int, default=2, help="times each utterance is asked over each transport")
     ap.add_argument("--hold-s", type=float, default=15.0, help="seconds the held calls are measured")
     ap.add_argument("--calls", default="1,8", help="numbers of concurrent calls to hold")
+    ap.add_argument("--beside", type=int, default=8, help="calls open while the latency is measured again")
     args = ap.parse_args()
     overrides = {"session.max_output_tokens": 16, "speculative.drafter": "none", "server.grace_period_s": 0}
     latency: dict[str, list[float]] = {"websocket": [], "webrtc": []}
@@ -175,6 +202,8 @@ def main() -> None:
                 latency["websocket"].append(asyncio.run(over_websocket(addr, text)))
                 latency["webrtc"].append(asyncio.run(over_webrtc(addr, text)))
         latency_load = round(os.getloadavg()[0], 2)
+        busy = asyncio.run(beside_calls(addr, args.beside - 1, args.rounds)) if args.beside > 1 else None
+        busy_load = round(os.getloadavg()[0], 2)
     held: dict[int, dict[str, Any]] = {}
     with server_process({**overrides, "audio.enabled": False}) as addr:  # media cost alone: no VAD/Whisper
         pid = server_pid(addr.rsplit(":", 1)[1])
@@ -195,6 +224,14 @@ def main() -> None:
         },
         {"measure": "WebRTC − WebSocket (medians, ms)", "value": rtc_ms - ws_ms, "target": "≤ 30", "load": load},
     ]
+    if busy is not None:
+        n = args.beside
+        window = 500  # server VAD's default silence window: the voice target is window + 150 ms
+        row = f"eos → first reply text, WebRTC, {n} calls open (median ms)"
+        value = median(busy["latency_ms"])
+        rows.append({"measure": row, "value": value, "target": f"≤ {window + 150}", "load": busy_load})
+        row = f"outbound frames/s per call, the other {n - 1} calls meanwhile (min)"
+        rows.append({"measure": row, "value": min(busy["frames_per_s"]), "target": "50", "load": busy_load})
     for n, h in held.items():
         per_call = (h["cpu_core_share"] - h["idle_cpu_core_share"]) / n
         cpu = f"server CPU per call, {n} calls (% of a core)"
@@ -214,10 +251,12 @@ def main() -> None:
     m = machine()
     md = f"# bench webrtc — {m}\n\nEmbedded model, max 16 output tokens, server VAD defaults, {len(UTTERANCES)} "
     md += f"espeak-ng utterances × {args.rounds} rounds per transport, alternating, 20 ms frames on both paths. "
+    md += f"Then WebRTC again with {args.beside} calls open (the others' mics send white noise at -60 dBFS). "
     md += f"Held calls: {args.hold_s:.0f} s each with speech flowing, audio input off (the media cost alone). "
     md += f"Load average at the end: {os.getloadavg()[0]:.2f}.\n\n"
     md += markdown_table(rows, ["measure", "value", "target", "load"])
-    write("webrtc", {"machine": m, "latency_ms": latency, "held": held, "frame_cost_us": cost, "rows": rows}, md)
+    out = {"machine": m, "latency_ms": latency, "beside": busy, "held": held, "frame_cost_us": cost, "rows": rows}
+    write("webrtc", out, md)
 
 
 if __name__ == "__main__":
