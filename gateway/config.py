@@ -235,7 +235,7 @@ class AudioConfig(_Frozen):
     encoder_headroom_s: float | None = Field(default=10.0, ge=0, le=30)
     threads: int = Field(default=2, ge=1, le=64)  # Whisper's compute threads (they share the cores with the LLM's)
     turn_detection: Literal["server_vad", "none"] = "server_vad"  # default for new sessions
-    # voice sessions served at once; past it a new one gets server_busy (text sessions are not counted);
+    # voice sessions speaking at once; past it a new speaker gets server_busy (text sessions never count);
     # null: measured at start-up (how many passes one batched Whisper call finishes within its budget)
     max_concurrent_turns: int | None = Field(default=None, ge=1, le=1024)
     max_buffer_s: float = Field(default=600.0, gt=0, le=_DAY_S)  # buffered input audio per turn

@@ -5,10 +5,11 @@ worker thread is free, the queue's next batch runs there as one call (``transcri
 the engine has it, else pass by pass). Queue state is touched on the event loop only; the thread
 only runs Whisper. A shed partial raises ``PassShed`` in its session.
 
-Seats: past ``capacity`` voice sessions, a new one is refused (``server_busy``) rather than made
-to wait behind the others' passes; text sessions never take a seat. A seat is held while its
-session streams audio: one silent for ``SEAT_IDLE_S`` (its socket dropped, or it stopped sending)
-gives it up, and takes one again with its next frame if one is free.
+Seats: past ``capacity`` voice sessions speaking at once, a new one is refused (``server_busy``)
+rather than made to wait behind the others' passes; text sessions never take a seat. A seat is
+held while its session speaks (``MediaInput`` asks on every frame of a server-VAD turn, and every
+frame of a manual one): one that has not spoken for ``SEAT_IDLE_S`` (its turn answered, its socket
+dropped) gives it up, and takes one again when it next speaks, if one is free.
 """
 
 from __future__ import annotations
@@ -38,7 +39,7 @@ FRAMES_PER_S = 100
 # ≈ 0.1 s after the end of speech, and the reply's first text is due 1 s after it, less the LLM's
 # first token and a partial call it may wait for. Capacity is how many passes one call does in it.
 ASR_BUDGET_S = 0.6
-SEAT_IDLE_S = 3.0  # a voice session sending no audio this long gives its seat up
+SEAT_IDLE_S = 3.0  # a voice session not speaking this long gives its seat up (its turn is answered by then)
 MAX_MEASURED = 64
 
 

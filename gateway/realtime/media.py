@@ -168,9 +168,10 @@ class MediaInput:
         if self.svc.asr is None:
             self.send(self.session.error("audio_disabled", "audio input is not enabled on this server", event_id))
             return
-        if not self._seated(event_id):
-            return
         voice = self._voice()
+        manual = voice.vad is None
+        if manual and not self._seated(event_id):
+            return  # without server VAD the audio is the turn: a seat per frame
         try:
             if isinstance(raw, str):
                 raw = b64decode_strict(raw)
@@ -180,6 +181,9 @@ class MediaInput:
         except AudioError as exc:
             self.svc.metrics.errors.labels(code=exc.code).inc()
             self.send(self.session.error(exc.code, exc.message, event_id, "audio"))
+            return
+        if not manual and (events or voice.in_speech) and not self._seated(event_id):
+            voice.clear()  # speech with no seat: not heard, and no speech_started for it
             return
         for ev in events:
             spoken = self._spoken
@@ -206,7 +210,9 @@ class MediaInput:
         return worker
 
     def _seated(self, event_id: str | None) -> bool:
-        """A voice seat for this session (taken on its first audio): past capacity, server_busy once."""
+        """A voice seat for this session, taken when it speaks (server VAD) or sends audio (manual
+        turns): past capacity, server_busy once. Silence between turns holds none, so calls that
+        stream their microphone all the time (WebRTC, Pipecat) only take one while someone talks."""
         worker = self.worker()
         if worker.seat(self.session.id):
             self._refused = False
@@ -216,8 +222,8 @@ class MediaInput:
             self.svc.metrics.errors.labels(code="server_busy").inc()
             msg = (
                 f"voice capacity reached: this server serves {worker.capacity} voice "
-                f"session{'' if worker.capacity == 1 else 's'} at once; "
-                "its audio is dropped until one ends (text still works)"
+                f"session{'' if worker.capacity == 1 else 's'} speaking at once; "
+                "this speech is not heard until one ends (text still works)"
             )
             self.send(self.session.error("server_busy", msg, event_id, "audio"))
         return False

@@ -132,15 +132,14 @@ async def test_past_capacity_a_new_voice_session_is_told_server_busy_and_text_st
         b = await RealtimeClient.connect(addr)
         await a.until("session.created")
         await b.until("session.created")
-        await stream(a, pcm24(silence(0.2)))  # a takes the one seat …
-        deadline = asyncio.get_running_loop().time() + 30
-        while addr.call(lambda: addr.services.asr_worker.seated) != 1:  # … once the server has read its frames
-            assert asyncio.get_running_loop().time() < deadline, "a's audio never took a seat"
-            await asyncio.sleep(0.02)
-        await stream(b, pcm24(silence(0.2)))
+        await stream(b, pcm24(silence(1.0)))  # silence takes no seat …
+        await stream(a, pcm24(np.concatenate([silence(0.3), speak("Please open the kitchen window.")])))
+        await a.until("input_audio_buffer.speech_started", timeout=60)  # … speech does: a has the one seat
+        await stream(b, pcm24(np.concatenate([silence(0.3), speak("Please turn on the lights.")])))
         err = await b.until("error", timeout=30)
         assert err["error"]["code"] == "server_busy"
-        assert "1 voice session" in err["error"]["message"]
+        assert "1 voice session speaking at once" in err["error"]["message"]
+        assert not any(e["type"] == "input_audio_buffer.speech_started" for e in b.events)  # b was not heard
         done = await b.ask("Say hi.")  # text sessions are still served
         assert done["response"]["status"] in ("completed", "incomplete")
         await a.close()  # its socket goes (its session waits for a resume): the seat frees, b's speech is heard
