@@ -125,7 +125,7 @@ class RtcClient:
                     frame = await track.recv()
                 except MediaStreamError:
                     return
-                self.audio_frames += 1
+                self.audio_frames += frame.samples // FRAME if isinstance(frame, AudioFrame) else 1  # 20 ms each
                 self.audio_arrived.set()
                 if self.record and isinstance(frame, AudioFrame):
                     channels = len(frame.layout.channels)

@@ -20,10 +20,10 @@ from ..realtime.live import LiveSession
 from ..realtime.protocol import CLOSE_TRY_AGAIN
 from ..realtime.speech_out import PlayAudio
 from .channel import LABEL, DataChannelSocket
-from .pacing import Cleared, OutboundAudio, PlayoutEvent, Started, Stopped, track_samples
+from .pacing import FRAME_MS, Cleared, OutboundAudio, PlayoutEvent, Started, Stopped, track_samples
 from .ports import bind_in_range
 from .sdp import Offer, with_opus_bitrate, with_public_ip
-from .tracks import PacedTrack, decode_inline, pump_inbound, shorten_jitter_buffer
+from .tracks import IDLE_FRAMES, PacedTrack, decode_inline, pump_inbound, shorten_jitter_buffer
 
 log = logging.getLogger("stream_omni.webrtc")
 
@@ -78,6 +78,8 @@ class Call:
                 t.setCodecPreferences(opus)
                 shorten_jitter_buffer(t.receiver, self.cfg.jitter_prefetch_frames)
                 decode_inline(t.receiver)
+                if offer.maxptime_ms is not None and offer.maxptime_ms < IDLE_FRAMES * FRAME_MS:
+                    self.track.idle_frames = 1  # the caller takes no 60 ms packets
                 pc.addTrack(self.track)  # binds to the offer's audio transceiver
                 break
         if self.cfg.udp_ports is not None:

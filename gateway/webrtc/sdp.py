@@ -20,6 +20,7 @@ class Offer:
     sdp: str  # the offer, normalised to CRLF line ends
     opus_payload: int  # the RTP payload type the offer gives Opus
     audio_direction: str  # sendrecv | sendonly | recvonly | inactive (the offerer's view)
+    maxptime_ms: int | None = None  # the longest audio packet the offerer takes (a=maxptime), if it says
 
 
 @dataclass
@@ -29,6 +30,7 @@ class _Media:
     formats: list[str]
     rtpmap: dict[str, str]
     direction: str = "sendrecv"
+    maxptime: int | None = None
 
 
 def _sections(text: str) -> list[_Media]:
@@ -52,6 +54,8 @@ def _sections(text: str) -> list[_Media]:
                 m.rtpmap[pt] = codec.strip().lower()
             elif value in ("sendrecv", "sendonly", "recvonly", "inactive"):
                 m.direction = value
+            elif value.startswith("maxptime:") and value[len("maxptime:") :].strip().isdigit():
+                m.maxptime = int(value[len("maxptime:") :])
     return media
 
 
@@ -82,6 +86,7 @@ def check_offer(text: str) -> Offer:
         sdp=body.replace("\r\n", "\n").replace("\n", "\r\n") + "\r\n",
         opus_payload=int(opus[0]),
         audio_direction=audio[0].direction,
+        maxptime_ms=audio[0].maxptime,
     )
 
 

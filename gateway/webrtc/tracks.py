@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import fractions
+import functools
 import logging
 import queue
 import time
@@ -17,7 +18,7 @@ from aiortc.jitterbuffer import JitterBuffer, JitterFrame
 from aiortc.mediastreams import MediaStreamError
 from av import AudioFrame, CodecContext, FFmpegError, Packet
 
-from .pacing import FRAME, RATE, OutboundAudio, PlayoutEvent
+from .pacing import FRAME, FRAME_MS, RATE, OutboundAudio, PlayoutEvent
 
 log = logging.getLogger("stream_omni.webrtc")
 
@@ -25,18 +26,19 @@ _TIME_BASE = fractions.Fraction(1, RATE)
 
 
 SETTLE_FRAMES = 10  # real silence encoded after audio before the cached silence packet takes over (200 ms)
+IDLE_FRAMES = 3  # with no response open, silence goes out as one 60 ms packet: a third of the packets
 BITRATE = 32_000  # mono voice: a synthesized voice needs no more (aiortc's own encoder sends 96 kbit/s stereo)
 
 
-def opus_encoder() -> CodecContext:
-    """libopus through PyAV, mono, ``BITRATE``, one packet per 20 ms frame (Opus over RTP may be mono)."""
+def opus_encoder(frames: int = 1) -> CodecContext:
+    """libopus through PyAV, mono, ``BITRATE``, one packet per ``frames`` × 20 ms (Opus over RTP may be mono)."""
     codec = CodecContext.create("libopus", "w")
     codec.bit_rate = BITRATE
     codec.format = "s16"
     codec.layout = "mono"
     codec.sample_rate = RATE
     codec.time_base = _TIME_BASE
-    codec.options = {"application": "voip"}
+    codec.options = {"application": "voip", "frame_duration": str(frames * FRAME_MS)}
     return codec
 
 
@@ -48,18 +50,14 @@ def _frame(samples: np.ndarray, index: int) -> AudioFrame:
     return frame
 
 
-_silence: bytes | None = None
-
-
-def silence_packet() -> bytes:
-    """One Opus packet of digital silence, as the encoder settles on it (a few bytes), made once."""
-    global _silence
-    if _silence is None:
-        codec = opus_encoder()
-        quiet = np.zeros(FRAME, dtype=np.int16)
-        payloads = [bytes(p) for i in range(SETTLE_FRAMES * 2) for p in codec.encode(_frame(quiet, i))]
-        _silence = payloads[-1]
-    return _silence
+@functools.cache
+def silence_packet(frames: int = 1) -> bytes:
+    """One Opus packet of ``frames`` × 20 ms of digital silence, as the encoder settles on it (a few
+    bytes), made once."""
+    codec = opus_encoder(frames)
+    quiet = np.zeros(FRAME * frames, dtype=np.int16)
+    payloads = [bytes(p) for i in range(SETTLE_FRAMES * 2) for p in codec.encode(_frame(quiet, i * frames))]
+    return payloads[-1]
 
 
 class PacedTrack(MediaStreamTrack):
@@ -67,8 +65,9 @@ class PacedTrack(MediaStreamTrack):
 
     It hands aiortc Opus packets, not raw frames: aiortc's own path runs its encoder (96 kbit/s
     stereo, through a resampler) on a thread-pool hop for every frame. Here audio is encoded mono
-    on the loop, and silence, once the encoder has settled on it, is a cached packet, so an idle
-    call costs a packet copy per 20 ms. ``on_events`` gets the playout transitions
+    on the loop, and silence, once the encoder has settled on it, is a cached packet: 20 ms while a
+    response is open (its audio may come any moment), else 60 ms, so an idle call sends a third of
+    the packets (aiortc's per-packet path is most of a call's CPU). ``on_events`` gets the playout transitions
     (``output_audio_buffer.started`` / ``.stopped``) as the frames go out; ``open_response`` names
     the response that may still add audio (see ``OutboundAudio.next_frame``)."""
 
@@ -89,6 +88,7 @@ class PacedTrack(MediaStreamTrack):
         self._quiet = SETTLE_FRAMES  # silent frames in a row: a new track starts settled
         self._codec = opus_encoder()
         self._pending: list[bytes] = []
+        self.idle_frames = IDLE_FRAMES  # 20 ms frames per silent packet while no response is open
         self.late_frames = 0  # frames the loop handed out past their time (an underrun the listener hears)
         self.encoded = 0  # frames that went through the encoder (the rest were cached silence)
 
@@ -104,12 +104,16 @@ class PacedTrack(MediaStreamTrack):
         elif now - due > 0.06:  # three frames behind: the loop was starved
             self.late_frames += 1
         silent = self.source.silent
-        samples, events = self.source.next_frame(self.open_response())
+        open_response = self.open_response()
+        samples, events = self.source.next_frame(open_response)
         if events:
             self.on_events(events)
         self._quiet = self._quiet + 1 if silent else 0
+        frames = 1
         if self._quiet > SETTLE_FRAMES:
-            payload = silence_packet()
+            if open_response is None and self.source.silent:  # no audio can come before the next response
+                frames = self.idle_frames
+            payload = silence_packet(frames)
         else:
             self._pending.extend(bytes(p) for p in self._codec.encode(_frame(samples, self._sent)))
             self.encoded += 1
@@ -117,7 +121,7 @@ class PacedTrack(MediaStreamTrack):
         packet = Packet(payload)
         packet.pts = self._sent * FRAME
         packet.time_base = _TIME_BASE
-        self._sent += 1
+        self._sent += frames
         return packet
 
 

@@ -30,6 +30,8 @@ def test_a_browser_shaped_offer_passes():
     offer = check_offer(OFFER)
     assert offer.opus_payload == 111 and offer.audio_direction == "sendrecv"
     assert offer.sdp.endswith("\r\n") and "\r\n" in offer.sdp and "\n\n" not in offer.sdp
+    assert offer.maxptime_ms is None  # no limit stated: 60 ms idle packets are fine (Opus frames reach 120 ms)
+    assert check_offer(OFFER.replace("a=sendrecv\n", "a=sendrecv\na=maxptime:40\n")).maxptime_ms == 40
 
 
 @pytest.mark.parametrize(

@@ -13,6 +13,7 @@ from av import Packet
 
 from gateway.webrtc.pacing import FRAME, RATE, OutboundAudio, Started, Stopped
 from gateway.webrtc.tracks import (
+    IDLE_FRAMES,
     SETTLE_FRAMES,
     InlineDecoder,
     ListeningBuffer,
@@ -39,18 +40,30 @@ async def test_the_track_encodes_audio_and_sends_cached_silence_when_idle():
     tone = (np.sin(np.arange(RATE // 2) * 2 * np.pi * 440 / RATE) * 8000).astype(np.int16)  # 500 ms
     source.push(tone, "r1", "i1")
     seen: list[object] = []
-    track = PacedTrack(source, seen.extend)
+    track = PacedTrack(source, seen.extend)  # no response open once the tone is queued: it is all there is
     track._start = -1e9  # every frame due now: the work, not the pacing
     packets = [await track.recv() for _ in range(25 + SETTLE_FRAMES + 10)]
     assert seen == [Started("r1"), Stopped("r1")]
     assert [p.pts for p in packets[:3]] == [0, FRAME, 2 * FRAME]
     assert track.encoded == 25 + SETTLE_FRAMES  # the tone, then silence until the encoder has settled …
-    assert all(bytes(p) == silence_packet() for p in packets[-10:])  # … then the cached packet
+    idle = packets[25 + SETTLE_FRAMES :]
+    assert all(bytes(p) == silence_packet(IDLE_FRAMES) for p in idle)  # … then the cached 60 ms packet
+    assert [p.pts for p in idle[:2]] == [(25 + SETTLE_FRAMES) * FRAME, (25 + SETTLE_FRAMES + IDLE_FRAMES) * FRAME]
     assert len(silence_packet()) < 60  # libopus' own silence frame (35 bytes here), copied, never re-encoded
     assert sum(len(bytes(p)) for p in packets[:25]) / 25 < 120  # ≈ 80 bytes a frame at 32 kbit/s, mono
     heard = decode(packets)
+    assert heard.size == (25 + SETTLE_FRAMES + 10 * IDLE_FRAMES) * FRAME  # every packet's duration, played
     assert np.abs(heard[: RATE // 2]).max() > 4000  # the tone came through mono Opus
-    assert np.abs(heard[-10 * FRAME :]).max() < 50  # and the cached packets are silence
+    assert np.abs(heard[-10 * IDLE_FRAMES * FRAME :]).max() < 50  # and the cached packets are silence
+
+
+async def test_while_a_response_is_open_silence_goes_out_in_20_ms_packets():
+    """Its audio may come any moment: a 60 ms packet would hold its first frame back up to 40 ms."""
+    track = PacedTrack(OutboundAudio(), lambda _events: None, open_response=lambda: "r1")
+    track._start = -1e9
+    packets = [await track.recv() for _ in range(SETTLE_FRAMES + 5)]
+    assert [p.pts for p in packets[-2:]] == [(SETTLE_FRAMES + 3) * FRAME, (SETTLE_FRAMES + 4) * FRAME]
+    assert all(bytes(p) == silence_packet() for p in packets[-4:])
 
 
 def test_the_listening_buffer_hands_each_packet_on_at_once_and_skips_a_loss():
