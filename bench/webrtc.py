@@ -2,14 +2,15 @@
 
 One server process (the embedded model, as users run it). Per utterance (espeak-ng, streamed at
 real-time pace then silence), alternating transports: the time from the end of speech (the moment
-the frame holding its last sample went out) to the first ``response.output_text.delta``. The
-same over WebRTC with ``--beside`` calls open, the others' mics sending a quiet room (their VAD
-runs), with their outbound frames per second meanwhile. Then, audio input off, calls held open with audio flowing: the server process's CPU per call (over an idle baseline), the
-frames of the server's track each client received per second (50 is real time: fewer is an
-underrun), and the upstream bytes per second of the (aiortc) client's Opus track. Last, in this
-process, the outbound track's own cost per 20 ms frame: voice (encoded) and idle (cached silence).
-Each row carries the 1-minute load average when it was measured: on a shared box, read it first.
-Writes bench/results/webrtc.{json,md}. Needs espeak-ng.
+the frame holding its last sample went out) to the first ``response.output_text.delta``. The same
+over WebRTC with ``--beside`` calls open, the others' mics sending a quiet room (their VAD runs),
+with their outbound frames per second meanwhile. Then, audio input off, calls held open with audio
+flowing: the server process's CPU per call (over an idle baseline), the frames of the server's
+track each client received per second (50 is real time: fewer is an underrun), and the upstream
+bytes per second of the (aiortc) client's Opus track. Last, in this process, the outbound track's
+own cost per 20 ms frame: voice (encoded) and idle (cached silence). Each row carries the 1-minute
+load average when it was measured: on a shared box, read it first. Writes
+bench/results/webrtc.{json,md}. Needs espeak-ng.
 """
 
 from __future__ import annotations
