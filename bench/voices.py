@@ -279,6 +279,9 @@ def main() -> None:
     ap.add_argument("--threads", type=int, default=None, help="audio.threads (Whisper's compute threads)")
     ap.add_argument("--text", action="store_true", help="one text session decoding through every round")
     ap.add_argument("--name", default="voices", help="results file name under bench/results/")
+    ap.add_argument(
+        "--set", action="append", default=[], help="config override KEY=VALUE (e.g. engine.prefill_chunk=256)"
+    )
     args = ap.parse_args()
 
     overrides: dict[str, Any] = {"session.max_output_tokens": 400, "speculative.drafter": "none"}
@@ -288,6 +291,9 @@ def main() -> None:
         overrides["audio.threads"] = args.threads
     if args.capacity is not None:
         overrides["audio.max_concurrent_turns"] = args.capacity
+    for kv in args.set:
+        key, _, value = kv.partition("=")
+        overrides[key] = json.loads(value) if value[:1].isdigit() or value in ("true", "false", "null") else value
     rows: list[dict[str, Any]] = []
     raw: dict[str, Any] = {}
     with server_process(overrides) as addr:

@@ -52,6 +52,7 @@ import numpy as np
 
 from . import chat_template
 from .backend import BatchItem, KVState, common_prefix
+from .cores import CORES
 from .llama_slots import SeqHandle, Slot, open_slots, pick_slot, plan_moves
 from .llm import EMBEDDED_ID, ModelLoadError, embedded_gguf
 
@@ -143,6 +144,7 @@ class LlamaCppBackend:
         cparams.kv_unified = False
         cparams.n_threads = cfg.threads
         cparams.n_threads_batch = cfg.threads
+        self._cfg_threads = self._threads = cfg.threads
         cparams.flash_attn_type = (
             lc.LLAMA_FLASH_ATTN_TYPE_ENABLED if cfg.flash_attn else lc.LLAMA_FLASH_ATTN_TYPE_DISABLED
         )
@@ -409,6 +411,13 @@ class LlamaCppBackend:
                 raise RuntimeError(f"llama.cpp could not remove positions {length}.. of sequence {slot.seq}")
             del slot.tokens[length:]
 
+    def _share_cores(self) -> None:
+        """Step on fewer threads while another compute thread (a Whisper pass) holds a core (``models.cores``)."""
+        want = max(1, self._cfg_threads - CORES.lent)
+        if want != self._threads:
+            self._lc.llama_set_n_threads(self._ctx, want, want)
+            self._threads = want
+
     def _decode(self, work: list[tuple[Slot, list[int], int]]) -> list[np.ndarray]:
         """Decode each ``todo`` after its ``slot.tokens`` in shared batches; logits of the last
         ``n_logits`` positions of each.
@@ -442,6 +451,7 @@ class LlamaCppBackend:
             want = row[sl] >= 0
             self._want[:n] = want
             batch.n_tokens = n
+            self._share_cores()
             rc = lc.llama_decode(self._ctx, batch)
             if rc != 0:
                 for slot, base in bases:  # leave every sequence of the call as it was

@@ -26,6 +26,7 @@ from typing import Any
 
 import numpy as np
 
+from models.cores import CORES
 from processors.asr import Transcriber, encoder_frames
 
 from .asr_queue import Pass, PassKind, PassQueue, QueueConfig
@@ -194,9 +195,11 @@ class AsrWorker:
         job.add_done_callback(lambda f: self._done(tickets, f))
 
     def _run(self, audios: Sequence[np.ndarray]) -> list[str]:
-        """On the worker thread: one call over the batch (or one per pass)."""
+        """On the worker thread: one call over the batch (or one per pass), holding a core the LLM
+        then leaves alone (``models.cores``)."""
         batch = getattr(self.asr, "transcribe_batch", None)
-        return list(batch(audios)) if batch is not None else [self.asr.transcribe(a) for a in audios]
+        with CORES.lend():
+            return list(batch(audios)) if batch is not None else [self.asr.transcribe(a) for a in audios]
 
     def _done(self, tickets: list[int], job: asyncio.Future[list[str]]) -> None:
         batch = self.queue.running

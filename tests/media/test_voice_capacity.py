@@ -12,6 +12,7 @@ import pytest
 
 from gateway.realtime.asr_queue import QueueConfig
 from gateway.realtime.asr_worker import SEAT_IDLE_S, AsrWorker, PassShed
+from models.cores import CORES
 from processors.asr import DEFAULT_HEADROOM_S, AsrConfig, encoder_frames, word_error_rate
 from testkit.speech import silence, speak
 from tests.conftest import requires_espeak
@@ -68,6 +69,20 @@ async def test_passes_of_several_sessions_share_one_call_gating_first_and_stale_
             pass
         assert asr.calls == [[1.0], [3.0, 4.0], [5.0]]  # the two gating passes in one call, before the partial
         assert worker.queue.stats.shed == 1
+    finally:
+        worker.close()
+
+
+async def test_a_pass_holds_a_core_the_llm_leaves_alone_while_it_runs() -> None:
+    asr = GatedAsr()
+    worker = AsrWorker(asr, capacity=1)
+    try:
+        _, running = worker.submit("a", "final", clip(1))
+        assert await asyncio.to_thread(asr.entered.wait, 10)
+        assert CORES.lent == 1  # inside the Whisper call
+        asr.release.set()
+        assert await asyncio.wait_for(running, 10) == "pass 1"
+        assert CORES.lent == 0
     finally:
         worker.close()
 
