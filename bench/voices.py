@@ -111,7 +111,7 @@ def pcm_for(text: str) -> tuple[bytes, int, float]:
     return float32_to_pcm16(np.concatenate([lead, speech, tail])), (len(lead) + len(speech)) * 2, len(speech) / RATE
 
 
-async def speaker(addr: str, text: str, start_at: float) -> dict[str, Any]:
+async def speaker(addr: str, text: str, start_at: float, audio_out: bool = False) -> dict[str, Any]:
     import websockets
 
     from processors.asr import word_error_rate
@@ -122,7 +122,10 @@ async def speaker(addr: str, text: str, start_at: float) -> dict[str, Any]:
     out: dict[str, Any] = {"text": text, "speech_s": round(speech_s, 2), "refused": False}
     async with websockets.connect(f"ws://{addr}/v1/realtime", max_size=None) as ws:
         await asyncio.wait_for(ws.recv(), 30)
-        update = {"type": "session.update", "session": {"max_output_tokens": 16}}
+        session: dict[str, Any] = {"max_output_tokens": 16}
+        if audio_out:
+            session["output_modalities"] = ["audio"]
+        update = {"type": "session.update", "session": session}
         await ws.send(json.dumps(update))
         while json.loads(await asyncio.wait_for(ws.recv(), 30))["type"] != "session.updated":
             pass
@@ -132,6 +135,8 @@ async def speaker(addr: str, text: str, start_at: float) -> dict[str, Any]:
                 ev = json.loads(await ws.recv())
                 kind = ev["type"]
                 marks.setdefault(kind, time.perf_counter())
+                if kind == "response.output_audio_transcript.delta":  # a spoken reply's text
+                    marks.setdefault("response.output_text.delta", marks[kind])
                 if kind == "error" and ev["error"].get("code") == "server_busy":
                     out["refused"] = True
                     out["busy_message"] = ev["error"]["message"]
@@ -168,6 +173,7 @@ async def speaker(addr: str, text: str, start_at: float) -> dict[str, Any]:
         eos_to_speech_stopped_ms=since("input_audio_buffer.speech_stopped"),
         eos_to_transcript_ms=since("conversation.item.input_audio_transcription.completed"),
         eos_to_first_text_ms=since("response.output_text.delta"),
+        eos_to_first_audio_ms=since("response.output_audio.delta"),
         wer=word_error_rate(text, out.get("transcript", "")),
     )
     return out
@@ -213,13 +219,16 @@ def pct(xs: list[float], q: float) -> float | None:
     return s[min(len(s) - 1, max(0, round(q * (len(s) - 1))))]
 
 
-async def round_of(addr: str, n: int, offset: int) -> list[dict[str, Any]]:
+async def round_of(addr: str, n: int, offset: int, audio_out: bool = False) -> list[dict[str, Any]]:
     start = time.perf_counter() + 1.5  # every socket connected and configured by then
     texts = [UTTERANCES[(offset + i) % len(UTTERANCES)] for i in range(n)]
-    return list(await asyncio.gather(*(speaker(addr, t, start + i * STAGGER_S / n) for i, t in enumerate(texts))))
+    starts = [start + i * STAGGER_S / n for i in range(n)]
+    return list(await asyncio.gather(*(speaker(addr, t, at, audio_out) for t, at in zip(texts, starts, strict=True))))
 
 
-async def level(addr: str, n: int, rounds: int, with_text: bool) -> tuple[list[dict[str, Any]], dict[str, Any] | None]:
+async def level(
+    addr: str, n: int, rounds: int, with_text: bool, audio_out: bool = False
+) -> tuple[list[dict[str, Any]], dict[str, Any] | None]:
     stop = asyncio.Event()
     reader = asyncio.create_task(text_reader(addr, stop)) if with_text else None
     if reader is not None:
@@ -227,7 +236,7 @@ async def level(addr: str, n: int, rounds: int, with_text: bool) -> tuple[list[d
     runs: list[dict[str, Any]] = []
     for r in range(rounds):
         before = await asyncio.to_thread(scrape, addr)
-        got = await round_of(addr, n, r * n)
+        got = await round_of(addr, n, r * n, audio_out)
         after = await asyncio.to_thread(scrape, addr)
         spec = "stream_omni:voice_speculation_total{outcome=%s}"
         counts = {k: after.get(spec % k, 0.0) - before.get(spec % k, 0.0) for k in ("prepared", "committed")}
@@ -242,6 +251,7 @@ async def level(addr: str, n: int, rounds: int, with_text: bool) -> tuple[list[d
 def summarize(n: int, runs: list[dict[str, Any]], before: dict[str, float], after: dict[str, float]) -> dict[str, Any]:
     served = [r for r in runs if not r["refused"]]
     ft = [r["eos_to_first_text_ms"] for r in served if r.get("eos_to_first_text_ms") is not None]
+    fa = [r["eos_to_first_audio_ms"] for r in served if r.get("eos_to_first_audio_ms") is not None]
     tr = [r["eos_to_transcript_ms"] for r in served if r.get("eos_to_transcript_ms") is not None]
 
     def d(key: str) -> float:
@@ -261,6 +271,9 @@ def summarize(n: int, runs: list[dict[str, Any]], before: dict[str, float], afte
         "eos→first text p50": pct(ft, 0.5),
         "p90 ": pct(ft, 0.9),
         "max ": max(ft) if ft else None,
+        "eos→first audio p50": pct(fa, 0.5),
+        "p90  ": pct(fa, 0.9),
+        "max  ": max(fa) if fa else None,
         "mean WER": sum(r["wer"] for r in served) / len(served) if served else None,
         "partials shed": d("stream_omni:voice_partials_shed_total{}"),
         "Whisper calls": calls,
@@ -279,6 +292,7 @@ def main() -> None:
     ap.add_argument("--threads", type=int, default=None, help="audio.threads (Whisper's compute threads)")
     ap.add_argument("--text", action="store_true", help="one text session decoding through every round")
     ap.add_argument("--name", default="voices", help="results file name under bench/results/")
+    ap.add_argument("--audio-out", action="store_true", help="replies spoken (output_modalities audio)")
     ap.add_argument(
         "--set", action="append", default=[], help="config override KEY=VALUE (e.g. engine.prefill_chunk=256)"
     )
@@ -299,7 +313,7 @@ def main() -> None:
     with server_process(overrides) as addr:
         capacity = scrape(addr).get("stream_omni:voice_capacity{}")
         print(f"server voice capacity: {capacity}")
-        asyncio.run(round_of(addr, 1, 0))  # warm-up: first Whisper and model calls
+        asyncio.run(round_of(addr, 1, 0, args.audio_out))  # warm-up: first Whisper, model and voice calls
         text_alone = None
         if args.text:
             stop = asyncio.Event()
@@ -315,7 +329,7 @@ def main() -> None:
         for n in (int(x) for x in args.n.split(",")):
             before, cpu0 = scrape(addr), server_cpu_s()
             la = load()
-            runs, text = asyncio.run(level(addr, n, args.rounds or ROUNDS.get(n, 1), args.text))
+            runs, text = asyncio.run(level(addr, n, args.rounds or ROUNDS.get(n, 1), args.text, args.audio_out))
             after, cpu1 = scrape(addr), server_cpu_s()
             row = summarize(n, runs, before, after)
             vad = after.get("stream_omni:voice_stage_seconds_sum{stage=vad}", 0) - before.get(

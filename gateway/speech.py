@@ -22,6 +22,7 @@ from concurrent.futures import Future
 from dataclasses import dataclass, field
 from typing import Any
 
+from models.cores import CORES
 from processors.audio_formats import encode
 
 from .config import SpeechConfig
@@ -107,7 +108,8 @@ class SpeechService:
             if not fut.set_running_or_notify_cancel():
                 continue  # its caller stopped waiting
             try:
-                fut.set_result(self.synthesize(text, settings))
+                with CORES.lend():  # the LLM steps on a thread fewer meanwhile (models.cores)
+                    fut.set_result(self.synthesize(text, settings))
             except Exception as exc:  # the caller's chunk fails; the worker goes on
                 fut.set_exception(exc)
 
