@@ -96,7 +96,8 @@ class Metrics:
         self.voice_stage = Histogram(
             "stream_omni:voice_stage_seconds",
             "Voice pipeline stages: vad (one frame through the VAD), asr_wait (a pass queued → started), "
-            "asr_run (one Whisper call, all passes batched in it); the LLM's first token is "
+            "asr_run (one Whisper call, all passes batched in it), tts_first_chunk (a reply's first "
+            "chunk, queued for synthesis → made); the LLM's first token is "
             "stream_omni:time_to_first_token_seconds",
             ["stage"],
             registry=r,

@@ -18,6 +18,8 @@ from __future__ import annotations
 import asyncio
 import logging
 import threading
+import time
+from collections.abc import Callable
 from concurrent.futures import Future
 from dataclasses import dataclass, field
 from typing import Any
@@ -53,6 +55,7 @@ class SpeechService:
     default: SpeechSettings
     workers: int = 1  # synthesis threads
     nice: int = 0  # how far below the process's priority the workers run; > 0 adds a first-chunk thread
+    on_first_chunk: Callable[[float], None] | None = None  # seconds a reply's first chunk took, queued → made
     _queue: SynthesisQueue[_Job] = field(default_factory=SynthesisQueue, init=False)
     _ready: threading.Condition = field(default_factory=threading.Condition, init=False)
     _closed: bool = field(default=False, init=False)
@@ -89,7 +92,11 @@ class SpeechService:
                 raise RuntimeError("speech service closed")
             self._queue.put((fut, text, settings), rank)
             self._ready.notify_all()  # a first-chunk thread waits only for a reply's first chunks: wake every kind
-        return await asyncio.wrap_future(fut)
+        t0 = time.perf_counter()
+        out = await asyncio.wrap_future(fut)
+        if rank == 0 and self.on_first_chunk is not None:
+            self.on_first_chunk(time.perf_counter() - t0)
+        return out
 
     def _work(self, max_rank: int | None, nice: int) -> None:
         """Take jobs of rank ≤ ``max_rank`` (None: any) at ``nice`` below the process's priority."""

@@ -80,6 +80,8 @@ async def start_services(
     svc.processors.register(ImageProcessor(image_limits(config), describer))
     svc.processors.register(WavProcessor(svc.audio_limits, asr))
     svc.processors.load_entry_points()
+    if speech is not None:
+        speech.on_first_chunk = svc.metrics.voice_stage.labels(stage="tts_first_chunk").observe
     if asr is not None:  # one Whisper worker for every session's passes, and the voice seats
         capacity = config.audio.max_concurrent_turns or await asyncio.to_thread(measure_capacity, asr)
         svc.asr_worker = AsrWorker(asr, capacity, metrics=svc.metrics)

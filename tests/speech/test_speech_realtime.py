@@ -62,7 +62,20 @@ async def test_a_reply_is_spoken_with_its_transcript(server_factory):
         assert r["output"][0]["content"][0] == {"type": "output_audio", "transcript": deltas}
         details = r["usage"]["output_token_details"]
         assert details["audio_tokens"] >= len(audio) / 48_000 * 20 - 1
+        assert await asyncio.to_thread(first_chunks_timed, addr) >= 1  # /metrics: the first chunk's stage
         await c.close()
+
+
+def first_chunks_timed(addr: str) -> float:
+    import httpx
+    from prometheus_client.parser import text_string_to_metric_families
+
+    text = httpx.get(f"http://{addr}/metrics", timeout=30).text
+    for family in text_string_to_metric_families(text):
+        for s in family.samples:
+            if s.name == "stream_omni:voice_stage_seconds_count" and s.labels.get("stage") == "tts_first_chunk":
+                return s.value
+    return 0.0
 
 
 async def test_g711_output_is_8khz_one_byte_per_sample(server_factory):
