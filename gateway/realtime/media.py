@@ -150,7 +150,7 @@ class MediaInput:
                 self.voice.configure(rate, td)
                 self._abandon()
             else:
-                VoiceInput(self.svc.audio_limits, td, rate)  # validation only
+                VoiceInput.check(self.svc.audio_limits, td, rate)
         except AudioError as exc:
             return self.session.error(exc.code, exc.message, ev.event_id, "session.audio.input")
         return None

@@ -38,6 +38,14 @@ class VoiceInput:
         self.vad_config: ServerVadConfig | None = None
         self.configure(rate, turn_detection)
 
+    @staticmethod
+    def check(limits: AudioLimits, turn_detection: dict[str, Any] | None, rate: int) -> None:
+        """Raise ``AudioError`` for settings ``configure`` would refuse, without loading the VAD model
+        (a ``session.update`` or a client secret is checked on the event loop)."""
+        check_rate(rate, limits)
+        if turn_detection is not None:
+            ServerVadConfig.from_turn_detection(turn_detection)
+
     def configure(self, rate: int, turn_detection: dict[str, Any] | None) -> None:
         """Apply ``audio.input`` settings; raises ``AudioError`` (nothing changes then)."""
         check_rate(rate, self.limits)

@@ -364,3 +364,22 @@ def test_segmenter_hands_out_the_turn_audio_so_far():
     loud = np.full(WINDOW * 3, 0.5, np.float32)
     vad.feed(np.concatenate([np.zeros(WINDOW * 2, np.float32), loud]))
     np.testing.assert_array_equal(vad.turn_audio(), loud)
+
+
+def test_checking_voice_settings_refuses_what_configure_would_and_loads_no_model(monkeypatch):
+    """A session.update or a client secret is checked on the event loop: loading silero there was a
+    100-200 ms stall the first time."""
+    from gateway.realtime.turns import VoiceInput
+    from processors.audio import AudioError, AudioLimits
+
+    def no_model(*_a: object) -> None:
+        raise AssertionError("the VAD model was loaded to check settings")
+
+    monkeypatch.setattr("processors.vad.SileroVad.__init__", no_model)
+    limits = AudioLimits()
+    VoiceInput.check(limits, {"type": "server_vad", "silence_duration_ms": 300}, 24_000)
+    VoiceInput.check(limits, None, 16_000)
+    with pytest.raises(AudioError):
+        VoiceInput.check(limits, None, 44_100)
+    with pytest.raises(AudioError):
+        VoiceInput.check(limits, {"type": "server_vad", "threshold": 7}, 24_000)
