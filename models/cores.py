@@ -5,7 +5,7 @@ a step waits for a thread the OS is not running: on 2 cores, four people speakin
 their first reply text after 0.83 s (median) and 1.19 s (max) with the LLM and Whisper on 2
 threads each, and after 0.54 s and 0.70 s with one thread each (``bench voices``). Giving the LLM
 one thread always would cost a lone text user's decode speed, so a pass says it is running
-(``lend``) and the LLM steps on fewer threads (``LlamaCppBackend`` reads ``lent`` before every
+(``lend``) and the LLM steps on fewer threads (``LlamaCppBackend`` asks ``threads`` before every
 ``llama_decode``) until it ends. Thread-safe; the count is read without a lock (a stale read costs
 one step at the old thread count).
 """
@@ -26,6 +26,10 @@ class Cores:
     def lent(self) -> int:
         """Cores other compute threads are using now."""
         return self._lent
+
+    def threads(self, configured: int) -> int:
+        """The threads a compute pool configured for ``configured`` should step on now (at least one)."""
+        return max(1, configured - self._lent)
 
     @contextmanager
     def lend(self, n: int = 1) -> Iterator[None]:

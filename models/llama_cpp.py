@@ -142,9 +142,7 @@ class LlamaCppBackend:
         cparams.n_ubatch = self.n_batch
         cparams.n_seq_max = cfg.n_seq
         cparams.kv_unified = False
-        cparams.n_threads = cfg.threads
-        cparams.n_threads_batch = cfg.threads
-        self._cfg_threads = self._threads = cfg.threads
+        cparams.n_threads = cparams.n_threads_batch = self._cfg_threads = self._threads = cfg.threads
         cparams.flash_attn_type = (
             lc.LLAMA_FLASH_ATTN_TYPE_ENABLED if cfg.flash_attn else lc.LLAMA_FLASH_ATTN_TYPE_DISABLED
         )
@@ -411,13 +409,6 @@ class LlamaCppBackend:
                 raise RuntimeError(f"llama.cpp could not remove positions {length}.. of sequence {slot.seq}")
             del slot.tokens[length:]
 
-    def _share_cores(self) -> None:
-        """Step on fewer threads while another compute thread (a Whisper pass) holds a core (``models.cores``)."""
-        want = max(1, self._cfg_threads - CORES.lent)
-        if want != self._threads:
-            self._lc.llama_set_n_threads(self._ctx, want, want)
-            self._threads = want
-
     def _decode(self, work: list[tuple[Slot, list[int], int]]) -> list[np.ndarray]:
         """Decode each ``todo`` after its ``slot.tokens`` in shared batches; logits of the last
         ``n_logits`` positions of each.
@@ -451,7 +442,9 @@ class LlamaCppBackend:
             want = row[sl] >= 0
             self._want[:n] = want
             batch.n_tokens = n
-            self._share_cores()
+            if (threads := CORES.threads(self._cfg_threads)) != self._threads:  # a Whisper pass holds a core
+                lc.llama_set_n_threads(self._ctx, threads, threads)
+                self._threads = threads
             rc = lc.llama_decode(self._ctx, batch)
             if rc != 0:
                 for slot, base in bases:  # leave every sequence of the call as it was
