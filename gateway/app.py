@@ -21,6 +21,7 @@ from models.remote import RemoteModel
 from models.remote_engine import RemoteEngine
 
 from .cluster.node import ClusterNode, start_node
+from .cluster.resume import cluster_sessions
 from .config import Config
 from .http import routes as http_routes
 from .realtime import routes as realtime_routes
@@ -112,7 +113,7 @@ def create_app(
         Route("/ready", ready),
         Route("/v1/models", models),
         Route("/metrics", metrics),
-        *realtime_routes.routes(svc, node, sideband=webrtc_api.sideband),
+        *realtime_routes.routes(svc, lambda: cluster_sessions(node()), sideband=webrtc_api.sideband),
         *webrtc_api.routes(),
         *http_api.routes(),
         Mount("/", app=StaticFiles(directory=str(WEB_DIR), html=True, check_dir=False), name="web"),

@@ -38,7 +38,7 @@ from models.engine import EngineBusy, Handle
 
 from .config import Config, load_config
 from .filters import FILTER_FAILED, ResponseFilter
-from .http import jobs, serving
+from .http import chat_completions, jobs
 from .http.content import chat_messages
 from .http.errors import ApiError
 from .http.schemas import ChatRequest
@@ -214,7 +214,7 @@ class ResponseStream:
         try:
             messages = await chat_messages(svc, req.messages)
             prompt = await chat_tokens(svc.backend, messages, svc) if svc.tokenizes else None  # off the loop
-            self.job = serving.chat_job(svc, req, messages, prompt)
+            self.job = chat_completions.chat_job(svc, req, messages, prompt)
         except ApiError as exc:
             raise StreamOmniError(exc.code, exc.message, exc.param) from None
         try:

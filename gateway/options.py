@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Annotated, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
@@ -26,3 +27,12 @@ class SchedulerOptions(BaseModel):
     lookahead_tokens: LookaheadTokens | None = None  # most draft tokens per verify (0: none)
     task_hint: TaskHint | None = None  # models.scheduler.TASK_HINTS
     eager_first: bool | None = None  # first chunk without waiting for its word's end (docs/REMOTE.md)
+
+
+def model_refusal(served: Sequence[str], model: str, also: Sequence[str] = ()) -> str | None:
+    """None when a server answering to ``served`` (its name, then its aliases) takes ``model``, or
+    ``model`` is in ``also`` (ids an endpoint's clients send by default); else why not: the one
+    ``model_not_found`` message of every endpoint."""
+    if model in served or model in also:
+        return None
+    return f"the model {model[:100]!r} is not served here; this server serves {', '.join(repr(m) for m in served)}"

@@ -29,9 +29,10 @@ from .files import FileStore
 from .filters import NamedFilter
 from .keylimits import KeyLimits
 from .metrics import Metrics
+from .options import model_refusal
 from .realtime.bigframes import FrameParser
-from .realtime.registry import SessionRegistry
 from .realtime.session import SessionDefaults
+from .session_registry import SessionRegistry
 from .tools.state import McpPolicy
 
 # (drafter, verifier) for one response, or (None, None): see models.speculative
@@ -80,12 +81,9 @@ class Services:
         return [self.backend.name, *(a for a in self.config.model.aliases if a != self.backend.name)]
 
     def model_refusal(self, model: str, also: tuple[str, ...] = ()) -> str | None:
-        """None when this server answers to ``model`` (its name, ``model.aliases``, or ``also``: ids an
-        endpoint's clients send by default); else why not, for every API's ``model_not_found``."""
-        if model in self.model_ids or model in also:
-            return None
-        served = ", ".join(repr(m) for m in self.model_ids)
-        return f"the model {model[:100]!r} is not served here; this server serves {served}"
+        """None when this server answers to ``model`` (its name, ``model.aliases``, or ``also``); else why
+        not, for every API's ``model_not_found``."""
+        return model_refusal(self.model_ids, model, also)
 
     @property
     def session_defaults(self) -> SessionDefaults:

@@ -23,8 +23,8 @@ from .keylimits import KeyLimits
 from .loading import default_loader, image_limits, load_audio, load_speculator, load_vision, make_engine
 from .realtime.asr_worker import AsrWorker, measure_capacity
 from .realtime.bigframes import FrameParser, ParseLimits
-from .realtime.registry import SessionRegistry
 from .services import Services
+from .session_registry import SessionRegistry
 from .speech import load_speech
 
 

@@ -10,6 +10,10 @@ When a message refers to a file (Chat ``{"type": "file", "file": {"file_id"}}``,
 ``input_image`` / ``input_audio`` / ``input_file`` with ``file_id``), it becomes the same text the
 inline form would: an image its description, a WAV its transcript, other content what its
 processor plugin (``processors.registry``) reads.
+
+Both APIs read a part's media through ``image_text`` and ``attached_text`` here, so an image or a
+file is the same text to the model on either; each API only maps the refusals (``REFUSALS``) onto
+its own error shape and field path.
 """
 
 from __future__ import annotations
@@ -117,3 +121,23 @@ async def data_url_text(svc: Services, url: str, max_bytes: int) -> str:
         raise FileRefused("unsupported_content", f"no processor on this server reads {mime} content")
     await asyncio.to_thread(proc.check, data, mime)
     return await asyncio.to_thread(proc.to_text, data, mime)
+
+
+async def image_text(svc: Services, url: str) -> str:
+    """An image (a data URL) as the describer words it, ``[image: …]``; ``ImageError`` when it
+    cannot be read, or when this server reads no images."""
+    describe = svc.image_describer
+    if describe is None:
+        raise ImageError("unsupported_content", "image input is not enabled on this server (config: vision.mode)")
+    return str(await asyncio.to_thread(describe, url))
+
+
+async def attached_text(
+    svc: Services, owner: str, file_id: str | None, file_data: str | None, want: str | None = None
+) -> str:
+    """A file part, uploaded (``file_id``, ``owner``'s) or inline (``file_data``, a data URL), as
+    its inline form reads (``want``: the kind the part promises, as in ``file_text``)."""
+    if file_id is not None:
+        _, text = await file_text(svc, owner, file_id, want)
+        return text
+    return await data_url_text(svc, file_data or "", svc.config.files.max_file_bytes)

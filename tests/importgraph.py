@@ -34,6 +34,7 @@ LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
             "gateway.tts_queue",
             "gateway.tokenize",
             "gateway.grammars",
+            "gateway.session_registry",
             "gateway.services",
         ),
     ),

@@ -11,11 +11,7 @@ from tests.test_layering import _cycles
 # - realtime/routes.py reaches the cluster for resumes of sessions another replica owns; the routes
 #   should be handed a resume hook by the app instead.
 KNOWN_BACK_UP = {
-    ("gateway.realtime.routes", "gateway.cluster.node"),
-    ("gateway.realtime.routes", "gateway.cluster.resume"),
-    ("gateway.realtime.routes", "gateway.cluster.store"),
     ("gateway.services", "gateway.realtime.bigframes"),
-    ("gateway.services", "gateway.realtime.registry"),
     ("gateway.services", "gateway.realtime.session"),
     ("gateway.services", "gateway.tools.state"),  # the MCP policy it hands each session, like its defaults
 }

@@ -37,6 +37,11 @@ class RealtimeClient:
             if ev["type"] == type_:
                 return ev
 
+    async def update_session(self, session: dict[str, Any], timeout: float = 120) -> dict[str, Any]:
+        """Send ``session.update`` and return the ``session.updated`` that answers it."""
+        await self.send({"type": "session.update", "session": session})
+        return await self.until("session.updated", timeout)
+
     async def say(self, text: str, role: str = "user") -> None:
         await self.send(
             {

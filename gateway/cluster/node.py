@@ -23,8 +23,8 @@ from .store import RedisStore, StoreUnavailable
 if TYPE_CHECKING:
     from ..config import Config
     from ..realtime.live import LiveSession
-    from ..realtime.registry import SessionRegistry
     from ..services import Services
+    from ..session_registry import SessionRegistry
 
 log = logging.getLogger("stream_omni.cluster")
 
@@ -85,7 +85,7 @@ class ClusterNode:
     async def admit(self, digest: str, token: str) -> None:
         """A new session: raises ``StoreUnavailable`` without Redis, ``TooManySessions`` when key
         ``digest`` has ``max_per_key`` sessions on all replicas together."""
-        from ..realtime.registry import TooManySessions
+        from ..session_registry import TooManySessions
 
         limit = self.registry.max_per_key
         if limit is None:

@@ -11,7 +11,9 @@ from starlette.websockets import WebSocket, WebSocketState
 
 from ..realtime import protocol as p
 from ..realtime.connection import Connection
-from ..realtime.protocol import CLOSE_NORMAL, CLOSE_TRY_AGAIN
+from ..realtime.live import LiveSession
+from ..realtime.protocol import CLOSE_NORMAL
+from ..realtime.routes import refuse_store_unavailable
 from ..services import Services
 from .node import ClusterNode
 from .proxy import Proxy
@@ -19,6 +21,29 @@ from .store import StoreCorrupt, StoreUnavailable
 from .takeover import take_over_session
 
 log = logging.getLogger("stream_omni.cluster")
+
+
+class ClusterSessions:
+    """A ``ClusterNode`` as the Realtime upgrade uses it (``gateway.realtime.routes.SessionCluster``)."""
+
+    def __init__(self, node: ClusterNode):
+        self.node = node
+
+    async def admit(self, digest: str, token: str) -> None:
+        await self.node.admit(digest, token)
+
+    def own(self, live: LiveSession) -> object:
+        return self.node.own(live)
+
+    async def attach(self, token: str, socket_id: str) -> None:
+        await self.node.store.attach(token, socket_id)
+
+    async def resume(self, s: Services, ws: WebSocket, token: str, key: str, last_seq: int) -> None:
+        await resume_in_cluster(s, self.node, ws, token, key, last_seq)
+
+
+def cluster_sessions(node: ClusterNode | None) -> ClusterSessions | None:
+    return None if node is None else ClusterSessions(node)
 
 
 async def resume_in_cluster(s: Services, node: ClusterNode, ws: WebSocket, token: str, key: str, last_seq: int) -> None:
@@ -68,13 +93,6 @@ async def _unreadable(s: Services, ws: WebSocket, token: str, exc: Exception) ->
         return
     with contextlib.suppress(Exception):  # the socket may be gone already: then there is nobody to tell
         await _failed(s, ws, "its stored state is unreadable")
-
-
-async def refuse_store_unavailable(s: Services, ws: WebSocket) -> None:
-    """No Redis: a clear error event, then close 1013 (the client retries)."""
-    s.metrics.errors.labels(code="store_unavailable").inc()
-    await ws.send_json(p.error_event("store_unavailable", "the session store is unavailable; retry shortly"))
-    await ws.close(CLOSE_TRY_AGAIN, "session store unavailable")
 
 
 async def _failed(s: Services, ws: WebSocket, why: str) -> None:

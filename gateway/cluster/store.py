@@ -31,11 +31,11 @@ from redis.backoff import NoBackoff
 from redis.exceptions import RedisError, ResponseError
 from redis.retry import Retry
 
+from ..session_registry import StoreUnavailable
+
+__all__ = ["RedisStore", "StoreCorrupt", "StoreUnavailable"]
+
 Entries = list[tuple[int, str]]  # (seq, JSON text), seq ascending
-
-
-class StoreUnavailable(Exception):
-    """Redis did not answer: ``/ready`` is false and new sessions are refused (``store_unavailable``)."""
 
 
 class StoreCorrupt(StoreUnavailable):

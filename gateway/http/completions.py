@@ -36,7 +36,7 @@ from models.remote import RemoteModel
 from ..services import Services
 from ..sink import AsyncSink
 from ..tokenize import TooManyTokens, text_tokens
-from . import jobs, shapes
+from . import bodies, jobs
 from .errors import ApiError, busy, check_model, error_body
 from .schemas import SamplingRequest, parse, read_body
 from .stream import CompletionStore, CompletionStream, SseResponse, dumps
@@ -85,7 +85,7 @@ async def create(svc: Services, store: CompletionStore, request: Request, owner:
         Choice(i, await _echo(svc, req, p) if req.echo else "", _job(svc, req, ids))
         for i, (p, ids) in enumerate(await _prompts(svc, req))
     ]
-    header = shapes.Header(f"cmpl-{secrets.token_hex(16)}", int(time.time()), svc.backend.name)
+    header = bodies.Header(f"cmpl-{secrets.token_hex(16)}", int(time.time()), svc.backend.name)
     queue: asyncio.Queue[tuple[int, JobEvents]] = asyncio.Queue()
     _submit(svc, choices, queue)
     if req.stream:
@@ -198,7 +198,7 @@ def _take(c: Choice, events: JobEvents) -> None:
 def _usage(choices: list[Choice]) -> dict[str, Any]:
     total: dict[str, Any] = {"prompt_tokens": 0, "completion_tokens": 0, "total_tokens": 0, "cached": 0}
     for c in choices:
-        u = shapes.usage(c.done.metrics if c.done else {})
+        u = bodies.usage(c.done.metrics if c.done else {})
         for k in ("prompt_tokens", "completion_tokens", "total_tokens"):
             total[k] += u[k]
         total["cached"] += u["prompt_tokens_details"]["cached_tokens"]
@@ -221,7 +221,7 @@ def logprobs_body(items: list[TokenLogprob], offset: int = 0, limit: int | None 
     return body
 
 
-def _object(h: shapes.Header, choices: list[dict[str, Any]]) -> dict[str, Any]:
+def _object(h: bodies.Header, choices: list[dict[str, Any]]) -> dict[str, Any]:
     return {"id": h.id, "object": "text_completion", "created": h.created, "model": h.model, "choices": choices}
 
 
@@ -234,7 +234,7 @@ async def _complete(
     req: CompletionRequest,
     choices: list[Choice],
     queue: asyncio.Queue[tuple[int, JobEvents]],
-    h: shapes.Header,
+    h: bodies.Header,
 ) -> Response:
     collect = asyncio.create_task(_collect(choices, queue))
     gone = asyncio.create_task(jobs.disconnected(request))
@@ -253,7 +253,7 @@ async def _complete(
         jobs.finished(svc, d)
     if any(d.reason == "cancelled" for d in dones):
         return Response(status_code=499)
-    if any(d.reason not in shapes.FINISH for d in dones):
+    if any(d.reason not in bodies.FINISH for d in dones):
         return JSONResponse(error_body(500, "generation_failed", "generation failed"), status_code=500)
     out = []
     for c in choices:
@@ -261,7 +261,7 @@ async def _complete(
         text = "".join(c.text)
         lp = None if req.logprobs is None else logprobs_body(c.logprobs, 0, len(text))
         out.append(
-            {"text": c.echo + text, "index": c.index, "logprobs": lp, "finish_reason": shapes.FINISH[c.done.reason]}
+            {"text": c.echo + text, "index": c.index, "logprobs": lp, "finish_reason": bodies.FINISH[c.done.reason]}
         )
     return JSONResponse({**_object(h, out), "usage": _usage(choices)})
 
@@ -282,7 +282,7 @@ def _start_stream(
     req: CompletionRequest,
     choices: list[Choice],
     queue: asyncio.Queue[tuple[int, JobEvents]],
-    h: shapes.Header,
+    h: bodies.Header,
 ) -> Response:
     stream = CompletionStream(h.id, owner, svc.config.server.grace_period_s or jobs.HTTP_GRACE_S)
     if not store.add(stream):
@@ -298,7 +298,7 @@ def _start_stream(
 
 
 def _chunk(
-    h: shapes.Header, index: int, text: str, lp: dict[str, Any] | None, finish: str | None, with_usage: bool
+    h: bodies.Header, index: int, text: str, lp: dict[str, Any] | None, finish: str | None, with_usage: bool
 ) -> dict[str, Any]:
     out = _object(h, [{"text": text, "index": index, "logprobs": lp, "finish_reason": finish}])
     if with_usage:
@@ -312,7 +312,7 @@ async def _pump(
     req: CompletionRequest,
     choices: list[Choice],
     queue: asyncio.Queue[tuple[int, JobEvents]],
-    h: shapes.Header,
+    h: bodies.Header,
     with_usage: bool,
 ) -> None:
     """Engine events of every choice → numbered SSE frames, until all are done."""
@@ -337,8 +337,8 @@ async def _pump(
         if done is None:
             continue
         jobs.finished(svc, done)
-        if done.reason in shapes.FINISH:
-            stream.push(dumps(_chunk(h, i, "", None, shapes.FINISH[done.reason], with_usage)))
+        if done.reason in bodies.FINISH:
+            stream.push(dumps(_chunk(h, i, "", None, bodies.FINISH[done.reason], with_usage)))
         elif failed is None:
             failed = done
             _cancel_all(svc, choices)  # one choice failed: the request has failed

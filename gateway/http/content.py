@@ -12,9 +12,10 @@ import logging
 from typing import Any
 
 from processors.audio import AudioError, b64decode_strict, decode_wav
+from processors.image import ImageError
 
 from ..services import Services
-from ..uploads import REFUSALS, FileRefused, data_url_text, file_text
+from ..uploads import REFUSALS, FileRefused, attached_text, image_text
 from .errors import ApiError
 from .schemas import AudioPart, FilePart, ImagePart, Message
 
@@ -73,28 +74,19 @@ async def _transcribe(svc: Services, part: AudioPart, where: str) -> str:
 
 async def _file(svc: Services, owner: str, part: FilePart, where: str) -> str:
     """An uploaded file, read as its inline form would be: a WAV transcribed, an image described."""
-    f = part.file
     try:
-        if f.file_id is None:
-            return await data_url_text(svc, f.file_data or "", svc.config.files.max_file_bytes)
-        _, text = await file_text(svc, owner, f.file_id)
+        return await attached_text(svc, owner, part.file.file_id, part.file.file_data)
     except FileRefused as exc:
         raise ApiError(exc.status, exc.code, exc.message, f"{where}.file") from None
     except REFUSALS as exc:
         raise ApiError(400, exc.code, exc.message, f"{where}.file") from None
-    return text
 
 
 async def _describe(svc: Services, part: ImagePart, where: str) -> str:
-    describer: Any = getattr(svc, "image_describer", None)
-    if describer is None:
-        raise ApiError(400, "unsupported_content", "image input is not enabled on this server", where)
     try:
-        text = await asyncio.to_thread(describer, part.image_url.url)
-    except Exception as exc:
-        code, message = getattr(exc, "code", None), getattr(exc, "message", None)
-        if isinstance(code, str) and isinstance(message, str):  # processors.image.ImageError
-            raise ApiError(400, code, message, f"{where}.image_url") from None
+        return await image_text(svc, part.image_url.url)
+    except ImageError as exc:
+        raise ApiError(400, exc.code, exc.message, f"{where}.image_url" if svc.image_describer else where) from None
+    except Exception as exc:  # a failed describer refuses this request only
         log.error("image description failed: %s", type(exc).__name__)
         raise ApiError(500, "image_failed", "could not read the image", where) from None
-    return str(text)  # as the describer words it ("[image: …]"), the same text a Realtime image part becomes

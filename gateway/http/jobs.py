@@ -16,7 +16,7 @@ from models.remote import RemoteJob
 
 from ..services import Services
 from ..sink import AsyncSink
-from . import shapes
+from . import bodies
 from .errors import busy
 
 HTTP_GRACE_S = 30.0  # resume window for SSE when server.grace_period_s is 0
@@ -55,7 +55,7 @@ def finished(svc: Services, done: Done) -> None:
     """Metrics for one finished completion."""
     if "tokens" in done.metrics:
         svc.metrics.observe_response(done.metrics)
-    svc.metrics.responses.labels(status=shapes.STATUS.get(done.reason, done.reason)).inc()
+    svc.metrics.responses.labels(status=bodies.STATUS.get(done.reason, done.reason)).inc()
     if done.reason == "error":
         svc.metrics.errors.labels(code=error_code(done)).inc()
 

@@ -32,7 +32,7 @@ from starlette.routing import BaseRoute, Route
 
 from ..security import bearer, http_api_key_ok, key_digest
 from ..services import Services
-from . import audio_speech, client_secrets, completions, files, serving, transcriptions
+from . import audio_speech, chat_completions, client_secrets, completions, files, transcriptions
 from .budget import ByteBudget
 from .errors import ApiError, error_response
 from .schemas import header_count
@@ -112,7 +112,7 @@ class HttpApi:
             )
 
     async def _create(self, svc: Services, request: Request) -> Response:
-        return await serving.create(svc, self.store, request, _owner(svc, request))
+        return await chat_completions.create(svc, self.store, request, _owner(svc, request))
 
     @staticmethod
     def _owned(handler: Callable[[Services, Request, str], Awaitable[Response]]) -> Handler:

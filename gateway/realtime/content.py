@@ -2,13 +2,10 @@
 
 from __future__ import annotations
 
-import asyncio
 from collections.abc import Awaitable, Callable, Sequence
 
-from processors.image import ImageError
-
 from ..services import Services
-from ..uploads import data_url_text, file_text
+from ..uploads import attached_text, image_text
 from . import protocol as p
 
 Part = p.InputText | p.InputImage | p.InputAudio | p.InputFile
@@ -24,22 +21,15 @@ async def resolve_parts(
     parts: list[Part] = []
     for part in content:
         if isinstance(part, p.InputAudio) and part.transcript is None and part.file_id is not None:
-            _, text = await file_text(svc, owner, part.file_id, "audio")
+            text = await attached_text(svc, owner, part.file_id, None, "audio")
         elif isinstance(part, p.InputImage) and part.file_id is not None:
-            _, text = await file_text(svc, owner, part.file_id, "image")
+            text = await attached_text(svc, owner, part.file_id, None, "image")
         elif isinstance(part, p.InputFile):
-            if part.file_id is not None:
-                _, text = await file_text(svc, owner, part.file_id)
-            else:
-                text = await data_url_text(svc, part.file_data or "", svc.config.files.max_file_bytes)
+            text = await attached_text(svc, owner, part.file_id, part.file_data)
         elif isinstance(part, p.InputAudio):
             text = part.transcript or await transcribe(part.audio or "")
         elif isinstance(part, p.InputImage):
-            describe = svc.image_describer
-            if describe is None:
-                msg = "image input is not enabled on this server (config: vision.mode)"
-                raise ImageError("unsupported_content", msg)
-            text = await asyncio.to_thread(describe, part.image_url or "")
+            text = await image_text(svc, part.image_url or "")
         else:
             parts.append(part)
             continue

@@ -26,6 +26,7 @@ from models.image_events import TERMINAL, Failed, ImageEvent
 from ..filters import FILTER_FAILED, ResponseFilter
 from ..grammars import CompileBusy, off_loop
 from ..services import Services
+from ..session_registry import Attachment, Mirrored
 from ..sink import AsyncSink
 from ..tokenize import chat_tokens
 from ..tools.runner import McpRunner
@@ -38,7 +39,6 @@ from .content import resolve_parts
 from .idle import IdleTimer
 from .images import ImageProgress
 from .media import MediaInput
-from .registry import Attachment, Mirrored
 from .replay import ReplayBuffer
 from .session import Session
 from .speaker import Speaker

@@ -29,7 +29,6 @@ from . import transcription
 from .actions import Output
 from .asr_worker import AsrWorker, PassShed
 from .session import Session
-from .turns import SpeechPaused, SpeechResumed, Turn, VoiceInput
 from .turntaking import (
     Completed,
     Drop,
@@ -43,6 +42,7 @@ from .turntaking import (
     TurnConfig,
     TurnTaker,
 )
+from .voice_input import SpeechPaused, SpeechResumed, Turn, VoiceInput
 
 log = logging.getLogger("stream_omni.media")
 

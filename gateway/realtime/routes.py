@@ -5,28 +5,54 @@ from __future__ import annotations
 import contextlib
 import secrets
 from collections.abc import Awaitable, Callable
+from typing import Protocol
 
 from starlette.routing import BaseRoute, WebSocketRoute
 from starlette.websockets import WebSocket
 
 from ..client_secrets import VaultUnavailable
-from ..cluster.node import ClusterNode
-from ..cluster.resume import refuse_store_unavailable, resume_in_cluster
-from ..cluster.store import StoreUnavailable
 from ..security import AuthRefused, check_origin
 from ..services import Services
+from ..session_registry import StoreUnavailable, TooManySessions
 from . import protocol as p
 from . import transcription
 from .connection import Connection
 from .keyed import PresetRefused, authenticate
 from .live import LiveSession
 from .protocol import CLOSE_NORMAL, CLOSE_POLICY, CLOSE_TRY_AGAIN
-from .registry import TooManySessions
+
+
+class SessionCluster(Protocol):
+    """This replica's part of a cluster of replicas sharing sessions (``gateway.cluster.node.ClusterNode``),
+    as the upgrade uses it: the app hands it in, so this room never imports the cluster above it."""
+
+    async def admit(self, digest: str, token: str) -> None:
+        """A new session of key ``digest``: raises ``StoreUnavailable``, or ``TooManySessions`` over all replicas."""
+        ...
+
+    def own(self, live: LiveSession) -> object:
+        """Mirror ``live`` to the store from now on."""
+        ...
+
+    async def attach(self, token: str, socket_id: str) -> None:
+        """Socket ``socket_id`` of this replica holds session ``token`` now (one elsewhere is superseded)."""
+        ...
+
+    async def resume(self, s: Services, ws: WebSocket, token: str, key: str, last_seq: int) -> None:
+        """Serve a resume of a session this replica does not hold: taken over, or proxied to its owner."""
+        ...
+
+
+async def refuse_store_unavailable(s: Services, ws: WebSocket) -> None:
+    """No Redis: a clear error event, then close 1013 (the client retries)."""
+    s.metrics.errors.labels(code="store_unavailable").inc()
+    await ws.send_json(p.error_event("store_unavailable", "the session store is unavailable; retry shortly"))
+    await ws.close(CLOSE_TRY_AGAIN, "session store unavailable")
 
 
 def routes(
     services: Callable[[], Services],
-    node: Callable[[], ClusterNode | None],
+    node: Callable[[], SessionCluster | None],
     sideband: Callable[[WebSocket], Awaitable[None]] | None = None,
 ) -> list[BaseRoute]:
     """``services()`` returns the app's ``Services`` once started; ``node()`` this replica's part of a
@@ -42,7 +68,7 @@ def routes(
     return [WebSocketRoute("/v1/realtime", realtime)]
 
 
-async def _realtime(s: Services, node: ClusterNode | None, ws: WebSocket) -> None:
+async def _realtime(s: Services, node: SessionCluster | None, ws: WebSocket) -> None:
     server = s.config.server
     if not check_origin(ws, server):
         await ws.close(CLOSE_POLICY)  # before accept: the client sees HTTP 403
@@ -96,18 +122,18 @@ async def _realtime(s: Services, node: ClusterNode | None, ws: WebSocket) -> Non
     await Connection(ws, live).run()
 
 
-async def _resume(s: Services, node: ClusterNode | None, ws: WebSocket, token: str, key: str) -> None:
+async def _resume(s: Services, node: SessionCluster | None, ws: WebSocket, token: str, key: str) -> None:
     try:
         last_seq = int(ws.query_params.get("last_seq", "-1"))
     except ValueError:
         last_seq = -2  # not a number: fails below
     live = s.registry.find(token, key)
     if live is None and node is not None and last_seq >= -1:  # maybe another replica's
-        await resume_in_cluster(s, node, ws, token, key, last_seq)
+        await node.resume(s, ws, token, key, last_seq)
         return
     if node is not None and isinstance(live, LiveSession):
         with contextlib.suppress(StoreUnavailable):  # a socket on another replica is superseded
-            await node.store.attach(token, f"local-{id(ws)}")
+            await node.attach(token, f"local-{id(ws)}")
     if not isinstance(live, LiveSession) or live.outbox.since(last_seq) is None:
         why = "unknown or expired resume token" if live is None else f"events after seq {last_seq} are gone"
         s.metrics.errors.labels(code="resume_failed").inc()

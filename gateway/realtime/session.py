@@ -19,7 +19,7 @@ from models.sampling import SamplingParams
 from models.toolplan import ToolPlan
 
 from ..keylimits import BoundLimits
-from ..options import SchedulerOptions
+from ..options import SchedulerOptions, model_refusal
 from ..tools.session import McpOutput
 from ..tools.state import McpPolicy, McpState
 from ..tools.wire import McpApprovalResponseItem
@@ -173,10 +173,9 @@ class Session(ImageOutput, SpeechOutput, McpOutput, ItemEvents):
         if self.response is not None and ev.session.type == "transcription":
             msg = "a session cannot become a transcription session while a response is in progress"
             return self.error("invalid_value", msg, ev.event_id, "session.type")
-        if ev.session.model not in (None, self.defaults.model, *self.defaults.aliases):
-            return self.error(
-                "model_not_found", f"model {ev.session.model!r} is not served here", ev.event_id, "session.model"
-            )
+        served = (self.defaults.model, *self.defaults.aliases)
+        if ev.session.model is not None and (refusal := model_refusal(served, ev.session.model)) is not None:
+            return self.error("model_not_found", refusal, ev.event_id, "session.model")
         ev = self.mcp_strip(ev)
         patch = ev.session.model_dump(exclude_unset=True)
         merged = self.options.model_dump(exclude_unset=False)

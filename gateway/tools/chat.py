@@ -1,7 +1,7 @@
 """Configured MCP servers in Chat Completions (an extension): ``tools: [{type: "mcp", server_label}]``.
 
 The request's servers are listed, their tools offered with the function tools; when the answer calls one,
-the gateway runs it and generates again with the result (``gateway.http.serving``), up to
+the gateway runs it and generates again with the result (``gateway.http.chat_completions``), up to
 ``tools.mcp_max_calls_per_response`` calls; the client sees only the final answer. Only servers of the
 gateway's own config (``tools.mcp_servers``): a request names no URL.
 """

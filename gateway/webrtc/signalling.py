@@ -32,9 +32,9 @@ from ..realtime.keyed import PresetRefused, authenticate
 from ..realtime.live import LiveSession
 from ..realtime.protocol import CLOSE_POLICY
 from ..realtime.ratelimit import TokenBucket
-from ..realtime.registry import TooManySessions
 from ..security import AuthRefused, check_origin, ws_auth
 from ..services import Services
+from ..session_registry import TooManySessions
 from .pacing import OutboundAudio
 from .peer import Call
 from .sdp import MAX_SDP_BYTES, OfferError, check_offer

@@ -13,8 +13,7 @@ async def test_silence_after_a_response_triggers_a_timeout_and_a_response(tiny_b
     with server_factory(tiny_backend) as addr:
         c = await RealtimeClient.connect(addr)
         await c.until("session.created")
-        await c.send({"type": "session.update", "session": {"audio": {"input": {"turn_detection": VAD}}}})
-        updated = await c.until("session.updated")
+        updated = await c.update_session({"audio": {"input": {"turn_detection": VAD}}})
         assert updated["session"]["audio"]["input"]["turn_detection"]["idle_timeout_ms"] == 5000
         loop = asyncio.get_running_loop()
         await c.ask("hello", max_output_tokens=4)

@@ -135,7 +135,6 @@ async def test_babble_streamed_to_the_server_gets_no_turn_and_no_response(tiny_b
         await c.until("session.created")
         await stream(c, pcm24(noise))
         # events come out in order: anything the audio caused is sent before this update's answer
-        await c.send({"type": "session.update", "session": {"instructions": "marker"}})
-        await c.until("session.updated")
+        await c.update_session({"instructions": "marker"})
         assert [e["type"] for e in c.events] == ["session.created", "session.updated"]
         await c.close()

@@ -55,13 +55,9 @@ async def test_two_utterances_separated_by_silence_are_two_turns(tiny_backend, s
     with server_factory(tiny_backend) as addr:
         c = await RealtimeClient.connect(addr)
         await c.until("session.created")
-        await c.send(
-            {
-                "type": "session.update",
-                "session": {"audio": {"input": {"turn_detection": {"type": "server_vad", "create_response": False}}}},
-            }
+        await c.update_session(
+            {"audio": {"input": {"turn_detection": {"type": "server_vad", "create_response": False}}}}
         )
-        await c.until("session.updated")
         audio = np.concatenate([silence(0.3), speak(SENTENCE_1), silence(1.0), speak(SENTENCE_2), silence(1.0)])
         await stream(c, pcm24(audio), frame_ms=100)
         t1 = await c.until("conversation.item.input_audio_transcription.completed")
@@ -77,15 +73,9 @@ async def test_manual_commit_at_16k_with_base64_append(tiny_backend, server_fact
     with server_factory(tiny_backend) as addr:
         c = await RealtimeClient.connect(addr)
         await c.until("session.created")
-        await c.send(
-            {
-                "type": "session.update",
-                "session": {
-                    "audio": {"input": {"format": {"type": "audio/pcm", "rate": 16000}, "turn_detection": None}}
-                },
-            }
+        await c.update_session(
+            {"audio": {"input": {"format": {"type": "audio/pcm", "rate": 16000}, "turn_detection": None}}}
         )
-        await c.until("session.updated")
         pcm = float32_to_pcm16(speak(SENTENCE_2))
         step = 16000 * 2 // 50  # 20 ms frames
         for i in range(0, len(pcm), step):
@@ -132,8 +122,7 @@ async def test_bad_audio_gets_errors_and_other_sessions_keep_working(tiny_backen
         assert err["error"]["code"] == "invalid_base64" and err["error"]["event_id"] == "b64"
         await c.send({"type": "session.update", "session": {"audio": {"input": {"format": {"rate": 44100}}}}})
         assert (await c.until("error"))["error"]["code"] == "unsupported_rate"
-        await c.send({"type": "session.update", "session": {"audio": {"input": {"turn_detection": None}}}})
-        await c.until("session.updated")
+        await c.update_session({"audio": {"input": {"turn_detection": None}}})
         noise = (np.random.default_rng(0).standard_normal(24000 * 3) * 0.01).astype(np.float32)
         pcm = float32_to_pcm16(noise)
         for i in range(0, len(pcm), 48000):
@@ -166,13 +155,9 @@ async def test_transcript_streams_while_the_user_speaks_and_the_deltas_add_up(ti
     with server_factory(tiny_backend) as addr:
         c = await RealtimeClient.connect(addr)
         await c.until("session.created")
-        await c.send(
-            {
-                "type": "session.update",
-                "session": {"audio": {"input": {"turn_detection": {"type": "server_vad", "create_response": False}}}},
-            }
+        await c.update_session(
+            {"audio": {"input": {"turn_detection": {"type": "server_vad", "create_response": False}}}}
         )
-        await c.until("session.updated")
         # speech at a live pace, then a pause shorter than the 500 ms window; no more audio until the
         # transcript shows, so the turn cannot end first however slow this machine is
         await stream_paced(c, pcm24(np.concatenate([silence(0.3), speak(LONG), silence(0.3)])))

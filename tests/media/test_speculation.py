@@ -43,8 +43,7 @@ async def voice_session(addr: str, **turn_detection: object) -> RealtimeClient:
     c = await RealtimeClient.connect(addr)
     await c.until("session.created")
     td = {"type": "server_vad", "transcription_interval_ms": 0, **turn_detection}
-    await c.send({"type": "session.update", "session": {"audio": {"input": {"turn_detection": td}}}})
-    await c.until("session.updated")
+    await c.update_session({"audio": {"input": {"turn_detection": td}}})
     return c
 
 
@@ -105,8 +104,7 @@ async def test_prepared_reply_commits_with_todays_events_and_barge_in_still_canc
         assert done["response"]["status"] == ref_done["response"]["status"]
 
         # barge-in on a reply that began as a speculation: cancelled within a step, as any other
-        await c.send({"type": "session.update", "session": {"max_output_tokens": 500}})
-        await c.until("session.updated")
+        await c.update_session({"max_output_tokens": 500})
         await stream(c, pcm24(np.concatenate([speech, silence(0.4)])))
         await until_metric(addr, "prepared", 2)
         await stream(c, pcm24(silence(1.0)))

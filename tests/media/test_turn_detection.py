@@ -12,17 +12,12 @@ async def test_session_created_and_updated_report_the_effective_turn_detection(t
         td = created["session"]["audio"]["input"]["turn_detection"]
         assert td["type"] == "server_vad" and td["silence_duration_ms"] == 500 and td["threshold"] == 0.5
         assert td["create_response"] is True and td["interrupt_response"] is True
-        await c.send(
-            {
-                "type": "session.update",
-                "session": {"audio": {"input": {"turn_detection": {"type": "semantic_vad", "eagerness": "high"}}}},
-            }
+        updated = await c.update_session(
+            {"audio": {"input": {"turn_detection": {"type": "semantic_vad", "eagerness": "high"}}}}
         )
-        updated = await c.until("session.updated")
         td = updated["session"]["audio"]["input"]["turn_detection"]
         assert td["type"] == "semantic_vad" and td["eagerness"] == "high"
-        await c.send({"type": "session.update", "session": {"audio": {"input": {"turn_detection": None}}}})
-        updated = await c.until("session.updated")
+        updated = await c.update_session({"audio": {"input": {"turn_detection": None}}})
         assert updated["session"]["audio"]["input"]["turn_detection"] is None
         await c.send(
             {

@@ -71,6 +71,10 @@ class Script:
     async def until(self, type_: str) -> dict[str, Any]:
         return await self.c.until(type_)
 
+    async def update_session(self, session: dict[str, Any]) -> dict[str, Any]:
+        await self.send({"type": "session.update", "session": session})
+        return await self.until("session.updated")
+
     async def say(self, text: str, event_id: str | None = None) -> dict[str, Any]:
         item = {"type": "message", "role": "user", "content": [{"type": "input_text", "text": text}]}
         extra = {"event_id": event_id} if event_id else {}
@@ -88,15 +92,10 @@ async def test_text_tools_cancel_items_errors_and_resume_conform(tiny_backend, s
         s = Script(c)
         created = await s.until("session.created")
         # what the Agents SDK sends: tracing, prompt-less GA session fields, then tools
-        await s.send({"type": "session.update", "session": {"type": "realtime", "tracing": "auto"}})
-        await s.until("session.updated")
-        await s.send(
-            {
-                "type": "session.update",
-                "session": {"type": "realtime", "output_modalities": ["text"], "tools": TOOLS, "tool_choice": "auto"},
-            }
+        await s.update_session({"type": "realtime", "tracing": "auto"})
+        await s.update_session(
+            {"type": "realtime", "output_modalities": ["text"], "tools": TOOLS, "tool_choice": "auto"}
         )
-        await s.until("session.updated")
 
         # a text turn
         user = await s.say("Hello there")
@@ -218,8 +217,7 @@ async def test_voice_turns_conform(tiny_backend, server_factory, kind):
         s = Script(c)
         await s.until("session.created")
         audio_in = {"format": {"type": "audio/pcm", "rate": 24000}, "turn_detection": _vad(kind)}
-        await s.send({"type": "session.update", "session": {"type": "realtime", "audio": {"input": audio_in}}})
-        await s.until("session.updated")
+        await s.update_session({"type": "realtime", "audio": {"input": audio_in}})
         audio = np.concatenate([silence(0.4), speak("Please open the kitchen window."), silence(2.5)])
         await stream(c, pcm24(audio), frame_ms=100)
         started = await s.until("input_audio_buffer.speech_started")

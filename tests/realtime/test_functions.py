@@ -26,8 +26,7 @@ async def _session(addr: str, **session: Any) -> RealtimeClient:
     c = await RealtimeClient.connect(addr, QUERY)
     await c.until("session.created")
     if session:
-        await c.send({"type": "session.update", "session": session})
-        await c.until("session.updated")
+        await c.update_session(session)
     return c
 
 
@@ -124,8 +123,7 @@ async def test_bad_tool_input_is_an_error_naming_the_field_and_the_session_goes_
         err = (await c.until("error"))["error"]
         assert err["type"] == "invalid_request_error" and err["param"] == "session.tools[0].parameters"
 
-        await c.send({"type": "session.update", "session": {"tools": RT_TOOLS}})
-        await c.until("session.updated")
+        await c.update_session({"tools": RT_TOOLS})
         await c.send({"type": "response.create", "response": {"tool_choice": {"type": "function", "name": "nope"}}})
         err = (await c.until("error"))["error"]
         assert err["param"] == "response.tool_choice" and "nope" in err["message"]

@@ -143,13 +143,9 @@ async def test_session_update_is_answered(tiny_backend, server_factory):
     with server_factory(tiny_backend) as addr:
         c = await RealtimeClient.connect(addr)
         await c.until("session.created")
-        await c.send(
-            {
-                "type": "session.update",
-                "session": {"type": "realtime", "instructions": "Be terse.", "scheduler": {"strategy": "fast"}},
-            }
+        upd = await c.update_session(
+            {"type": "realtime", "instructions": "Be terse.", "scheduler": {"strategy": "fast"}}
         )
-        upd = await c.until("session.updated")
         assert upd["session"]["instructions"] == "Be terse."
         assert upd["session"]["scheduler"]["strategy"] == "fast"
         await c.close()

@@ -1,10 +1,10 @@
-"""gateway.realtime.registry's shutdown drain, on stand-in sessions (pure asyncio, no sockets)."""
+"""gateway.session_registry's shutdown drain, on stand-in sessions (pure asyncio, no sockets)."""
 
 from __future__ import annotations
 
 import asyncio
 
-from gateway.realtime.registry import SessionRegistry
+from gateway.session_registry import SessionRegistry
 
 
 class Attached:

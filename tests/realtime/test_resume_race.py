@@ -12,8 +12,8 @@ from starlette.websockets import WebSocketDisconnect, WebSocketState
 
 from gateway.config import LimitsConfig
 from gateway.realtime.connection import Connection
-from gateway.realtime.registry import SessionRegistry
 from gateway.realtime.replay import ReplayBuffer
+from gateway.session_registry import SessionRegistry
 
 
 class Gate:

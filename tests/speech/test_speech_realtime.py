@@ -36,8 +36,7 @@ async def speaking_session(addr: str, **output: Any) -> RealtimeClient:
     session: dict[str, Any] = {"type": "realtime", "output_modalities": ["audio"]}
     if output:
         session["audio"] = {"output": output}
-    await c.send({"type": "session.update", "session": session})
-    upd = await c.until("session.updated")
+    upd = await c.update_session(session)
     assert upd["session"]["output_modalities"] == ["audio"]
     return c
 

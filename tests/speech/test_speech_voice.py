@@ -24,8 +24,7 @@ async def voice_session(addr: str) -> RealtimeClient:
     await c.until("session.created")
     td = {"type": "server_vad", "transcription_interval_ms": 0}
     session = {"output_modalities": ["audio"], "audio": {"input": {"turn_detection": td}}}
-    await c.send({"type": "session.update", "session": session})
-    await c.until("session.updated")
+    await c.update_session(session)
     return c
 
 
@@ -121,8 +120,7 @@ async def test_g711_input_is_decoded_before_the_buffer(server_factory):
         c = await RealtimeClient.connect(addr, query="")
         await c.until("session.created")
         audio_in = {"format": {"type": "audio/pcmu"}, "turn_detection": None}
-        await c.send({"type": "session.update", "session": {"audio": {"input": audio_in}}})
-        upd = await c.until("session.updated")
+        upd = await c.update_session({"audio": {"input": audio_in}})
         assert upd["session"]["audio"]["input"]["format"] == {"type": "audio/pcmu"}
         ulaw = encode(np.concatenate([silence(0.3), speak(text), silence(0.3)]), 16_000, "audio/pcmu")
         await c.send({"type": "input_audio_buffer.append", "audio": base64.b64encode(ulaw).decode()})

@@ -21,7 +21,7 @@ from ..grammars import CompileBusy, off_loop
 from ..services import Services
 from ..tokenize import chat_tokens
 from ..tools import chat as mcp_chat
-from . import chat_audio, shapes, tools
+from . import bodies, chat_audio, tools
 from .content import chat_messages
 from .errors import ApiError, busy, check_model, error_body
 from .jobs import FAILED, FAILED_STATUS, HTTP_GRACE_S, Job, canceller, disconnected, error_code, finished, submit
@@ -54,7 +54,7 @@ async def create(svc: Services, store: CompletionStore, request: Request, owner:
             raise busy("too many schemas are being compiled; retry shortly") from None
         prompt = await chat_tokens(svc.backend, messages, svc) if svc.tokenizes else None  # off the loop
         job = chat_job(svc, req, messages, prompt, constraint)
-        header = shapes.Header(f"chatcmpl-{secrets.token_hex(16)}", int(time.time()), svc.backend.name)
+        header = bodies.Header(f"chatcmpl-{secrets.token_hex(16)}", int(time.time()), svc.backend.name)
         if req.stream:
             return _start_stream(svc, store, owner, req, job, header, plan, speech)
         while mcp is not None:  # the gateway runs the MCP calls of each answer, then the model goes on
@@ -102,7 +102,7 @@ def chat_job(
 
 
 async def _complete(
-    svc: Services, request: Request, job: Job, h: shapes.Header, plan: ToolPlan, speech: Any = None
+    svc: Services, request: Request, job: Job, h: bodies.Header, plan: ToolPlan, speech: Any = None
 ) -> tuple[Response, str, list[ParsedCall]]:
     """The response, and the answer's text and calls (for the MCP rounds)."""
     handle, queue = submit(svc, job, h.id)
@@ -113,7 +113,7 @@ async def _complete(
         await asyncio.wait({collect, gone}, return_when=asyncio.FIRST_COMPLETED)
         if not collect.done():  # the client left: stop decoding for nobody
             canceller(svc, handle)()
-        text, bodies, done = await collect
+        text, call_bodies, done = await collect
     finally:
         gone.cancel()
         handle.cancel()  # no-op when finished; never leaves a job running if this task is cancelled
@@ -121,16 +121,16 @@ async def _complete(
     if flt.error is not None:
         return JSONResponse(error_body(500, FILTER_FAILED, flt.error), status_code=500), text, []
     if flt.stopped:
-        return JSONResponse(shapes.completion(h, text, CONTENT_FILTER, done.metrics)), text, []
+        return JSONResponse(bodies.completion(h, text, CONTENT_FILTER, done.metrics)), text, []
     if done.reason == "cancelled":
         return Response(status_code=499), text, []  # nobody is listening
-    if done.reason not in shapes.FINISH:
+    if done.reason not in bodies.FINISH:
         code = error_code(done)
         status = FAILED_STATUS.get(code, 500)
         headers = {"Retry-After": "1"} if code == "server_busy" else None
         return JSONResponse(error_body(status, code, FAILED[code]), status_code=status, headers=headers), text, []
-    calls = tools.parse(bodies, plan)
-    body = shapes.completion(h, text, "tool_calls" if calls else shapes.FINISH[done.reason], done.metrics)
+    calls = tools.parse(call_bodies, plan)
+    body = bodies.completion(h, text, "tool_calls" if calls else bodies.FINISH[done.reason], done.metrics)
     if calls:
         message = body["choices"][0]["message"]
         message["tool_calls"] = tools.message_calls(calls)
@@ -146,10 +146,10 @@ async def _collect(
     """The job's text as the filters let it through (a filter's stop cancels the job), its tool-call
     bodies, its end."""
     parts: list[str] = []
-    bodies: list[str] = []
+    call_bodies: list[str] = []
     while True:
         _, events = await queue.get()
-        bodies.extend(events.tool_calls)
+        call_bodies.extend(events.tool_calls)
         for c in events.chunks:
             text = flt.check(c.text) if c.text else ""
             if text is None:
@@ -157,7 +157,7 @@ async def _collect(
             else:
                 parts.append(text)
         if events.done is not None:
-            return "".join(parts), bodies, events.done
+            return "".join(parts), call_bodies, events.done
 
 
 # ---------------------------------------------------------------------- streamed (SSE)
@@ -169,7 +169,7 @@ def _start_stream(
     owner: str,
     req: ChatRequest,
     job: Job,
-    h: shapes.Header,
+    h: bodies.Header,
     plan: ToolPlan,
     speech: Any = None,
 ) -> Response:
@@ -183,7 +183,7 @@ def _start_stream(
         raise
     stream.cancel = canceller(svc, handle)
     with_usage = bool(req.stream_options and req.stream_options.include_usage)
-    stream.push(dumps(shapes.chunk(h, {"role": "assistant", "content": ""}, with_usage=with_usage)))
+    stream.push(dumps(bodies.chunk(h, {"role": "assistant", "content": ""}, with_usage=with_usage)))
     stream.task = asyncio.create_task(_pump(svc, stream, queue, h, with_usage, plan, speech))
     return SseResponse(store, stream, -1)
 
@@ -192,7 +192,7 @@ async def _pump(
     svc: Services,
     stream: CompletionStream,
     queue: asyncio.Queue[tuple[str, JobEvents]],
-    h: shapes.Header,
+    h: bodies.Header,
     with_usage: bool,
     plan: ToolPlan,
     speech: Any = None,
@@ -209,10 +209,10 @@ async def _pump(
                     stream.cancel()  # a filter stopped it: the job's done (within a step) ends the stream
                 elif text:
                     said = {"content": text} if speech is None else await chat_audio.delta(svc, text, speech)
-                    stream.push(dumps(shapes.chunk(h, said, with_usage=with_usage)))
+                    stream.push(dumps(bodies.chunk(h, said, with_usage=with_usage)))
         for call in tools.parse(events.tool_calls, plan):
             for delta in tools.delta_calls(n_calls, call):
-                stream.push(dumps(shapes.chunk(h, delta, with_usage=with_usage)))
+                stream.push(dumps(bodies.chunk(h, delta, with_usage=with_usage)))
             n_calls += 1
         done = events.done
         if done is None:
@@ -221,14 +221,14 @@ async def _pump(
         if flt.error is not None:
             stream.push(dumps(error_body(500, FILTER_FAILED, flt.error)))
         elif flt.stopped:
-            stream.push(dumps(shapes.chunk(h, {}, CONTENT_FILTER, with_usage=with_usage)))
+            stream.push(dumps(bodies.chunk(h, {}, CONTENT_FILTER, with_usage=with_usage)))
             if with_usage:
-                stream.push(dumps(shapes.usage_chunk(h, done.metrics)))
-        elif done.reason in shapes.FINISH:
-            finish = "tool_calls" if n_calls else shapes.FINISH[done.reason]
-            stream.push(dumps(shapes.chunk(h, {}, finish, with_usage=with_usage)))
+                stream.push(dumps(bodies.usage_chunk(h, done.metrics)))
+        elif done.reason in bodies.FINISH:
+            finish = "tool_calls" if n_calls else bodies.FINISH[done.reason]
+            stream.push(dumps(bodies.chunk(h, {}, finish, with_usage=with_usage)))
             if with_usage:
-                stream.push(dumps(shapes.usage_chunk(h, done.metrics)))
+                stream.push(dumps(bodies.usage_chunk(h, done.metrics)))
         elif done.reason == "cancelled":
             stream.push(dumps(error_body(500, "cancelled", "the completion was cancelled")))
         else:

@@ -22,6 +22,11 @@ class Mirrored(Protocol):
         ...
 
 
+class StoreUnavailable(Exception):
+    """The store sessions are shared through (Redis) did not answer: ``/ready`` is false and new sessions are
+    refused (``store_unavailable``). Raised by ``gateway.cluster``; defined here, where its callers can see it."""
+
+
 class TooManySessions(Exception):
     pass
 
