@@ -136,4 +136,3 @@ class RemoteEngine(Admission[RemoteHandle]):
             finally:
                 with self._cv:
                     self._running.remove(h)
-

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import concurrent.futures
 import re
+import types
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -102,7 +103,8 @@ def test_services_ask_the_engine_not_its_type():
     from gateway.services import Services
 
     eng = ManualEngine(1, 1)
-    svc = Services(load_config(None), object(), eng, None)  # type: ignore[arg-type]
+    backend = types.SimpleNamespace(name="m", max_context=64)
+    svc = Services(load_config(None), backend, eng, None)  # type: ignore[arg-type]
     assert svc.tokenizes is False and svc.scheduler_config({}).eager_first is True
     assert svc.decode_job(None, [{"role": "user", "content": "hi"}], svc.sampling(), {}) == "hi"  # type: ignore[arg-type]
     assert svc.session_defaults.count_tokens is None  # nothing to count with here
