@@ -16,9 +16,8 @@ from starlette.routing import Mount, Route
 from starlette.staticfiles import StaticFiles
 
 from models.backend import Backend
-from models.engine import Engine
+from models.engine_client import EngineClient
 from models.remote import RemoteModel
-from models.remote_engine import RemoteEngine
 
 from .cluster.node import ClusterNode, start_node
 from .cluster.resume import cluster_sessions
@@ -36,7 +35,7 @@ WEB_DIR = Path(__file__).resolve().parent.parent / "web"  # the browser client, 
 def create_app(
     config: Config,
     backend_loader: Callable[[Config], Backend | RemoteModel] | None = None,
-    engine: Engine | RemoteEngine | None = None,
+    engine: EngineClient | None = None,
 ) -> Starlette:
     """The ASGI app. ``backend_loader`` defaults to the configured backend (see models/); it runs on
     the engine's thread. Pass ``engine`` when the model was already loaded on that engine's thread."""
@@ -79,11 +78,12 @@ def create_app(
     async def ready(request: Request) -> Response:
         if "svc" not in state:
             return JSONResponse({"status": "loading"}, status_code=503)
-        backend = svc().backend
+        s = svc()
+        backend = s.backend
         n = node()
         if n is not None and not n.store.available:  # new sessions are refused (store_unavailable)
             return JSONResponse({"status": "store_unavailable", "model": backend.name}, status_code=503)
-        if isinstance(backend, RemoteModel) and not await asyncio.to_thread(backend.ready):
+        if not await asyncio.to_thread(s.engine.ready):  # (a remote engine may be asked: off the loop)
             return JSONResponse({"status": "engine_unavailable", "model": backend.name}, status_code=503)
         return JSONResponse({"status": "ready", "model": backend.name})
 

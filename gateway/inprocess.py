@@ -34,7 +34,7 @@ from pydantic import ValidationError
 
 from models.backend import Backend
 from models.decode import JobEvents
-from models.engine import EngineBusy, Handle
+from models.engine_client import EngineBusy, Handle
 
 from .config import Config, load_config
 from .filters import FILTER_FAILED, ResponseFilter

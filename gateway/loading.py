@@ -4,10 +4,11 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 from models.backend import Backend
 from models.engine import Engine
+from models.engine_client import EngineClient
 from models.llm import ModelLoadError
 from models.remote import RemoteConfig, RemoteModel
 from models.remote_engine import RemoteEngine
@@ -34,14 +35,16 @@ def load_audio(config: Config) -> Transcriber:
     return asr
 
 
-def load_speculator(config: Config, backend: Backend | RemoteModel) -> Any:
-    """Speculative decoding for every response (None when drafter is 'none'); measures the verify cost once."""
+def load_speculator(config: Config, backend: Backend | RemoteModel, engine: EngineClient) -> Any:
+    """Speculative decoding for every response (None when drafter is 'none', or when the engine drafts
+    (or not) itself); measures the verify cost once."""
     s = config.speculative
-    if s.drafter == "none" or isinstance(backend, RemoteModel):  # a remote engine drafts (or not) itself
+    if s.drafter == "none" or engine.drafts_itself:
         return None
     from models.speculative import SpecConfig, Speculator
 
-    return Speculator(backend, SpecConfig(**s.model_dump()))  # the section's keys are SpecConfig fields
+    # an engine that does not draft itself decodes here, on a step Backend
+    return Speculator(cast(Backend, backend), SpecConfig(**s.model_dump()))  # the section's keys are SpecConfig fields
 
 
 def image_limits(config: Config) -> ImageLimits:
@@ -101,7 +104,7 @@ def load_vision(config: Config) -> tuple[ImageDescriber | None, Any]:
     return describer, gen
 
 
-def make_engine(config: Config) -> Engine | RemoteEngine:
+def make_engine(config: Config) -> EngineClient:
     """The thread that decodes locally, or the workers that stream from a remote engine."""
     e = config.engine
     if config.model.backend == "openai":

@@ -14,9 +14,8 @@ from typing import Any, Protocol
 from models.backend import Backend, KVState, PromptEncoder
 from models.decode import DecodeJob
 from models.decode_ports import TokenConstraint
-from models.engine import Engine
+from models.engine_client import EngineClient
 from models.remote import RemoteJob, RemoteModel
-from models.remote_engine import RemoteEngine
 from models.sampling import SamplingParams
 from models.scheduler import SchedulerConfig
 from processors.asr import Transcriber
@@ -55,7 +54,7 @@ class Services:
 
     config: Config
     backend: Backend | RemoteModel  # a local step backend, or a remote engine (backend: openai)
-    engine: Engine | RemoteEngine
+    engine: EngineClient  # decodes here, or streams from the remote engine: ask it, never its type
     registry: SessionRegistry
     metrics: Metrics = field(default_factory=Metrics)
     drafter_factory: Callable[[], Drafting] | None = None  # → (drafter, verifier) per response
@@ -88,8 +87,8 @@ class Services:
     @property
     def session_defaults(self) -> SessionDefaults:
         c = self.config
-        local = self.backend if not isinstance(self.backend, RemoteModel) else None
-        countable = local is not None and isinstance(local, PromptEncoder)
+        # truncation estimates: with a tokenizer here only (a remote engine's is not ours to count with)
+        countable = self.engine.tokenizes and isinstance(self.backend, PromptEncoder)
         return SessionDefaults(
             model=self.backend.name,
             aliases=tuple(self.model_ids[1:]),
@@ -101,8 +100,7 @@ class Services:
             scheduler={},
             speech=self.speech.default if self.speech is not None else None,
             voices=self.speech.names if self.speech is not None else (),
-            # truncation estimates: local models only (a remote engine's tokenizer is not ours to count with)
-            max_context=local.max_context if local is not None and countable else 0,
+            max_context=getattr(self.backend, "max_context", 0) if countable else 0,
             count_tokens=self._count_tokens if countable else None,
             context_tokens=c.session.context_tokens,
             mcp=McpPolicy(
@@ -144,7 +142,7 @@ class Services:
         strategy = d.pop("strategy", "balanced")
         if self.image_gen is not None:
             d.setdefault("intercept", ("<image>", "</image>"))
-        if isinstance(self.backend, RemoteModel):
+        if self.engine.streams_text:
             # a remote engine's first delta goes out as it comes (docs/REMOTE.md): waiting for its word's end
             # costs a whole token interval of TTFT over the engine's own stream
             d.setdefault("eager_first", True)
@@ -164,7 +162,7 @@ class Services:
     @property
     def tokenizes(self) -> bool:
         """Whether responses need a prompt tokenized here (not with a remote engine)."""
-        return not isinstance(self.backend, RemoteModel)
+        return self.engine.tokenizes
 
     def decode_job(
         self,
@@ -181,20 +179,12 @@ class Services:
 
         ``prompt``: ``messages`` already tokenized off the event loop (gateway.tokenize); None: here.
         ``constraint``: a grammar every token follows (models.constrain; local decoding only).
-        Raises ``ContextOverflow`` (prompt too long) or ``ValueError`` (bad sampling/scheduler values)."""
-        if isinstance(self.backend, RemoteModel):
-            if constraint is not None:
-                raise ValueError("structured output needs local decoding")
-            return RemoteJob(self.backend, messages, sampling, self.scheduler_config(scheduler))
-        return DecodeJob(
-            self.backend,
-            state,
-            self.backend.chat_tokens(messages) if prompt is None else prompt,
-            sampling,
-            self.scheduler_config(scheduler),
-            *self.drafting(),
-            constraint=constraint,
+        Raises ``ContextOverflow`` (prompt too long) or ``ValueError`` (bad sampling/scheduler values,
+        or a ``constraint`` with a remote engine)."""
+        job: DecodeJob | RemoteJob = self.engine.job(
+            state, messages, sampling, self.scheduler_config(scheduler), prompt, self.drafting(), constraint
         )
+        return job
 
     @property
     def audio_limits(self) -> AudioLimits:

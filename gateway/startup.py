@@ -11,9 +11,8 @@ from collections.abc import Callable
 from pathlib import Path
 
 from models.backend import Backend
-from models.engine import Engine
+from models.engine_client import EngineClient
 from models.remote import RemoteModel
-from models.remote_engine import RemoteEngine
 from processors.builtin import ImageProcessor, WavProcessor
 
 from .config import Config
@@ -31,7 +30,7 @@ from .speech import load_speech
 async def start_services(
     config: Config,
     backend_loader: Callable[[Config], Backend | RemoteModel] | None = None,
-    engine: Engine | RemoteEngine | None = None,
+    engine: EngineClient | None = None,
 ) -> Services:
     """Load the model on the engine's thread, then the speculator and the media processors."""
     # the event loop and the decode thread hand text to each other many times a second: a 1 ms
@@ -43,10 +42,11 @@ async def start_services(
     engine = engine or make_engine(config)  # (backend: openai: workers streaming from the engine)
     try:
         backend = await asyncio.wrap_future(engine.call(loader, config))
-        spec = await asyncio.wrap_future(engine.call(load_speculator, config, backend))
+        spec = await asyncio.wrap_future(engine.call(load_speculator, config, backend, engine))
     except BaseException:
         engine.close()
         raise
+    engine.attach(backend)  # the model its jobs are built for, and what it asks or closes
     engine.on_idle(getattr(backend, "warm", None))  # e.g. the next new conversation's cache
     try:
         asr = await asyncio.to_thread(load_audio, config) if config.audio.enabled else None
@@ -100,7 +100,7 @@ def file_store(config: Config) -> FileStore | None:
 
 
 def stop_services(svc: Services) -> None:
-    """Stop the engine (running jobs are cancelled), the image generator and a remote engine's client."""
+    """Stop the engine (running jobs are cancelled; a remote engine's client is closed) and the image generator."""
     svc.engine.close()
     if svc.speech is not None:
         svc.speech.close()
@@ -110,5 +110,3 @@ def stop_services(svc: Services) -> None:
         svc.frame_parser.close()
     if svc.image_gen is not None:
         svc.image_gen.close()
-    if isinstance(svc.backend, RemoteModel):
-        svc.backend.close()

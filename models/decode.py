@@ -15,34 +15,23 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 
 from .backend import Backend, KVState, sync_prefix
 from .decode_ports import Drafter, TokenConstraint, Verifier
+from .lifecycle import Done as Done
+from .lifecycle import JobEvents as JobEvents
+from .lifecycle import JobLifecycle, merge
+from .lifecycle import TokenLogprob as TokenLogprob
 from .sampling import SamplingParams, choose, log_softmax
-from .scheduler import Chunk, ChunkScheduler, SchedulerConfig
+from .scheduler import ChunkScheduler, SchedulerConfig
 
 
 class ContextOverflow(Exception):
     """The prompt does not fit the model's context."""
-
-
-@dataclass
-class Done:
-    reason: str  # "stop" (eos / stop sequence) | "length" | "cancelled" | "error"
-    metrics: dict[str, Any]
-
-
-@dataclass(frozen=True)
-class TokenLogprob:
-    """One generated token as a ``logprobs`` answer shows it (OpenAI's legacy completions shape)."""
-
-    text: str  # the token alone, decoded
-    logprob: float  # log p of the token under the model (before temperature and top-p)
-    top: tuple[tuple[str, float], ...]  # the ``top_logprobs`` most likely tokens at its position, best first
 
 
 @dataclass
@@ -72,27 +61,7 @@ class Advance:
     base: int
 
 
-@dataclass
-class JobEvents:
-    chunks: list[Chunk] = field(default_factory=list)
-    done: Done | None = None
-    requests: list[str] = field(default_factory=list)  # intercepted model requests (e.g. image prompts)
-    tool_calls: list[str] = field(default_factory=list)  # intercepted tool-call bodies (JSON text), in order
-    tokens: list[int] = field(default_factory=list)  # ids accepted this step (the chunks' ``tokens`` count them)
-    logprobs: list[TokenLogprob] = field(default_factory=list)  # one per accepted id, when the job tracks them
-
-
-def _merge(a: JobEvents, b: JobEvents) -> JobEvents:
-    a.chunks.extend(b.chunks)
-    a.requests.extend(b.requests)
-    a.tool_calls.extend(b.tool_calls)
-    a.tokens.extend(b.tokens)
-    a.logprobs.extend(b.logprobs)
-    a.done = b.done or a.done
-    return a
-
-
-class DecodeJob:
+class DecodeJob(JobLifecycle):
     def __init__(
         self,
         backend: Backend,
@@ -115,13 +84,12 @@ class DecodeJob:
         self.state = state
         self.prompt_ids = prompt_ids
         self.params = params
-        self.scheduler = ChunkScheduler(sched, backend.decode)
+        self._start(ChunkScheduler(sched, backend.decode), clock)
         self.constraint = constraint  # grammar mask on every chosen token (json_schema, forced tool calls)
         # beam search only refines greedy decoding, and does not follow a grammar
         self.beam = sched.beam_width if params.greedy and constraint is None else 1
         self.drafter = drafter if sched.lookahead_tokens > 0 and self.beam == 1 else None
         self.verifier = verifier
-        self.clock = clock
         self.rng = np.random.default_rng(params.seed)
         self.generated: list[int] = []
         self.top_logprobs = top_logprobs
@@ -130,13 +98,9 @@ class DecodeJob:
         self._pending_lp = 0.0
         self._pending_top: list[tuple[int, float]] = []
         self._held = JobEvents()  # ids and logprobs of steps that produced no chunk yet
-        self.finished = False
-        self.t_start = clock()
-        self.t_first: float | None = None
         self.t_prefilled: float | None = None
         self.prompt_tokens = 0  # tokens actually prefilled (cache reuse shows here)
         self.cached_tokens = 0
-        self.n_chunks = 0
         self.drafted = 0
         self.accepted = 0
         self._next_logits: np.ndarray | None = None  # [V] distribution of the next position
@@ -289,12 +253,12 @@ class DecodeJob:
             tok = choose(row, self.params, self.rng)
             lp, top = self._lp(row, tok), self._top(row)
         if tok in self.backend.eos_ids:
-            return _merge(out, self._finish("stop"))
+            return merge(out, self._finish("stop"))
         no_room = len(self.state.tokens) + 1 >= self.backend.max_context
         ev = self._accept([tok], lps=[lp], final="length" if no_room else None, tops=[top])
         if not self.finished:
             self._feed = tok
-        return _merge(out, ev)
+        return merge(out, ev)
 
     def _verified(self, rows: np.ndarray, tok: int, drafts: list[int], base: int, seconds: float) -> JobEvents:
         """The forward of the last shown token (and drafts after it) is done: accept what verifies."""
@@ -454,19 +418,8 @@ class DecodeJob:
             out.append(TokenLogprob(self.backend.decode([t]), lp, tuple((self.backend.decode([j]), v) for j, v in top)))
         return out
 
-    def _note_chunks(self, chunks: list[Chunk]) -> None:
-        if chunks and self.t_first is None:
-            self.t_first = self.clock()
-        self.n_chunks += len(chunks)
-
     def _finish(self, reason: str) -> JobEvents:
-        if self.finished:
-            return JobEvents()
-        self.finished = True
-        chunks = [] if reason == "cancelled" else self.scheduler.finish()
-        self._note_chunks(chunks)
-        calls, self.scheduler.tool_calls = ([] if reason == "cancelled" else self.scheduler.tool_calls), []
-        return JobEvents(chunks=chunks, done=Done(reason, self.metrics()), tool_calls=calls)
+        return self._end(Done(reason, {}))
 
     def metrics(self) -> dict[str, Any]:
         now = self.clock()

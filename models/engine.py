@@ -27,26 +27,24 @@ backend readies the next conversation's cache there, off every response's critic
 from __future__ import annotations
 
 import concurrent.futures
-import itertools
 import logging
 import threading
 import time
 import traceback
 from collections import deque
 from collections.abc import Callable
-from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 import numpy as np
 
 from .backend import Backend, KVState, run_batch
 from .decode import DecodeJob, Done, Forward, JobEvents
+from .decode_ports import TokenConstraint
+from .engine_client import Admission, EngineBusy, JobHandle, Sink, deliver, run_call
+from .sampling import SamplingParams
+from .scheduler import SchedulerConfig
 
 log = logging.getLogger("stream_omni.engine")
-
-
-class EngineBusy(Exception):
-    """The wait queue is full."""
 
 
 class Job(Protocol):
@@ -75,20 +73,16 @@ class Job(Protocol):
         ...
 
 
-@dataclass(eq=False)
-class Handle:
-    """A submitted job. ``cancel()`` is safe from any thread and idempotent."""
-
-    job: Job
-    sink: Callable[[JobEvents], None]
-    id: int = 0
-    cancelled: threading.Event = field(default_factory=threading.Event)
-
-    def cancel(self) -> None:
-        self.cancelled.set()
+Handle = JobHandle[Job]
 
 
-class Engine:
+class Engine(Admission[Handle]):
+    """The local ``EngineClient`` (models/engine_client.py): token ids in, decoded here."""
+
+    tokenizes = True
+    drafts_itself = False  # drafting is set up here (models.speculative), per response
+    streams_text = False
+
     def __init__(
         self,
         max_running: int = 16,
@@ -97,35 +91,22 @@ class Engine:
         prefill_chunk: int = 128,
         draft_max_batch: int = 16,
     ):
-        self.max_running = max_running  # jobs batched into each step
+        super().__init__(max_running, max_waiting)  # max_running: jobs batched into each step
         self.prefill_chunk = max(1, prefill_chunk)  # prompt tokens fed per engine step, all jobs together
         self.draft_max_batch = draft_max_batch  # past this many batched jobs nobody drafts (below: each job's policy)
-        self.max_waiting = max_waiting  # jobs queued behind them before EngineBusy
-        self._running: list[Handle] = []
-        self._waiting: deque[Handle] = deque()
         self._calls: deque[tuple[concurrent.futures.Future[Any], Callable[..., Any], tuple[Any, ...]]] = deque()
-        self._cv = threading.Condition()
-        self._ids = itertools.count(1)
-        self._stop = False
         self._steps = 0  # decode/verify forwards timed so far (an id per step for observe_step)
         self._last_tokens: dict[int, int] = {}  # handle id → tokens it put in the last step
         self._idle: Callable[[], bool] | None = None
         self._idle_due = False  # work was done since the idle hook last ran
+        self.model: Backend | None = None  # what ``job`` builds responses of (``attach``)
         self._thread = threading.Thread(target=self._loop, name=name, daemon=True)
         self._thread.start()
 
     # ------------------------------------------------------------------ any thread
 
-    def submit(self, job: Job, sink: Callable[[JobEvents], None]) -> Handle:
-        with self._cv:
-            if self._stop:
-                raise EngineBusy("engine is shutting down")
-            if len(self._running) >= self.max_running and len(self._waiting) >= self.max_waiting:
-                raise EngineBusy("too many responses queued")
-            handle = Handle(job, sink, next(self._ids))
-            self._waiting.append(handle)
-            self._cv.notify()
-        return handle
+    def submit(self, job: Job, sink: Sink) -> Handle:
+        return self._admit_new(lambda i: Handle(job, sink, i))
 
     def call(self, fn: Callable[..., Any], *args: Any) -> concurrent.futures.Future[Any]:
         """Run ``fn(*args)`` on the worker thread, between decode steps (model loading, probes)."""
@@ -145,18 +126,30 @@ class Engine:
             self._idle, self._idle_due = fn, fn is not None
             self._cv.notify()
 
-    @property
-    def depth(self) -> tuple[int, int]:
-        """(running, waiting)."""
-        with self._cv:
-            return len(self._running), len(self._waiting)
+    def attach(self, model: Backend) -> None:
+        self.model = model
 
-    def close(self, timeout: float = 5.0) -> None:
-        with self._cv:
-            self._stop = True
-            for h in [*self._running, *self._waiting]:
-                h.cancel()
-            self._cv.notify()
+    def job(
+        self,
+        state: KVState,
+        messages: list[dict[str, str]],
+        sampling: SamplingParams,
+        sched: SchedulerConfig,
+        prompt: list[int] | None = None,
+        drafting: tuple[Any, Any] = (None, None),
+        constraint: TokenConstraint | None = None,
+    ) -> DecodeJob:
+        """``messages`` through the model's chat template (unless ``prompt`` has them), decoded on ``state``."""
+        backend = self.model
+        if backend is None:
+            raise RuntimeError("no model attached to this engine")
+        ids = backend.chat_tokens(messages) if prompt is None else prompt
+        return DecodeJob(backend, state, ids, sampling, sched, *drafting, constraint=constraint)
+
+    def ready(self) -> bool:
+        return True  # the model is in this process: loaded is ready
+
+    def _join(self, timeout: float) -> None:
         self._thread.join(timeout)
 
     # ------------------------------------------------------------------ worker thread
@@ -185,7 +178,7 @@ class Engine:
                 continue
             if call is not None:
                 self._idle_due = True
-                self._run_call(*call)
+                run_call(*call)
                 continue
             with self._cv:
                 if self._stop and not self._running and not self._waiting:
@@ -298,22 +291,10 @@ class Engine:
             return False
 
     @staticmethod
-    def _run_call(fut: concurrent.futures.Future[Any], fn: Callable[..., Any], args: tuple[Any, ...]) -> None:
-        if not fut.set_running_or_notify_cancel():
-            return
-        try:
-            fut.set_result(fn(*args))
-        except BaseException as exc:  # the caller sees it; the worker goes on
-            fut.set_exception(exc)
-
-    @staticmethod
     def _deliver(h: Handle, events: JobEvents) -> None:
         # a step that shows nothing (no text, request, call or end) wakes nobody up
         if events.chunks or events.requests or events.tool_calls or events.done is not None:
-            try:
-                h.sink(events)
-            except Exception:  # a closed loop must not kill the worker
-                log.exception("event sink failed")
+            deliver(h.sink, events, log)
 
 
 __all__ = ["DecodeJob", "Engine", "EngineBusy", "Handle", "Job"]

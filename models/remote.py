@@ -38,7 +38,7 @@ from typing import Any
 import httpx
 
 from .backend import KVState
-from .decode import Done, JobEvents
+from .lifecycle import Done, JobEvents, JobLifecycle
 from .llm import ModelLoadError
 from .sampling import SamplingParams
 from .scheduler import Chunk, ChunkScheduler, SchedulerConfig
@@ -186,15 +186,17 @@ def _why(exc: BaseException) -> str:
 _PIECES = re.compile(r"\s*\S+|\s+")
 
 
-class RemoteJob:
+class RemoteJob(JobLifecycle):
     """One response from the engine: text deltas in, ``JobEvents`` out. No I/O, no threads.
 
     The chunk scheduler counts tokens; an engine sends one token per delta (llama.cpp, vLLM) or a
     chunk of several (another Stream-Omni), so each delta is split at word starts and each word
-    counts as one unit: chunk sizes stay in words either way.
+    counts as one unit: chunk sizes stay in words either way. The start and end are
+    ``JobLifecycle``'s, as a ``DecodeJob``'s; a cancel from another thread takes ``lock`` first.
     """
 
     state = None  # no cache of ours: the engine keeps it
+    hands_tool_calls = False  # tool calls are the remote engine's own business
 
     def __init__(
         self,
@@ -207,17 +209,12 @@ class RemoteJob:
         self.model = model
         self.messages = messages
         self.params = params
-        self.clock = clock
         self._pieces: list[str] = []
-        self.scheduler = ChunkScheduler(sched, self._decode)
-        self.finished = False
+        self._start(ChunkScheduler(sched, self._decode), clock)
         self.lock = threading.Lock()  # the worker's deliveries vs a cancel from another thread
         self.sock: socket.socket | None = None  # the upstream connection while streaming
-        self.t_start = clock()
         self.t_first_delta: float | None = None
-        self.t_first: float | None = None
         self.deltas = 0
-        self.n_chunks = 0
         self.finish_reason: str | None = None
         self.usage: dict[str, Any] | None = None
 
@@ -270,10 +267,10 @@ class RemoteJob:
             self._pieces.append(piece)
             chunks += self.scheduler.feed([len(self._pieces) - 1], now)
         out = JobEvents(chunks=chunks)
-        self._note(chunks)
+        self._note_chunks(chunks)
         out.requests, self.scheduler.requests = self.scheduler.requests, []
         if self.scheduler.stopped:  # a stop sequence matched here: the response is over
-            fin = self._finish(Done("stop", {}))
+            fin = self._end(Done("stop", {}))
             out.chunks.extend(fin.chunks)
             out.done = fin.done
         return out
@@ -281,28 +278,14 @@ class RemoteJob:
     def end(self) -> JobEvents:
         """The engine's stream ended cleanly (``[DONE]``)."""
         reason = {"length": "length"}.get(self.finish_reason or "", "stop")
-        return self._finish(Done(reason, {}))
+        return self._end(Done(reason, {}))
 
     def fail(self, code: str) -> JobEvents:
         """The engine failed this response; the text shown so far stays shown."""
-        return self._finish(Done("error", {"error_code": code}))
+        return self._end(Done("error", {"error_code": code}))
 
     def cancel(self) -> JobEvents:
-        return self._finish(Done("cancelled", {}))
-
-    def _note(self, chunks: list[Chunk]) -> None:
-        if chunks and self.t_first is None:
-            self.t_first = self.clock()
-        self.n_chunks += len(chunks)
-
-    def _finish(self, done: Done) -> JobEvents:
-        if self.finished:
-            return JobEvents()
-        self.finished = True
-        chunks = [] if done.reason in ("cancelled", "error") else self.scheduler.finish()
-        self._note(chunks)
-        done.metrics = {**self.metrics(), **done.metrics}
-        return JobEvents(chunks=chunks, done=done)
+        return self._end(Done("cancelled", {}))
 
     def metrics(self) -> dict[str, Any]:
         """Our DecodeJob's metrics; token counts from the engine's usage when it sent one."""

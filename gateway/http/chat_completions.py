@@ -12,7 +12,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 
 from models.decode import ContextOverflow, Done, JobEvents
-from models.engine import Handle
+from models.engine_client import Handle
 from models.toolcalls import TOOL_TAGS, ParsedCall
 from models.toolplan import ToolPlan
 

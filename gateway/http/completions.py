@@ -22,16 +22,15 @@ import secrets
 import time
 from collections import deque
 from dataclasses import dataclass, field
-from typing import Annotated, Any
+from typing import Annotated, Any, cast
 
 from pydantic import Field, StrictBool
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 
-from models.backend import PromptEncoder
+from models.backend import Backend, PromptEncoder
 from models.decode import ContextOverflow, DecodeJob, Done, JobEvents, TokenLogprob
-from models.engine import EngineBusy, Handle
-from models.remote import RemoteModel
+from models.engine_client import EngineBusy, Handle
 
 from ..services import Services
 from ..sink import AsyncSink
@@ -105,7 +104,7 @@ async def _prompts(svc: Services, req: CompletionRequest) -> list[tuple[str | li
     else:
         items.extend(p for p in given if not isinstance(p, int))
     backend = svc.backend
-    if isinstance(backend, RemoteModel):  # a remote engine is driven by messages, not by token ids
+    if not svc.engine.tokenizes:  # a remote engine is driven by messages, not by token ids
         raise ApiError(400, "unsupported_content", "raw completions need a local model (not backend: openai)", "prompt")
     texts = [p for p in items if isinstance(p, str)]
     cap = svc.config.limits.max_prompt_chars
@@ -146,8 +145,7 @@ async def _prompts(svc: Services, req: CompletionRequest) -> list[tuple[str | li
 async def _echo(svc: Services, req: CompletionRequest, prompt: str | list[int]) -> str:
     if isinstance(prompt, str):
         return prompt
-    backend = svc.backend
-    assert not isinstance(backend, RemoteModel)  # refused by _prompts
+    backend = cast(Backend, svc.backend)  # _prompts refused every engine that does not tokenize here
     # token ids are decoded on the engine's thread: a backend's decode buffer is not shared between threads
     return str(await asyncio.wrap_future(svc.engine.call(backend.decode, prompt)))
 
@@ -155,8 +153,7 @@ async def _echo(svc: Services, req: CompletionRequest, prompt: str | list[int]) 
 def _job(svc: Services, req: CompletionRequest, ids: list[int]) -> DecodeJob:
     sched: dict[str, Any] = req.scheduler.model_dump(exclude_none=True) if req.scheduler else {}
     sched["stop"] = req.stop_sequences()
-    backend = svc.backend
-    assert not isinstance(backend, RemoteModel)  # refused by _prompts
+    backend = cast(Backend, svc.backend)  # _prompts refused every engine that does not tokenize here
     try:
         return DecodeJob(
             backend,

@@ -11,7 +11,7 @@ from collections.abc import Callable
 from starlette.requests import Request
 
 from models.decode import DecodeJob, Done, JobEvents
-from models.engine import EngineBusy, Handle
+from models.engine_client import EngineBusy, Handle
 from models.remote import RemoteJob
 
 from ..services import Services

@@ -20,7 +20,7 @@ from models import constrain, toolcalls
 from models.backend import Parking
 from models.constrain import GrammarError
 from models.decode import ContextOverflow, JobEvents
-from models.engine import EngineBusy, Handle
+from models.engine_client import EngineBusy, Handle
 from models.image_events import TERMINAL, Failed, ImageEvent
 
 from ..filters import FILTER_FAILED, ResponseFilter

@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from models.decode import JobEvents
-from models.engine import Handle
+from models.engine_client import Handle
 
 from .actions import StartResponse
 
