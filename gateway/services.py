@@ -11,7 +11,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-from models.backend import Backend, KVState, PromptEncoder
+from models.backend import Backend, KVState
 from models.decode import DecodeJob
 from models.decode_ports import TokenConstraint
 from models.engine_client import EngineClient
@@ -29,10 +29,7 @@ from .filters import NamedFilter
 from .keylimits import KeyLimits
 from .metrics import Metrics
 from .options import model_refusal
-from .realtime.bigframes import FrameParser
-from .realtime.session import SessionDefaults
 from .session_registry import SessionRegistry
-from .tools.state import McpPolicy
 
 # (drafter, verifier) for one response, or (None, None): see models.speculative
 Drafting = tuple[Any, Any]
@@ -46,6 +43,15 @@ class KeyRate(Protocol):
     def over_rate(self, digest: str) -> bool:
         """Count one frame of key ``digest``: True if that key is over its rate."""
         ...
+
+
+class FrameParsing(Protocol):
+    """Client text frames too big to parse on the loop, parsed in worker processes
+    (``gateway.realtime.bigframes.FrameParser``): a client event, or the ``ProtocolError`` it raised."""
+
+    async def parse(self, text: str | bytes) -> Any: ...
+
+    def close(self) -> None: ...
 
 
 @dataclass
@@ -66,7 +72,7 @@ class Services:
     filters: tuple[NamedFilter, ...] = ()  # chunk filters (gateway.filters), in order
     files: FileStore | None = None  # uploaded files (/v1/files); None when disabled
     processors: ProcessorRegistry = field(default_factory=ProcessorRegistry)  # content type → text (files)
-    frame_parser: FrameParser | None = None  # big text frames parsed in processes; None: on a thread
+    frame_parser: FrameParsing | None = None  # big text frames parsed in processes; None: on a thread
     started: float = field(default_factory=time.time)
     key_rate: KeyRate | None = None  # with a Redis session store and api_keys
     key_limits: KeyLimits | None = None  # responses and tokens per key and window (limits.key_*_per_window)
@@ -83,40 +89,6 @@ class Services:
         """None when this server answers to ``model`` (its name, ``model.aliases``, or ``also``); else why
         not, for every API's ``model_not_found``."""
         return model_refusal(self.model_ids, model, also)
-
-    @property
-    def session_defaults(self) -> SessionDefaults:
-        c = self.config
-        # truncation estimates: with a tokenizer here only (a remote engine's is not ours to count with)
-        countable = self.engine.tokenizes and isinstance(self.backend, PromptEncoder)
-        return SessionDefaults(
-            model=self.backend.name,
-            aliases=tuple(self.model_ids[1:]),
-            instructions=c.session.instructions,
-            temperature=c.session.temperature,
-            top_p=c.session.top_p,
-            max_output_tokens=c.session.max_output_tokens,
-            output_modalities=tuple(c.session.output_modalities),
-            scheduler={},
-            speech=self.speech.default if self.speech is not None else None,
-            voices=self.speech.names if self.speech is not None else (),
-            max_context=getattr(self.backend, "max_context", 0) if countable else 0,
-            count_tokens=self._count_tokens if countable else None,
-            context_tokens=c.session.context_tokens,
-            mcp=McpPolicy(
-                allowed_urls=c.tools.mcp_allowed_urls,
-                servers=tuple(c.tools.mcp_servers),
-                list_ttl_s=c.tools.mcp_list_ttl_s,
-                max_calls_per_response=c.tools.mcp_max_calls_per_response,
-                max_tools=c.tools.mcp_max_tools,
-            ),
-        )
-
-    def _count_tokens(self, text: str) -> int:
-        from .tokenize import count_tokens
-
-        assert isinstance(self.backend, PromptEncoder)
-        return count_tokens(self.backend, text)
 
     def sampling(
         self,

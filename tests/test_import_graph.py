@@ -5,16 +5,7 @@ from __future__ import annotations
 from tests.importgraph import LAYERS, back_up, edges, layer_of, summary
 from tests.test_layering import _cycles
 
-# the imports that still run back up, each waiting on a move that has its own change:
-# - services.py holds the session registry, frame parser and session defaults by their realtime types;
-#   moving those types (or a protocol for them) down into the core ends it;
-# - realtime/routes.py reaches the cluster for resumes of sessions another replica owns; the routes
-#   should be handed a resume hook by the app instead.
-KNOWN_BACK_UP = {
-    ("gateway.services", "gateway.realtime.bigframes"),
-    ("gateway.services", "gateway.realtime.session"),
-    ("gateway.services", "gateway.tools.state"),  # the MCP policy it hands each session, like its defaults
-}
+KNOWN_BACK_UP: set[tuple[str, str]] = set()  # none: every import points down or across its own layer
 
 
 def test_no_import_cycle_in_any_package():

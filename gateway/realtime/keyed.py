@@ -19,6 +19,7 @@ from ..security import AuthRefused, offered_keys, ws_auth
 from ..services import Services
 from . import protocol as p
 from .actions import Output
+from .defaults import session_defaults
 from .media import MediaInput
 from .session import Session
 
@@ -48,7 +49,7 @@ def _apply(session: Session, media: MediaInput, ev: p.SessionUpdate) -> Output |
 
 def check(svc: Services, ev: p.SessionUpdate) -> tuple[dict[str, Any], None] | tuple[None, dict[str, Any]]:
     """(the session object a session opened with this config starts with, None), or (None, the GA error)."""
-    session = Session(svc.session_defaults, lambda e: e)
+    session = Session(session_defaults(svc), lambda e: e)
     media = MediaInput(session, svc, lambda _out: None, lambda _ev: None)
     session.view_hook = media.describe
     refused = _apply(session, media, ev)

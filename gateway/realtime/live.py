@@ -36,6 +36,7 @@ from . import protocol as p
 from .actions import Action, CancelResponse, Output, StartImage, StartResponse
 from .bigframes import ParseLimits, parse_checked
 from .content import resolve_parts
+from .defaults import session_defaults
 from .idle import IdleTimer
 from .images import ImageProgress
 from .media import MediaInput
@@ -72,7 +73,7 @@ class LiveSession:
             self.outbox.load(*replay)
         self.mirror: Mirrored | None = None
         self.changed = asyncio.Event()  # set whenever the outbox grows
-        self.session = Session(services.session_defaults, self.outbox.stamp, transcribe)
+        self.session = Session(session_defaults(services), self.outbox.stamp, transcribe)
         self.state = services.backend.new_state()
         self.handles: dict[str, Handle | Tokenizing] = {}
         self.filters: dict[str, ResponseFilter] = {}  # response id → its chunk filtering

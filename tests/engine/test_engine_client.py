@@ -100,6 +100,7 @@ def test_call_hands_back_the_result_or_the_error():
 
 def test_services_ask_the_engine_not_its_type():
     from gateway.config import load_config
+    from gateway.realtime.defaults import session_defaults
     from gateway.services import Services
 
     eng = ManualEngine(1, 1)
@@ -107,7 +108,7 @@ def test_services_ask_the_engine_not_its_type():
     svc = Services(load_config(None), backend, eng, None)  # type: ignore[arg-type]
     assert svc.tokenizes is False and svc.scheduler_config({}).eager_first is True
     assert svc.decode_job(None, [{"role": "user", "content": "hi"}], svc.sampling(), {}) == "hi"  # type: ignore[arg-type]
-    assert svc.session_defaults.count_tokens is None  # nothing to count with here
+    assert session_defaults(svc).count_tokens is None  # nothing to count with here
     eng.tokenizes, eng.streams_text = True, False  # type: ignore[misc]
     assert svc.tokenizes is True and svc.scheduler_config({}).eager_first is False
 
