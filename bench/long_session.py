@@ -149,11 +149,14 @@ def main() -> None:
     args = ap.parse_args()
 
     from gateway.config import load_config
+    from gateway.config_model import AutoLocalModel
     from gateway.loading import default_loader
     from testkit.server import run_server
 
     overrides = {"session.instructions": "Answer briefly.", "model.max_context": args.max_context}
     cfg = load_config(None, **overrides, **({"model.threads": args.threads} if args.threads else {}))
+    assert isinstance(cfg.model, AutoLocalModel)  # no config file: the embedded GGUF, on llama.cpp
+    threads = cfg.model.threads or 2
     backend = default_loader(cfg)
     raw: dict[str, Any] = {}
     rows: list[dict[str, Any]] = []
@@ -169,7 +172,7 @@ def main() -> None:
             row["load 1m (start / end)"] = f"{load_before:.1f} / {os.getloadavg()[0]:.1f}"
             rows.append(row)
             print(row, flush=True)
-    md = f"# bench long_session — {machine()}\n\nEmbedded model (llama.cpp, {cfg.model.threads or 2} threads), "
+    md = f"# bench long_session — {machine()}\n\nEmbedded model (llama.cpp, {threads} threads), "
     md += f"context {cfg.model.max_context} tokens, `session.context_tokens` {cfg.session.context_tokens}, "
     md += f'`truncation: "auto"`, replies ≤ {args.reply} tokens. TTFT is the server\'s (job start → first '
     md += "token, prefill included). A cut is a turn whose prompt is shorter than the last one's; a cache rebuild "

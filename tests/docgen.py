@@ -64,9 +64,19 @@ def _comments(source: str) -> dict[int, str]:
     return out
 
 
-def field_comments(path: Path = ROOT / "gateway" / "config.py") -> dict[tuple[str, str], str]:
+CONFIG_SOURCES = (ROOT / "gateway" / "config.py", ROOT / "gateway" / "config_model.py")
+
+
+def field_comments(paths: tuple[Path, ...] = CONFIG_SOURCES) -> dict[tuple[str, str], str]:
     """(class name, field name) → its comment: the one after it on its line, else the comment lines
-    right above it (the house rule of gateway/config.py: one comment per field)."""
+    right above it (the house rule of gateway/config.py and config_model.py: one comment per field)."""
+    out: dict[tuple[str, str], str] = {}
+    for path in paths:
+        out.update(_field_comments(path))
+    return out
+
+
+def _field_comments(path: Path) -> dict[tuple[str, str], str]:
     source = path.read_text()
     lines = source.splitlines()
     comments = _comments(source)
@@ -141,6 +151,8 @@ def _allowed(info: Any, in_bytes: bool = False) -> str:
 
 
 def _default(info: Any, in_bytes: bool = False) -> str:
+    if info.is_required():
+        return "required"
     v = info.default
     if v is None:
         return "null"
@@ -159,6 +171,32 @@ def _cell(text: str) -> str:
     return text.replace("|", "\\|")
 
 
+def _inherited(comments: dict[tuple[str, str], str], cls: type, name: str) -> str:
+    """The comment of ``name`` where ``cls`` or the nearest base declaring it has it."""
+    return next((comments[(k.__name__, name)] for k in cls.__mro__ if (k.__name__, name) in comments), "")
+
+
+def model_reference(comments: dict[tuple[str, str], str]) -> list[str]:
+    """The ``model:`` table: one class per backend, so each key also says which backends take it."""
+    import gateway.config_model as cm
+
+    doc = " ".join((cm.__doc__ or "").split("\n\n")[0].split())
+    out = [f"**`model:`** {_cell(doc)}", ""]
+    out += ["| key | backends | default | accepts | what it does |", "|---|---|---|---|---|"]
+    every = tuple(cm.MODEL_SECTIONS)
+    for name, backends in cm.model_keys().items():
+        cls = cm.MODEL_SECTIONS[backends[0]]
+        f = cls.model_fields[name]
+        note = _inherited(comments, cls, name)
+        if name == "backend":
+            where, default, accepts = "all", "auto", " \\| ".join(every)
+        else:
+            where = "all" if backends == every else ", ".join(backends)
+            default, accepts = _default(f), _cell(_allowed(f))
+        out.append(f"| `model.{name}` | {where} | `{default}` | {accepts} | {_cell(note)} |")
+    return [*out, ""]
+
+
 def config_reference() -> str:
     """One table per config section: key, default, what it accepts, and its comment in gateway/config.py."""
     from pydantic import BaseModel
@@ -169,6 +207,9 @@ def config_reference() -> str:
     out: list[str] = []
     top: list[str] = []
     for section, info in Config.model_fields.items():
+        if section == "model":  # a union on model.backend, not one class
+            out += model_reference(comments)
+            continue
         cls = _base(info.annotation)
         if not (isinstance(cls, type) and issubclass(cls, BaseModel)):
             note = comments.get(("Config", section), "")

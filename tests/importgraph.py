@@ -18,6 +18,7 @@ LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
         "gateway core",  # what every gateway room may use: settings, data holders, transport guards
         (
             "gateway.config",
+            "gateway.config_model",
             "gateway.options",
             "gateway.metrics",
             "gateway.sink",

@@ -184,10 +184,12 @@ def test_sse_errors(line, code):
 
 def test_the_example_config_is_the_issue_shape_with_defaults():
     from gateway.config import load_config
+    from gateway.config_model import RemoteModelConfig
     from gateway.loading import remote_config
 
     cfg = load_config(EXAMPLE)
     m = cfg.model
+    assert isinstance(m, RemoteModelConfig)
     assert (m.backend, m.base_url, m.model, m.api_key_env) == ("openai", "http://127.0.0.1:8222/v1", "auto", None)
     rc = remote_config(cfg)
     assert (rc.model, rc.api_key, rc.connect_timeout_s, rc.read_timeout_s, rc.retries, rc.pool_size) == (
