@@ -123,7 +123,7 @@ def main() -> None:
         for lease in (1.0, 3.0):
             times = []
             for _ in range(args.kills):
-                conf = {"sessions": {"lease_s": lease}, "server": {"grace_period_s": 60}}
+                conf = {"replicas": {"lease_s": lease}, "server": {"grace_period_s": 60}}
                 owner, survivor = (
                     replica(tmp, redis.url, settings=conf, answer_tokens=2000, step_s=0.01).start() for _ in range(2)
                 )

@@ -40,7 +40,7 @@ def create_app(
     """The ASGI app. ``backend_loader`` defaults to the configured backend (see models/); it runs on
     the engine's thread. Pass ``engine`` when the model was already loaded on that engine's thread."""
     state: dict[str, Services] = {}
-    cluster: dict[str, ClusterNode] = {}  # "node": with a Redis session store (sessions.store)
+    cluster: dict[str, ClusterNode] = {}  # "node": with a Redis session store (replicas.store)
     given_engine = engine
 
     def svc() -> Services:
@@ -59,7 +59,7 @@ def create_app(
         gc.collect()
         gc.freeze()
         try:
-            if config.sessions.store != "memory":
+            if config.replicas.store != "memory":
                 cluster["node"] = app.state.node = await start_node(config, services)
             yield
         finally:

@@ -8,7 +8,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 import yaml
-from pydantic import Field, ValidationError, model_validator
+from pydantic import AliasChoices, Field, ValidationError, model_validator
 
 from .config_model import MODEL_SECTIONS, AutoLocalModel, ModelConfig, RemoteModelConfig
 from .config_model import Frozen as _Frozen
@@ -141,8 +141,9 @@ class SessionConfig(_Frozen):
     context_tokens: int | None = Field(default=1280, ge=64, le=4 * _MIB)
 
 
-class SessionsConfig(_Frozen):
-    """Where live sessions are kept (docs/OPERATING.md, "Running replicas")."""
+class ReplicasConfig(_Frozen):
+    """Where live sessions are kept, for replicas sharing them (docs/REPLICAS.md); a `sessions:` section, this
+    one's earlier name, is read as this one."""
 
     # "memory" (one process) or a Redis URL (redis://host:port/db): replicas sharing sessions
     store: str = "memory"
@@ -151,9 +152,9 @@ class SessionsConfig(_Frozen):
     key_prefix: str = "so:"  # of every Redis key (several gateways can share one Redis)
 
     @model_validator(mode="after")
-    def _known_store(self) -> SessionsConfig:
+    def _known_store(self) -> ReplicasConfig:
         if self.store != "memory" and not self.store.startswith(("redis://", "rediss://", "unix://")):
-            raise ValueError(f"sessions.store must be memory or a redis:// URL, not {self.store!r}")
+            raise ValueError(f"replicas.store must be memory or a redis:// URL, not {self.store!r}")
         return self
 
 
@@ -385,7 +386,8 @@ class Config(_Frozen):
     scheduler: SchedulerDefaults = SchedulerDefaults()
     speculative: SpeculativeConfig = SpeculativeConfig()
     session: SessionConfig = SessionConfig()
-    sessions: SessionsConfig = SessionsConfig()
+    # replicas sharing sessions through Redis; `sessions:`, its earlier name, is still read
+    replicas: ReplicasConfig = Field(default=ReplicasConfig(), validation_alias=AliasChoices("replicas", "sessions"))
     audio: AudioConfig = AudioConfig()
     vision: VisionConfig = VisionConfig()
     image_gen: ImageGenSettings = ImageGenSettings()

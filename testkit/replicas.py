@@ -76,7 +76,7 @@ def replica(
     """A gateway replica on a free port sharing sessions through ``redis_url``; ``settings``: more
     config sections ({"server": {"grace_period_s": 60}, …})."""
     port = free_port()
-    conf: dict[str, dict[str, Any]] = {"audio": {"enabled": False}, "sessions": {"store": redis_url}}
+    conf: dict[str, dict[str, Any]] = {"audio": {"enabled": False}, "replicas": {"store": redis_url}}
     for section, values in (settings or {}).items():
         conf.setdefault(section, {}).update(values)
     cfg = tmp / f"replica_{port}.yaml"

@@ -91,7 +91,7 @@ def test_every_numeric_key_has_a_floor_and_a_ceiling(key: str, info: Any):
         ("model.max_context", 10**12),
         ("model.n_batch", 0),
         ("model.threads", 0),
-        ("sessions.lease_s", 0),
+        ("replicas.lease_s", 0),
     ],
 )
 def test_an_out_of_range_value_is_refused_naming_its_key(key: str, value: Any):

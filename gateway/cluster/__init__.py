@@ -1,1 +1,1 @@
-"""Gateway replicas sharing sessions through Redis (``sessions.store``): docs/REPLICAS.md."""
+"""Gateway replicas sharing sessions through Redis (``replicas.store``): docs/REPLICAS.md."""

@@ -226,8 +226,8 @@ class ClusterNode:
 
 
 async def start_node(config: Config, services: Services) -> ClusterNode:
-    """This replica's node for ``sessions.store`` (a Redis URL); it counts per-key frames when keys are on."""
-    c = config.sessions
+    """This replica's node for ``replicas.store`` (a Redis URL); it counts per-key frames when keys are on."""
+    c = config.replicas
     per_key = config.limits.messages_per_s_per_key if config.server.api_keys else None
     node = ClusterNode(RedisStore(c.store, c.lease_s, c.key_prefix), services.registry, per_key)
     await node.start()

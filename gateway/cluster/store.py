@@ -1,4 +1,4 @@
-"""The Redis side of sessions shared by gateway replicas (config ``sessions.store: redis://…``).
+"""The Redis side of sessions shared by gateway replicas (config ``replicas.store: redis://…``).
 
 Thin I/O over redis-py's asyncio client; what each key means is here and nowhere else.
 

@@ -13,7 +13,7 @@ import websockets
 from testkit.replicas import RedisServer, replicas_running
 from tests.resume_client import WS_OPTS, recv
 
-CONF = {"server": {"grace_period_s": 120}, "sessions": {"lease_s": 1.0}}
+CONF = {"server": {"grace_period_s": 120}, "replicas": {"lease_s": 1.0}}
 
 
 @pytest.fixture(scope="module")

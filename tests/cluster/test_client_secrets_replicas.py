@@ -25,7 +25,7 @@ def pair(redis_server: RedisServer, tmp_path_factory: pytest.TempPathFactory) ->
     tmp = tmp_path_factory.mktemp("ek")
     conf = {
         "server": {"grace_period_s": 0, "api_keys": [KEY, "sk-cluster-2"]},
-        "sessions": {"lease_s": 1.0},
+        "replicas": {"lease_s": 1.0},
         "limits": {"max_sessions_per_key": 2},
     }
     with replicas_running(tmp, redis_server.url, settings=conf) as procs:

@@ -21,12 +21,12 @@ from tests.cluster.client import Run, turn, user
 from tests.resume_client import WS_OPTS, recv
 
 LEASE_S = 1.0
-CONF = {"server": {"grace_period_s": 120}, "sessions": {"lease_s": LEASE_S}}
+CONF = {"server": {"grace_period_s": 120}, "replicas": {"lease_s": LEASE_S}}
 
 
 def start_pair(tmp, url: str, lease_s: float = LEASE_S, **fake: float) -> list[EngineProcess]:
     """Two replicas the test stops itself (it kills or terminates one of them on purpose)."""
-    conf = {**CONF, "sessions": {"lease_s": lease_s}}
+    conf = {**CONF, "replicas": {"lease_s": lease_s}}
     procs = [replica(tmp, url, settings=conf, **fake) for _ in range(2)]
     try:
         for p in procs:

@@ -72,7 +72,7 @@ def start_nginx(tmp: Path, port: int, upstreams: list[int]) -> subprocess.Popen[
 @pytest.fixture
 def cluster(redis_server: RedisServer, tmp_path: Path) -> Iterator[tuple[str, list[EngineProcess]]]:
     conf = yaml.safe_load((ROOT / "configs" / "replicas.yaml").read_text())
-    conf["sessions"]["store"] = redis_server.url  # the test's own Redis; everything else as documented
+    conf["replicas"]["store"] = redis_server.url  # the test's own Redis; everything else as documented
     cfg = tmp_path / "replicas.yaml"
     cfg.write_text(yaml.safe_dump(conf))
     procs = []

@@ -20,7 +20,7 @@ from testkit.replicas import RedisServer, replicas_running
 from tests.cluster.client import Run, turn, user
 from tests.resume_client import WS_OPTS, recv
 
-CONF = {"server": {"grace_period_s": 120}, "sessions": {"lease_s": 1.0}, "limits": {"max_sessions": 4000}}
+CONF = {"server": {"grace_period_s": 120}, "replicas": {"lease_s": 1.0}, "limits": {"max_sessions": 4000}}
 SAY = ["tell me", "and then?"]
 
 
@@ -91,7 +91,7 @@ def keyed_pair(redis_server: RedisServer, tmp_path_factory: pytest.TempPathFacto
     tmp = tmp_path_factory.mktemp("keyed")
     conf = {
         "server": {**CONF["server"], "api_keys": ["k1", "k2", "k3"]},
-        "sessions": CONF["sessions"],
+        "replicas": CONF["replicas"],
         "limits": {**CONF["limits"], "max_sessions_per_key": 2, "messages_per_s_per_key": 30},
     }
     with replicas_running(tmp, redis_server.url, settings=conf) as procs:
