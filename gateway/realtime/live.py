@@ -30,7 +30,7 @@ from ..sink import AsyncSink
 from ..tokenize import chat_tokens
 from ..tools.runner import McpRunner
 from ..uploads import REFUSALS
-from . import keyed
+from . import images, keyed
 from . import protocol as p
 from .actions import Action, CancelResponse, Output, StartImage, StartResponse
 from .bigframes import ParseLimits, parse_checked
@@ -40,6 +40,7 @@ from .images import ImageProgress
 from .media import MediaInput
 from .registry import Attachment, Mirrored
 from .replay import ReplayBuffer
+from .responses import usage_of
 from .session import Session
 from .speaker import Speaker
 from .speculation import AfterPrepare, Speculation, Tokenizing
@@ -158,8 +159,9 @@ class LiveSession:
         rid, item_id = action.response_id, action.item_id
         gen = self.svc.image_gen
         if gen is None:
-            self.send(self.session.error("image_generation_disabled", "image output is not enabled on this server"))
-            self.send(self.session.on_image(rid, item_id, Failed("image output is not enabled on this server")))
+            msg = "image output is not enabled on this server"
+            self.send(self.session.error("image_generation_disabled", msg))
+            self.send(images.progress(self.session, rid, item_id, Failed(msg)))
             return
         loop = asyncio.get_running_loop()
         cancel = threading.Event()
@@ -412,7 +414,7 @@ class LiveSession:
                 flags = self.image_cancels.get(rid, [])
                 if flags:
                     flags.pop(0)
-            self.send(self.session.on_image(rid, events.item_id, ev))
+            self.send(images.progress(self.session, rid, events.item_id, ev))
             return
         spec = self.speculation
         if spec is not None and rid == spec.action.response_id:
@@ -436,22 +438,15 @@ class LiveSession:
             elif text:
                 self.send(self.session.on_chunk(rid, text))
         for prompt in [] if flt is not None and flt.stopped else events.requests:  # never shown as text
-            self.send(self.session.image_request(rid, prompt))
+            self.send(images.request(self.session, rid, prompt))
         for body in events.tool_calls:  # the model called a function: never shown as text
             self.send(self.session.on_tool_call(rid, body))
         if events.done is not None:
             self.handles.pop(rid, None)
             self.filters.pop(rid, None)
             m = events.done.metrics
-            usage = {}
-            if "tokens" in m:
-                prompt = m.get("prompt_tokens", 0) + m.get("cached_tokens", 0)
-                usage = {
-                    "total_tokens": prompt + m["tokens"],
-                    "input_tokens": prompt,
-                    "output_tokens": m["tokens"],
-                    "input_token_details": {"cached_tokens": m.get("cached_tokens", 0)},
-                }
+            usage = usage_of(m)
+            if usage:
                 self.svc.metrics.observe_response(m)
             reason = events.done.reason if flt is None or flt.reason is None else flt.reason
             if flt is not None and flt.error is not None:

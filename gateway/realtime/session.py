@@ -23,11 +23,10 @@ from ..options import SchedulerOptions
 from ..tools.session import McpOutput
 from ..tools.state import McpPolicy, McpState
 from ..tools.wire import McpApprovalResponseItem
-from . import functions, locks, speech_out, transcription, truncation
+from . import functions, images, locks, speech_out, transcription, truncation
 from . import protocol as p
 from .actions import Action, CancelResponse, Output, StartResponse
 from .conversation import Conversation, ItemError
-from .images import ImageOutput
 from .items import ItemEvents
 from .responses import ResponseState, final_events
 from .speech_out import AudioState, SpeechOutput, SpeechSettings, SpokenItem
@@ -58,7 +57,7 @@ class SessionDefaults:
     mcp: McpPolicy = field(default_factory=McpPolicy)  # what MCP servers it may reach (config tools)
 
 
-class Session(ImageOutput, SpeechOutput, McpOutput, ItemEvents):
+class Session(SpeechOutput, McpOutput, ItemEvents):
     def __init__(
         self, defaults: SessionDefaults, stamp: Callable[[dict[str, Any]], dict[str, Any]], transcribe: bool = False
     ):
@@ -362,7 +361,7 @@ class Session(ImageOutput, SpeechOutput, McpOutput, ItemEvents):
             out.extend(calls)
         if "image" in modalities:
             prompt = next((m["content"] for m in reversed(action.messages) if m["role"] == "user"), "")
-            out.extend(self.image_request(rid, prompt))
+            out.extend(images.request(self, rid, prompt))
         return out
 
     def _on_response_cancel(self, ev: p.ResponseCancel) -> Output:
