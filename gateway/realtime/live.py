@@ -32,9 +32,21 @@ from ..tools.runner import McpRunner
 from ..uploads import REFUSALS
 from . import images, keyed
 from . import protocol as p
-from .actions import Action, CancelResponse, Output, StartImage, StartResponse
+from .actions import (
+    Action,
+    AppendAudio,
+    CancelResponse,
+    CheckCapacity,
+    CheckUpdate,
+    ClearAudio,
+    CommitAudio,
+    Output,
+    ResolveItem,
+    StartImage,
+    StartResponse,
+)
 from .bigframes import ParseLimits, parse_checked
-from .content import resolve_parts
+from .content import resolve_item
 from .idle import IdleTimer
 from .images import ImageProgress
 from .media import MediaInput
@@ -152,6 +164,18 @@ class LiveSession:
             self._start(action)
         elif isinstance(action, StartImage):
             self._start_image(action)
+        elif isinstance(action, AppendAudio):
+            self.media.append(action.audio, action.event_id)
+        elif isinstance(action, CommitAudio):
+            self.media.commit(action.event_id)
+        elif isinstance(action, ClearAudio):
+            self.media.clear()
+        elif isinstance(action, CheckUpdate):
+            self.send(self.media.check_update(action.event) or self.session.apply_update(action.event))
+        elif isinstance(action, ResolveItem):  # serialised behind earlier items by the media lock
+            self._spawn(self._item_with_media(action.event, action.key))
+        elif isinstance(action, CheckCapacity):
+            self._check_capacity(action.event)
         else:  # MCP listings and calls (gateway.tools)
             self.tools.act(action)
 
@@ -325,61 +349,34 @@ class LiveSession:
             self.svc.metrics.errors.labels(code=ev.code).inc()
             self.send(self.session.error(ev.code, ev.message, ev.event_id, ev.param))
             return
-        if isinstance(ev, p.AudioAppend):
-            self.media.append(ev.audio, ev.event_id)
-        elif isinstance(ev, p.AudioCommit):
-            self.media.commit(ev.event_id)
-        elif isinstance(ev, p.AudioClear):
-            self.media.clear()
-        elif isinstance(ev, p.SessionUpdate):
-            refused = self.media.check_update(ev)
-            self.send(refused or self.session.handle(ev))
-        elif (
-            isinstance(ev, p.ItemCreate)
-            and isinstance(ev.item, p.MessageItem)
-            and any(not isinstance(c, p.InputText) for c in ev.item.content)
-        ):
-            key = f"media-{id(ev)}"
-            self.session.item_pending(key)  # now, so a response.create right behind it waits for it
-            self._spawn(self._item_with_media(ev, key))
-        elif isinstance(ev, p.ResponseCreate):
-            go = self.session.want_response(ev)
-            if go is not None:
-                self._create_response(go)
-        else:
-            self.send(self.session.handle(ev))
+        self.send(self.session.handle(ev))
 
     def _create_response(self, ev: p.ResponseCreate) -> None:
-        if self.session.response is None and not self.svc.engine_has_room():
+        """A ``response.create`` released by the session (its items are in): started as the session says."""
+        self.send(self.session.admit(ev))
+
+    def _check_capacity(self, ev: p.ResponseCreate) -> None:
+        if not self.svc.engine_has_room():
             self.svc.metrics.errors.labels(code="server_busy").inc()
             self.send(self.session.error("server_busy", "the server is at capacity; retry shortly", ev.event_id))
             return
-        self.send(self.session.handle(ev))
+        self.send(self.session.create_response(ev))
 
     async def _item_with_media(self, ev: p.ItemCreate, key: str) -> None:
         """Resolve audio parts to transcripts and images to descriptions, then add the item.
 
         Items keep their order, and a response.create that arrives meanwhile waits for them.
         """
+        owner = self.key if self.svc.config.server.api_keys else ""  # "" on a server without keys
+        resolved = None
         try:
             async with self._media_lock:
-                await self._resolve_item(ev)
-        finally:
-            go = self.session.settle(key)
-            if go is not None:
-                self._create_response(go)
-
-    async def _resolve_item(self, ev: p.ItemCreate) -> None:
-        assert isinstance(ev.item, p.MessageItem)  # only messages carry media
-        owner = self.key if self.svc.config.server.api_keys else ""  # "" on a server without keys
-        try:
-            parts = await resolve_parts(self.svc, owner, ev.item.content, self.media.resolve_audio_part)
+                resolved = await resolve_item(self.svc, owner, ev, self.media.resolve_audio_part)
         except REFUSALS as exc:
             self.svc.metrics.errors.labels(code=exc.code).inc()
             self.send(self.session.error(exc.code, exc.message, ev.event_id, "item.content"))
-            return
-        resolved = ev.model_copy(update={"item": ev.item.model_copy(update={"content": parts})})
-        self.send(self.session.handle(resolved))
+        finally:
+            self.send(self.session.item_resolved(key, resolved))
 
     def _spawn(self, coro: Coroutine[Any, Any, None]) -> asyncio.Task[None]:
         task = asyncio.create_task(coro)

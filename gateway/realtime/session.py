@@ -21,9 +21,20 @@ from ..tools.state import McpPolicy, McpState
 from ..tools.wire import McpApprovalResponseItem
 from . import functions, images, locks, planning, speech_out, transcription
 from . import protocol as p
-from .actions import Action, CancelResponse, Output, StartResponse
+from .actions import (
+    Action,
+    AppendAudio,
+    CancelResponse,
+    CheckCapacity,
+    CheckUpdate,
+    ClearAudio,
+    CommitAudio,
+    Output,
+    ResolveItem,
+    StartResponse,
+)
 from .conversation import Conversation
-from .items import ItemEvents
+from .items import ItemEvents, has_media
 from .responses import ResponseState, final_events
 from .speech_out import AudioState, SpeechOutput, SpeechSettings, SpokenItem
 
@@ -108,10 +119,14 @@ class Session(SpeechOutput, McpOutput, ItemEvents):
     # ------------------------------------------------------------------ client events
 
     def handle(self, ev: p.ClientEvent) -> Output:
-        """A parsed client event that the session itself answers (audio frames are the voice layer's)."""
+        """A parsed client event: the events answering it, and what the I/O layer must do for it (actions.py)."""
         match ev:
             case p.SessionUpdate():
-                return self._on_session_update(ev)
+                return Output(actions=[CheckUpdate(ev)])  # its audio settings are the voice layer's to check
+            case p.ItemCreate() if has_media(ev.item):
+                key = f"media-{id(ev)}"
+                self.item_pending(key)  # now, so a response.create right behind it waits for it
+                return Output(actions=[ResolveItem(ev, key)])
             case p.ItemCreate():
                 return self._on_conversation_item_create(ev)
             case p.ItemDelete():
@@ -120,12 +135,29 @@ class Session(SpeechOutput, McpOutput, ItemEvents):
                 return self._on_conversation_item_truncate(ev)
             case p.ItemRetrieve():
                 return self._on_conversation_item_retrieve(ev)
+            case p.AudioAppend():
+                return Output(actions=[AppendAudio(ev.audio, ev.event_id)])
+            case p.AudioCommit():
+                return Output(actions=[CommitAudio(ev.event_id)])
+            case p.AudioClear():
+                return Output(actions=[ClearAudio()])
             case p.ResponseCreate():
-                return self._on_response_create(ev)
+                go = self.want_response(ev)
+                return Output() if go is None else self.admit(go)
             case p.ResponseCancel():
                 return self._on_response_cancel(ev)
-            case _:  # parsed, but belongs to another layer (audio buffer events)
-                return self.error("unsupported_event", f"{ev.type} is not supported here", ev.event_id, "type")
+        raise AssertionError(f"unhandled client event {ev.type}")
+
+    def admit(self, ev: p.ResponseCreate) -> Output:
+        """A ``response.create`` no pending item holds back: the engine's room is checked first, unless a
+        response is in progress (then it is refused at once)."""
+        return Output(actions=[CheckCapacity(ev)]) if self.response is None else self.create_response(ev)
+
+    def item_resolved(self, key: str, ev: p.ItemCreate | None) -> Output:
+        """Item ``key``'s media is text now (``ev``), or it was refused (None): a response held for it may start."""
+        out = self._on_conversation_item_create(ev) if ev is not None else Output()
+        go = self.settle(key)
+        return out if go is None else out.extend(self.admit(go))
 
     # ------------------------------------------------------------------ items still being resolved
 
@@ -152,7 +184,8 @@ class Session(SpeechOutput, McpOutput, ItemEvents):
         ev, self._held = self._held, None
         return ev
 
-    def _on_session_update(self, ev: p.SessionUpdate) -> Output:
+    def apply_update(self, ev: p.SessionUpdate) -> Output:
+        """A ``session.update`` whose audio settings the voice layer accepted (``CheckUpdate``)."""
         ev = locks.unlocked(ev, self.locked)  # what an ek_ key fixed stays: those fields are ignored
         merged = self.merged(ev)
         if isinstance(merged, Output):
@@ -224,7 +257,8 @@ class Session(SpeechOutput, McpOutput, ItemEvents):
         )
         return None if isinstance(planned, Output) else planned[0]
 
-    def _on_response_create(self, ev: p.ResponseCreate) -> Output:
+    def create_response(self, ev: p.ResponseCreate) -> Output:
+        """A ``response.create`` the engine has room for (``CheckCapacity``), or refused here."""
         if self.options.type == "transcription":
             return self.error("unsupported_event", transcription.NO_RESPONSES, ev.event_id, "type")
         if self.response is not None:
