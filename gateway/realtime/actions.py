@@ -9,6 +9,7 @@ from models.sampling import SamplingParams
 from models.toolplan import ToolPlan
 
 from ..tools.actions import CallTool, ListTools
+from . import protocol as p
 
 
 @dataclass
@@ -37,7 +38,57 @@ class StartImage:
     prompt: str
 
 
-Action = StartResponse | CancelResponse | StartImage | ListTools | CallTool  # what the I/O layer must do
+# what a client event asks of the I/O layer (Session.handle): the voice layer's audio buffer, media to
+# resolve, checks of things the session cannot see; each runs in the order its frame arrived
+
+
+@dataclass(frozen=True)
+class AppendAudio:
+    """Action: add base64 pcm16 (or G.711) ``audio`` to the input audio buffer."""
+
+    audio: str
+    event_id: str | None
+
+
+@dataclass(frozen=True)
+class CommitAudio:
+    """Action: the input audio buffer becomes a user turn."""
+
+    event_id: str | None
+
+
+@dataclass(frozen=True)
+class ClearAudio:
+    """Action: drop the input audio buffer."""
+
+
+@dataclass(frozen=True)
+class CheckUpdate:
+    """Action: check ``event``'s audio input settings with the voice layer, then apply it
+    (``Session.apply_update``), or send the voice layer's refusal."""
+
+    event: p.SessionUpdate
+
+
+@dataclass(frozen=True)
+class ResolveItem:
+    """Action: turn ``event``'s media parts into text (transcripts, descriptions, files), after every item
+    resolved before it, then hand it back (``Session.item_resolved``); responses wait for ``key``."""
+
+    event: p.ItemCreate
+    key: str
+
+
+@dataclass(frozen=True)
+class CheckCapacity:
+    """Action: start ``event``'s response (``Session.create_response``) if the engine has room for it, else
+    refuse it with ``server_busy``."""
+
+    event: p.ResponseCreate
+
+
+ClientAction = AppendAudio | CommitAudio | ClearAudio | CheckUpdate | ResolveItem | CheckCapacity
+Action = StartResponse | CancelResponse | StartImage | ListTools | CallTool | ClientAction  # what the I/O layer must do
 
 
 @dataclass

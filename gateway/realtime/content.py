@@ -35,3 +35,12 @@ async def resolve_parts(
             continue
         parts.append(p.InputText(type="input_text", text=text))
     return parts
+
+
+async def resolve_item(
+    svc: Services, owner: str, ev: p.ItemCreate, transcribe: Callable[[str], Awaitable[str]]
+) -> p.ItemCreate:
+    """``ev`` (a message) with its media parts as text (``resolve_parts``; raises the same)."""
+    assert isinstance(ev.item, p.MessageItem)  # only messages carry media
+    parts = await resolve_parts(svc, owner, ev.item.content, transcribe)
+    return ev.model_copy(update={"item": ev.item.model_copy(update={"content": parts})})

@@ -1,13 +1,13 @@
 """Generated-image output items of a response: the events around an image being made. Pure.
 
-A mixin of ``Session``: it reads the active response and stamps events through the session.
+Functions of the ``Session`` they are given: they read its active response and stamp events through it.
 """
 
 from __future__ import annotations
 
 import secrets
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Protocol
 
 from models.image_events import TERMINAL, Completed, Generating, ImageEvent, PartialImage
 
@@ -24,11 +24,12 @@ class ImageProgress:
     event: ImageEvent
 
 
-class ImageOutput:
-    response: ResponseState | None  # the session's active response
+class Host(Protocol):
+    """What these functions use of the ``Session`` they are given."""
 
-    def _out(self, *events: dict[str, Any], actions: list[Any] | None = None) -> Output:
-        raise NotImplementedError  # Session's
+    response: ResponseState | None  # the active response
+
+    def _out(self, *events: dict[str, Any], actions: list[Any] | None = None) -> Output: ...
 
     def _finish(
         self,
@@ -37,57 +38,58 @@ class ImageOutput:
         details: dict[str, Any] | None,
         metrics: dict[str, Any] | None,
         usage: dict[str, Any],
-    ) -> Output:
-        raise NotImplementedError  # Session's
+    ) -> Output: ...
 
-    def image_request(self, response_id: str, prompt: str) -> Output:
-        """Start an image output item (modality "image", or a request the scheduler intercepted)."""
-        r = self.response
-        if r is None or r.id != response_id:
+
+def request(s: Host, response_id: str, prompt: str) -> Output:
+    """Start an image output item (modality "image", or a request the scheduler intercepted)."""
+    r = s.response
+    if r is None or r.id != response_id:
+        return Output()
+    item_id = f"ig_{secrets.token_hex(8)}"
+    index = r.take_index(item_id)
+    item = {"id": item_id, "type": "image_generation_call", "status": "in_progress", "output_index": index}
+    r.images[item_id] = item
+    view = {k: v for k, v in item.items() if k != "output_index"}
+    return s._out(
+        p.server_event("response.output_item.added", response_id=r.id, output_index=index, item=view),
+        p.server_event("response.image_generation_call.in_progress", item_id=item_id, output_index=index),
+        actions=[StartImage(r.id, item_id, prompt)],
+    )
+
+
+def progress(s: Host, response_id: str, item_id: str, ev: ImageEvent) -> Output:
+    """A progress event from the image generator (``models.image_gen``)."""
+    r = s.response
+    if r is None or r.id != response_id or item_id not in r.images:
+        return Output()  # late event of a cancelled/finished response
+    item = r.images[item_id]
+    idx = item["output_index"]
+    match ev:
+        case Generating():
+            return s._out(
+                p.server_event("response.image_generation_call.generating", item_id=item_id, output_index=idx)
+            )
+        case PartialImage(index=index, png_b64=png_b64):
+            return s._out(
+                p.server_event(
+                    "response.image_generation_call.partial_image",
+                    item_id=item_id,
+                    output_index=idx,
+                    partial_image_index=index,
+                    partial_image_b64=png_b64,
+                )
+            )
+        case _ if not isinstance(ev, TERMINAL):
             return Output()
-        item_id = f"ig_{secrets.token_hex(8)}"
-        index = r.take_index(item_id)
-        item = {"id": item_id, "type": "image_generation_call", "status": "in_progress", "output_index": index}
-        r.images[item_id] = item
-        view = {k: v for k, v in item.items() if k != "output_index"}
-        return self._out(
-            p.server_event("response.output_item.added", response_id=r.id, output_index=index, item=view),
-            p.server_event("response.image_generation_call.in_progress", item_id=item_id, output_index=index),
-            actions=[StartImage(r.id, item_id, prompt)],
-        )
-
-    def on_image(self, response_id: str, item_id: str, ev: ImageEvent) -> Output:
-        """A progress event from the image generator (``models.image_gen``)."""
-        r = self.response
-        if r is None or r.id != response_id or item_id not in r.images:
-            return Output()  # late event of a cancelled/finished response
-        item = r.images[item_id]
-        idx = item["output_index"]
-        match ev:
-            case Generating():
-                return self._out(
-                    p.server_event("response.image_generation_call.generating", item_id=item_id, output_index=idx)
-                )
-            case PartialImage(index=index, png_b64=png_b64):
-                return self._out(
-                    p.server_event(
-                        "response.image_generation_call.partial_image",
-                        item_id=item_id,
-                        output_index=idx,
-                        partial_image_index=index,
-                        partial_image_b64=png_b64,
-                    )
-                )
-            case _ if not isinstance(ev, TERMINAL):
-                return Output()
-        item["status"] = "completed" if isinstance(ev, Completed) else "failed"
-        done_item = {"id": item_id, "type": "image_generation_call", "status": item["status"]}
-        events = []
-        if isinstance(ev, Completed):
-            done_item["result"] = item["result"] = ev.png_b64
-            events.append(p.server_event("response.image_generation_call.completed", item_id=item_id, output_index=idx))
-        events.append(p.server_event("response.output_item.done", response_id=r.id, output_index=idx, item=done_item))
-        out = self._out(*events)
-        if r.ending is not None and not r.waiting:
-            out.extend(self._finish(r, *r.ending))
-        return out
+    item["status"] = "completed" if isinstance(ev, Completed) else "failed"
+    done_item = {"id": item_id, "type": "image_generation_call", "status": item["status"]}
+    events = []
+    if isinstance(ev, Completed):
+        done_item["result"] = item["result"] = ev.png_b64
+        events.append(p.server_event("response.image_generation_call.completed", item_id=item_id, output_index=idx))
+    events.append(p.server_event("response.output_item.done", response_id=r.id, output_index=idx, item=done_item))
+    out = s._out(*events)
+    if r.ending is not None and not r.waiting:
+        out.extend(s._finish(r, *r.ending))
+    return out

@@ -41,6 +41,11 @@ def _message(item: p.MessageItem, where: str) -> Item:
     }
 
 
+def has_media(item: object) -> bool:
+    """A message with parts besides text (images, audio, files): they become text before it is added."""
+    return isinstance(item, p.MessageItem) and any(not isinstance(c, p.InputText) for c in item.content)
+
+
 class ItemEvents:
     conversation: Conversation
 

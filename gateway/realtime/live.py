@@ -31,16 +31,29 @@ from ..sink import AsyncSink
 from ..tokenize import chat_tokens
 from ..tools.runner import McpRunner
 from ..uploads import REFUSALS
-from . import keyed
+from . import images, keyed
 from . import protocol as p
-from .actions import Action, CancelResponse, Output, StartImage, StartResponse
+from .actions import (
+    Action,
+    AppendAudio,
+    CancelResponse,
+    CheckCapacity,
+    CheckUpdate,
+    ClearAudio,
+    CommitAudio,
+    Output,
+    ResolveItem,
+    StartImage,
+    StartResponse,
+)
 from .bigframes import ParseLimits, parse_checked
-from .content import resolve_parts
+from .content import resolve_item
 from .defaults import session_defaults
 from .idle import IdleTimer
 from .images import ImageProgress
 from .media import MediaInput
 from .replay import ReplayBuffer
+from .responses import usage_of
 from .session import Session
 from .speaker import Speaker
 from .speculation import AfterPrepare, Speculation, Tokenizing
@@ -152,6 +165,18 @@ class LiveSession:
             self._start(action)
         elif isinstance(action, StartImage):
             self._start_image(action)
+        elif isinstance(action, AppendAudio):
+            self.media.append(action.audio, action.event_id)
+        elif isinstance(action, CommitAudio):
+            self.media.commit(action.event_id)
+        elif isinstance(action, ClearAudio):
+            self.media.clear()
+        elif isinstance(action, CheckUpdate):
+            self.send(self.media.check_update(action.event) or self.session.apply_update(action.event))
+        elif isinstance(action, ResolveItem):  # serialised behind earlier items by the media lock
+            self._spawn(self._item_with_media(action.event, action.key))
+        elif isinstance(action, CheckCapacity):
+            self._check_capacity(action.event)
         else:  # MCP listings and calls (gateway.tools)
             self.tools.act(action)
 
@@ -159,8 +184,9 @@ class LiveSession:
         rid, item_id = action.response_id, action.item_id
         gen = self.svc.image_gen
         if gen is None:
-            self.send(self.session.error("image_generation_disabled", "image output is not enabled on this server"))
-            self.send(self.session.on_image(rid, item_id, Failed("image output is not enabled on this server")))
+            msg = "image output is not enabled on this server"
+            self.send(self.session.error("image_generation_disabled", msg))
+            self.send(images.progress(self.session, rid, item_id, Failed(msg)))
             return
         loop = asyncio.get_running_loop()
         cancel = threading.Event()
@@ -324,61 +350,34 @@ class LiveSession:
             self.svc.metrics.errors.labels(code=ev.code).inc()
             self.send(self.session.error(ev.code, ev.message, ev.event_id, ev.param))
             return
-        if isinstance(ev, p.AudioAppend):
-            self.media.append(ev.audio, ev.event_id)
-        elif isinstance(ev, p.AudioCommit):
-            self.media.commit(ev.event_id)
-        elif isinstance(ev, p.AudioClear):
-            self.media.clear()
-        elif isinstance(ev, p.SessionUpdate):
-            refused = self.media.check_update(ev)
-            self.send(refused or self.session.handle(ev))
-        elif (
-            isinstance(ev, p.ItemCreate)
-            and isinstance(ev.item, p.MessageItem)
-            and any(not isinstance(c, p.InputText) for c in ev.item.content)
-        ):
-            key = f"media-{id(ev)}"
-            self.session.item_pending(key)  # now, so a response.create right behind it waits for it
-            self._spawn(self._item_with_media(ev, key))
-        elif isinstance(ev, p.ResponseCreate):
-            go = self.session.want_response(ev)
-            if go is not None:
-                self._create_response(go)
-        else:
-            self.send(self.session.handle(ev))
+        self.send(self.session.handle(ev))
 
     def _create_response(self, ev: p.ResponseCreate) -> None:
-        if self.session.response is None and not self.svc.engine_has_room():
+        """A ``response.create`` released by the session (its items are in): started as the session says."""
+        self.send(self.session.admit(ev))
+
+    def _check_capacity(self, ev: p.ResponseCreate) -> None:
+        if not self.svc.engine_has_room():
             self.svc.metrics.errors.labels(code="server_busy").inc()
             self.send(self.session.error("server_busy", "the server is at capacity; retry shortly", ev.event_id))
             return
-        self.send(self.session.handle(ev))
+        self.send(self.session.create_response(ev))
 
     async def _item_with_media(self, ev: p.ItemCreate, key: str) -> None:
         """Resolve audio parts to transcripts and images to descriptions, then add the item.
 
         Items keep their order, and a response.create that arrives meanwhile waits for them.
         """
+        owner = self.key if self.svc.config.server.api_keys else ""  # "" on a server without keys
+        resolved = None
         try:
             async with self._media_lock:
-                await self._resolve_item(ev)
-        finally:
-            go = self.session.settle(key)
-            if go is not None:
-                self._create_response(go)
-
-    async def _resolve_item(self, ev: p.ItemCreate) -> None:
-        assert isinstance(ev.item, p.MessageItem)  # only messages carry media
-        owner = self.key if self.svc.config.server.api_keys else ""  # "" on a server without keys
-        try:
-            parts = await resolve_parts(self.svc, owner, ev.item.content, self.media.resolve_audio_part)
+                resolved = await resolve_item(self.svc, owner, ev, self.media.resolve_audio_part)
         except REFUSALS as exc:
             self.svc.metrics.errors.labels(code=exc.code).inc()
             self.send(self.session.error(exc.code, exc.message, ev.event_id, "item.content"))
-            return
-        resolved = ev.model_copy(update={"item": ev.item.model_copy(update={"content": parts})})
-        self.send(self.session.handle(resolved))
+        finally:
+            self.send(self.session.item_resolved(key, resolved))
 
     def _spawn(self, coro: Coroutine[Any, Any, None]) -> asyncio.Task[None]:
         task = asyncio.create_task(coro)
@@ -413,7 +412,7 @@ class LiveSession:
                 flags = self.image_cancels.get(rid, [])
                 if flags:
                     flags.pop(0)
-            self.send(self.session.on_image(rid, events.item_id, ev))
+            self.send(images.progress(self.session, rid, events.item_id, ev))
             return
         spec = self.speculation
         if spec is not None and rid == spec.action.response_id:
@@ -437,22 +436,15 @@ class LiveSession:
             elif text:
                 self.send(self.session.on_chunk(rid, text))
         for prompt in [] if flt is not None and flt.stopped else events.requests:  # never shown as text
-            self.send(self.session.image_request(rid, prompt))
+            self.send(images.request(self.session, rid, prompt))
         for body in events.tool_calls:  # the model called a function: never shown as text
             self.send(self.session.on_tool_call(rid, body))
         if events.done is not None:
             self.handles.pop(rid, None)
             self.filters.pop(rid, None)
             m = events.done.metrics
-            usage = {}
-            if "tokens" in m:
-                prompt = m.get("prompt_tokens", 0) + m.get("cached_tokens", 0)
-                usage = {
-                    "total_tokens": prompt + m["tokens"],
-                    "input_tokens": prompt,
-                    "output_tokens": m["tokens"],
-                    "input_token_details": {"cached_tokens": m.get("cached_tokens", 0)},
-                }
+            usage = usage_of(m)
+            if usage:
                 self.svc.metrics.observe_response(m)
             reason = events.done.reason if flt is None or flt.reason is None else flt.reason
             if flt is not None and flt.error is not None:

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import itertools
 import re
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any, Literal, get_args
 
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError, model_validator
@@ -310,20 +310,8 @@ ClientEvent = Annotated[
 ]
 
 _CLIENT_ADAPTER: TypeAdapter[Any] = TypeAdapter(ClientEvent)
-CLIENT_EVENT_TYPES = frozenset(
-    m.model_fields["type"].annotation.__args__[0]  # type: ignore[union-attr]
-    for m in (
-        SessionUpdate,
-        ItemCreate,
-        ItemTruncate,
-        ItemDelete,
-        ItemRetrieve,
-        AudioAppend,
-        AudioCommit,
-        AudioClear,
-        ResponseCreate,
-        ResponseCancel,
-    )
+CLIENT_EVENT_TYPES = frozenset(  # the ``type`` of each class in the union, read from the union itself
+    get_args(m.model_fields["type"].annotation)[0] for m in get_args(get_args(ClientEvent)[0])
 )
 
 

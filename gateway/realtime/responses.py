@@ -86,6 +86,19 @@ class ResponseState:
         ]
 
 
+def usage_of(metrics: dict[str, Any]) -> dict[str, Any]:
+    """A finished job's token counts (its ``metrics``) as the Realtime ``usage`` object; empty without them."""
+    if "tokens" not in metrics:
+        return {}
+    prompt = metrics.get("prompt_tokens", 0) + metrics.get("cached_tokens", 0)
+    return {
+        "total_tokens": prompt + metrics["tokens"],
+        "input_tokens": prompt,
+        "output_tokens": metrics["tokens"],
+        "input_token_details": {"cached_tokens": metrics.get("cached_tokens", 0)},
+    }
+
+
 def final_events(
     r: ResponseState,
     item: Item | None,

@@ -14,21 +14,27 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from models import toolcalls
-from models.sampling import SamplingParams
-from models.toolplan import ToolPlan
-
 from ..keylimits import BoundLimits
 from ..options import SchedulerOptions, model_refusal
 from ..tools.session import McpOutput
 from ..tools.state import McpPolicy, McpState
 from ..tools.wire import McpApprovalResponseItem
-from . import functions, locks, speech_out, transcription, truncation
+from . import functions, images, locks, planning, speech_out, transcription
 from . import protocol as p
-from .actions import Action, CancelResponse, Output, StartResponse
-from .conversation import Conversation, ItemError
-from .images import ImageOutput
-from .items import ItemEvents
+from .actions import (
+    Action,
+    AppendAudio,
+    CancelResponse,
+    CheckCapacity,
+    CheckUpdate,
+    ClearAudio,
+    CommitAudio,
+    Output,
+    ResolveItem,
+    StartResponse,
+)
+from .conversation import Conversation
+from .items import ItemEvents, has_media
 from .responses import ResponseState, final_events
 from .speech_out import AudioState, SpeechOutput, SpeechSettings, SpokenItem
 
@@ -58,7 +64,7 @@ class SessionDefaults:
     mcp: McpPolicy = field(default_factory=McpPolicy)  # what MCP servers it may reach (config tools)
 
 
-class Session(ImageOutput, SpeechOutput, McpOutput, ItemEvents):
+class Session(SpeechOutput, McpOutput, ItemEvents):
     def __init__(
         self, defaults: SessionDefaults, stamp: Callable[[dict[str, Any]], dict[str, Any]], transcribe: bool = False
     ):
@@ -84,7 +90,7 @@ class Session(ImageOutput, SpeechOutput, McpOutput, ItemEvents):
         self._pending: set[str] = set()  # items whose content is still being made (see item_pending)
         self._held: p.ResponseCreate | None = None  # a response.create waiting for them
         self.dropped: set[str] = set()  # items truncated out of the model's context (still in the client's view)
-        self._tokens: dict[str, tuple[str, int]] = {}  # item id → (its text, its tokens), for truncation
+        self.token_counts: dict[str, tuple[str, int]] = {}  # item id → (its text, its tokens), for truncation
         self.view_hook: Callable[[dict[str, Any]], None] | None = None  # fills in effective audio settings
         self.limiter: BoundLimits | None = None  # its key's response and token budgets (gateway.keylimits)
         self.locked: frozenset[str] = frozenset()  # session fields an ek_ key fixed (gateway.realtime.locks)
@@ -113,10 +119,14 @@ class Session(ImageOutput, SpeechOutput, McpOutput, ItemEvents):
     # ------------------------------------------------------------------ client events
 
     def handle(self, ev: p.ClientEvent) -> Output:
-        """A parsed client event that the session itself answers (audio frames are the voice layer's)."""
+        """A parsed client event: the events answering it, and what the I/O layer must do for it (actions.py)."""
         match ev:
             case p.SessionUpdate():
-                return self._on_session_update(ev)
+                return Output(actions=[CheckUpdate(ev)])  # its audio settings are the voice layer's to check
+            case p.ItemCreate() if has_media(ev.item):
+                key = f"media-{id(ev)}"
+                self.item_pending(key)  # now, so a response.create right behind it waits for it
+                return Output(actions=[ResolveItem(ev, key)])
             case p.ItemCreate():
                 return self._on_conversation_item_create(ev)
             case p.ItemDelete():
@@ -125,12 +135,29 @@ class Session(ImageOutput, SpeechOutput, McpOutput, ItemEvents):
                 return self._on_conversation_item_truncate(ev)
             case p.ItemRetrieve():
                 return self._on_conversation_item_retrieve(ev)
+            case p.AudioAppend():
+                return Output(actions=[AppendAudio(ev.audio, ev.event_id)])
+            case p.AudioCommit():
+                return Output(actions=[CommitAudio(ev.event_id)])
+            case p.AudioClear():
+                return Output(actions=[ClearAudio()])
             case p.ResponseCreate():
-                return self._on_response_create(ev)
+                go = self.want_response(ev)
+                return Output() if go is None else self.admit(go)
             case p.ResponseCancel():
                 return self._on_response_cancel(ev)
-            case _:  # parsed, but belongs to another layer (audio buffer events)
-                return self.error("unsupported_event", f"{ev.type} is not supported here", ev.event_id, "type")
+        raise AssertionError(f"unhandled client event {ev.type}")
+
+    def admit(self, ev: p.ResponseCreate) -> Output:
+        """A ``response.create`` no pending item holds back: the engine's room is checked first, unless a
+        response is in progress (then it is refused at once)."""
+        return Output(actions=[CheckCapacity(ev)]) if self.response is None else self.create_response(ev)
+
+    def item_resolved(self, key: str, ev: p.ItemCreate | None) -> Output:
+        """Item ``key``'s media is text now (``ev``), or it was refused (None): a response held for it may start."""
+        out = self._on_conversation_item_create(ev) if ev is not None else Output()
+        go = self.settle(key)
+        return out if go is None else out.extend(self.admit(go))
 
     # ------------------------------------------------------------------ items still being resolved
 
@@ -157,7 +184,8 @@ class Session(ImageOutput, SpeechOutput, McpOutput, ItemEvents):
         ev, self._held = self._held, None
         return ev
 
-    def _on_session_update(self, ev: p.SessionUpdate) -> Output:
+    def apply_update(self, ev: p.SessionUpdate) -> Output:
+        """A ``session.update`` whose audio settings the voice layer accepted (``CheckUpdate``)."""
         ev = locks.unlocked(ev, self.locked)  # what an ek_ key fixed stays: those fields are ignored
         merged = self.merged(ev)
         if isinstance(merged, Output):
@@ -213,82 +241,8 @@ class Session(ImageOutput, SpeechOutput, McpOutput, ItemEvents):
         system = extra_instructions if extra_instructions is not None else self.options.instructions
         return self.conversation.messages(system, self.dropped)
 
-    def _fit(self, instructions: str | None, tools: ToolPlan, reply_budget: int) -> None:
-        """Drop the oldest whole turns from the model's context when the next prompt would not fit."""
-        count = self.defaults.count_tokens
-        if count is None or not self.defaults.max_context:
-            return
-
-        def tokens(item: dict[str, Any]) -> int:
-            text = truncation.item_text(item)
-            cached = self._tokens.get(item["id"])
-            if cached is None or cached[0] != text:
-                cached = self._tokens[item["id"]] = (text, count(text))
-            return cached[1]
-
-        system = instructions if instructions is not None else self.options.instructions
-        fixed = count(system or "") + (count(toolcalls.system_block(tools.tools)) if tools.tools else 0)
-        fixed += sum(tokens(i) + truncation.MESSAGE_OVERHEAD for i in self.items if i.get("role") == "system")
-        groups = truncation.turns(self.items, self.dropped)
-        policy = truncation.Policy.of(self.options.truncation)
-        cut = truncation.to_drop(
-            groups, tokens, fixed, self.defaults.max_context, reply_budget, policy, self.defaults.context_tokens
-        )
-        self.dropped.update(cut)
-        for item_id in cut:
-            self._tokens.pop(item_id, None)
-
     def _plan(self, ev: p.ResponseCreate, rid: str, extra: list[dict[str, str]]) -> tuple[StartResponse, Any] | Output:
-        """The generation ``ev`` asks for (messages, sampling, scheduler), or the error it gets."""
-        opts = ev.response or p.ResponseOptions()
-        s = self.options
-
-        def pick(name: str) -> Any:
-            v = getattr(opts, name)
-            return v if v is not None else getattr(s, name)
-
-        max_out = pick("max_output_tokens")
-        cap = self.defaults.max_output_tokens
-        max_tokens = cap if max_out in (None, "inf") else min(int(max_out), cap)
-        if max_tokens < 1:
-            return self.error("invalid_value", "max_output_tokens must be ≥ 1", ev.event_id, "max_output_tokens")
-        sched = {}
-        for src in (s.scheduler, opts.scheduler):
-            if src is not None:
-                sched.update(src.model_dump(exclude_none=True))
-        modalities = list(pick("output_modalities") or ["text"])
-        if "audio" in modalities:  # spoken with its transcript, or as text where no voice is loaded
-            modalities = ["audio"] if self.defaults.speech is not None else ["text"]
-        where = "response" if opts.tools is not None or opts.tool_choice is not None else "session"
-        try:
-            parallel = pick("parallel_tool_calls") is not False
-            tools, self.mcp.last_routes = self.mcp.plan(pick("tools"), pick("tool_choice"), where, parallel)
-        except functions.ToolError as exc:
-            return self.error("invalid_value", exc.message, ev.event_id, exc.param)
-        if opts.input is not None:  # out-of-band context: the given items only
-            system = opts.instructions if opts.instructions is not None else self.options.instructions
-            try:
-                messages = self.context_of(opts.input, system, self.defaults.max_items)
-            except ItemError as exc:
-                return self.error(exc.code, exc.message, ev.event_id, exc.param)
-        else:
-            if not extra:  # a real response (a preview changes nothing)
-                self._fit(opts.instructions, tools, max_tokens)
-            messages = self.messages(opts.instructions) + extra
-        action = StartResponse(
-            response_id=rid,
-            messages=messages,
-            sampling=SamplingParams(
-                temperature=pick("temperature") or 0.0,
-                top_p=pick("top_p") or 1.0,
-                seed=pick("seed"),
-                max_tokens=max_tokens,
-            ),
-            scheduler=sched,
-            output_modalities=modalities,
-            tools=tools,
-        )
-        return action, max_out
+        return planning.plan(self, ev, rid, extra)  # (McpOutput's way to it)
 
     def preview_response(self, user_text: str) -> StartResponse | None:
         """The generation that answering a user turn saying ``user_text`` would start (speculation).
@@ -297,12 +251,13 @@ class Session(ImageOutput, SpeechOutput, McpOutput, ItemEvents):
         start now (one in progress, or bad settings)."""
         if self.response is not None or self._pending or self._held is not None or self.options.type == "transcription":
             return None
-        planned = self._plan(
-            p.ResponseCreate(type="response.create"), _new_id("spec"), [{"role": "user", "content": user_text}]
+        planned = planning.plan(
+            self, p.ResponseCreate(type="response.create"), _new_id("spec"), [{"role": "user", "content": user_text}]
         )
         return None if isinstance(planned, Output) else planned[0]
 
-    def _on_response_create(self, ev: p.ResponseCreate) -> Output:
+    def create_response(self, ev: p.ResponseCreate) -> Output:
+        """A ``response.create`` the engine has room for (``CheckCapacity``), or refused here."""
         if self.options.type == "transcription":
             return self.error("unsupported_event", transcription.NO_RESPONSES, ev.event_id, "type")
         if self.response is not None:
@@ -322,7 +277,7 @@ class Session(ImageOutput, SpeechOutput, McpOutput, ItemEvents):
         held = self.mcp_hold(ev)  # MCP listings it needs come first
         if held is not None:
             return held
-        planned = self._plan(ev, _new_id("resp"), [])
+        planned = planning.plan(self, ev, _new_id("resp"), [])
         if isinstance(planned, Output):
             return planned
         action, max_out = planned
@@ -361,7 +316,7 @@ class Session(ImageOutput, SpeechOutput, McpOutput, ItemEvents):
             out.extend(calls)
         if "image" in modalities:
             prompt = next((m["content"] for m in reversed(action.messages) if m["role"] == "user"), "")
-            out.extend(self.image_request(rid, prompt))
+            out.extend(images.request(self, rid, prompt))
         return out
 
     def _on_response_cancel(self, ev: p.ResponseCancel) -> Output:

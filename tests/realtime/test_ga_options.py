@@ -8,6 +8,7 @@ import json
 from openai.types.realtime import RealtimeSessionCreateRequest
 
 from gateway.realtime import protocol as p
+from testkit.pureshell import handled
 from tests.realtime.test_session import USER, ev, make
 
 AGENTS_SDK_UPDATE = {  # the fields the Agents SDK and the openai SDK may send, all at once
@@ -30,7 +31,7 @@ AGENTS_SDK_UPDATE = {  # the fields the Agents SDK and the openai SDK may send, 
 
 def test_every_ga_field_is_accepted_and_the_echo_is_a_valid_session():
     s = make()
-    out = s.handle(ev(json.dumps({"type": "session.update", "session": AGENTS_SDK_UPDATE}))).events
+    out = handled(s, ev(json.dumps({"type": "session.update", "session": AGENTS_SDK_UPDATE}))).events
     assert [e["type"] for e in out] == ["session.updated"]
     session = out[0]["session"]
     RealtimeSessionCreateRequest.model_validate(session)  # what a strict client parses it as
@@ -41,17 +42,17 @@ def test_every_ga_field_is_accepted_and_the_echo_is_a_valid_session():
 
 def test_max_output_tokens_inf_is_the_server_cap():
     s = make()
-    s.handle(ev(USER))
-    start = s.handle(ev('{"type":"response.create","response":{"max_output_tokens":"inf"}}')).actions[0]
+    handled(s, ev(USER))
+    start = handled(s, ev('{"type":"response.create","response":{"max_output_tokens":"inf"}}')).actions[0]
     assert start.sampling.max_tokens == 64  # make()'s session.max_output_tokens
 
 
 def test_legacy_modalities_is_read_as_output_modalities():
     s = make()
-    out = s.handle(ev('{"type":"session.update","session":{"modalities":["text"]}}')).events
+    out = handled(s, ev('{"type":"session.update","session":{"modalities":["text"]}}')).events
     assert out[0]["session"]["output_modalities"] == ["text"]
-    s.handle(ev(USER))
-    created = s.handle(ev('{"type":"response.create","response":{"modalities":["text"]}}')).events[0]
+    handled(s, ev(USER))
+    created = handled(s, ev('{"type":"response.create","response":{"modalities":["text"]}}')).events[0]
     assert created["response"]["output_modalities"] == ["text"]
     both = p.parse('{"type":"session.update","session":{"modalities":["audio"],"output_modalities":["text"]}}')
     assert both.session.output_modalities == ["text"]  # the GA name wins

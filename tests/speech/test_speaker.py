@@ -13,6 +13,7 @@ from gateway.realtime.session import Session, SessionDefaults
 from gateway.realtime.speaker import Speaker
 from gateway.realtime.speech_out import Speak, SpeechResult, SpeechSettings, prefetch_text
 from gateway.speech import Synthesis
+from testkit.pureshell import handled
 
 S = SpeechSettings()
 
@@ -83,12 +84,13 @@ def test_prefetch_text_is_what_the_adopted_response_will_speak() -> None:
     action = SimpleNamespace(output_modalities=["audio"])
     events = [SimpleNamespace(chunks=[SimpleNamespace(text=first)])]
     said = prefetch_text(s, action, events)
-    s.handle(
+    handled(
+        s,
         p.parse(
             '{"type":"conversation.item.create","item":{"type":"message","role":"user","content":[{"type":"input_text","text":"q"}]}}'
-        )
+        ),
     )
-    rid = s.handle(p.parse('{"type":"response.create"}')).actions[0].response_id
+    rid = handled(s, p.parse('{"type":"response.create"}')).actions[0].response_id
     speak: Any = next(a for a in s.on_chunk(rid, first).actions if isinstance(a, Speak))
     assert said == (speak.text, speak.settings) == ("It costs five dollars, really.", S)
     assert prefetch_text(s, SimpleNamespace(output_modalities=["text"]), events) is None
