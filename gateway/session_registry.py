@@ -45,7 +45,7 @@ class Attachment(Protocol):
 
 
 class Registered(Protocol):
-    """What the registry needs of a live session (``gateway.realtime.live.LiveSession``)."""
+    """What the registry needs of a live session (``gateway.realtime.live_session.LiveSession``)."""
 
     token: str  # the resume token
     key: str  # digest of the API key it is bound to

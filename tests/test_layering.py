@@ -13,7 +13,7 @@ PURE = (
     "gateway.realtime.protocol",
     "gateway.realtime.session",
     "gateway.realtime.actions",
-    "gateway.realtime.images",
+    "gateway.realtime.image_output",
     "gateway.realtime.conversation",
     "gateway.realtime.responses",
     "gateway.realtime.replay",

@@ -18,7 +18,7 @@ from .snapshot import event_type, needs_snapshot, snapshot
 from .store import RedisStore, StoreUnavailable
 
 if TYPE_CHECKING:
-    from ..realtime.live import LiveSession
+    from ..realtime.live_session import LiveSession
 
 log = logging.getLogger("stream_omni.cluster")
 

@@ -22,7 +22,7 @@ from .store import RedisStore, StoreUnavailable
 
 if TYPE_CHECKING:
     from ..config import Config
-    from ..realtime.live import LiveSession
+    from ..realtime.live_session import LiveSession
     from ..services import Services
     from ..session_registry import SessionRegistry
 

@@ -22,7 +22,7 @@ from starlette.websockets import WebSocket, WebSocketDisconnect, WebSocketState
 from ..realtime import protocol as p
 from ..realtime.connection import Connection
 from ..realtime.framegate import Admit, Close, FrameGate, Refuse
-from ..realtime.live import LiveSession
+from ..realtime.live_session import LiveSession
 from ..realtime.protocol import CLOSE_NORMAL, CLOSE_NOT_UTF8, CLOSE_SUPERSEDED, CLOSE_TRY_AGAIN
 from ..services import Services
 from ..wsreader import UNDECODED_TEXT

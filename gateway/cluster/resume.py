@@ -11,7 +11,7 @@ from starlette.websockets import WebSocket, WebSocketState
 
 from ..realtime import protocol as p
 from ..realtime.connection import Connection
-from ..realtime.live import LiveSession
+from ..realtime.live_session import LiveSession
 from ..realtime.protocol import CLOSE_NORMAL
 from ..realtime.routes import refuse_store_unavailable
 from ..services import Services

@@ -6,7 +6,7 @@ from __future__ import annotations
 import json
 import logging
 
-from ..realtime.live import LiveSession
+from ..realtime.live_session import LiveSession
 from ..services import Services
 from .node import ClusterNode
 from .snapshot import take_over

@@ -21,7 +21,7 @@ from starlette.websockets import WebSocket, WebSocketDisconnect, WebSocketState
 from ..wsreader import UNDECODED_TEXT
 from . import protocol as p
 from .framegate import Admit, Close, FrameGate, Refuse
-from .live import LiveSession
+from .live_session import LiveSession
 from .protocol import (
     CLOSE_NORMAL,
     CLOSE_NOT_UTF8,

@@ -18,7 +18,7 @@ from . import protocol as p
 from . import transcription
 from .connection import Connection
 from .keyed import PresetRefused, authenticate
-from .live import LiveSession
+from .live_session import LiveSession
 from .protocol import CLOSE_NORMAL, CLOSE_POLICY, CLOSE_TRY_AGAIN
 
 

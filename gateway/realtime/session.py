@@ -19,7 +19,7 @@ from ..options import SchedulerOptions, model_refusal
 from ..tools.session import McpOutput
 from ..tools.state import McpPolicy, McpState
 from ..tools.wire import McpApprovalResponseItem
-from . import functions, images, locks, planning, speech_out, transcription
+from . import functions, image_output, locks, planning, speech_out, transcription
 from . import protocol as p
 from .actions import (
     Action,
@@ -316,7 +316,7 @@ class Session(SpeechOutput, McpOutput, ItemEvents):
             out.extend(calls)
         if "image" in modalities:
             prompt = next((m["content"] for m in reversed(action.messages) if m["role"] == "user"), "")
-            out.extend(images.request(self, rid, prompt))
+            out.extend(image_output.request(self, rid, prompt))
         return out
 
     def _on_response_cancel(self, ev: p.ResponseCancel) -> Output:

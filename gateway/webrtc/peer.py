@@ -16,7 +16,7 @@ from ..config import WebRtcConfig
 from ..realtime import protocol as p
 from ..realtime.actions import Output
 from ..realtime.connection import Connection
-from ..realtime.live import LiveSession
+from ..realtime.live_session import LiveSession
 from ..realtime.protocol import CLOSE_TRY_AGAIN
 from ..realtime.speech_out import PlayAudio
 from .channel import LABEL, DataChannelSocket

@@ -29,7 +29,7 @@ from ..http.errors import error_body
 from ..realtime import protocol as p
 from ..realtime.connection import Connection
 from ..realtime.keyed import PresetRefused, authenticate
-from ..realtime.live import LiveSession
+from ..realtime.live_session import LiveSession
 from ..realtime.protocol import CLOSE_POLICY
 from ..realtime.ratelimit import TokenBucket
 from ..security import AuthRefused, check_origin, ws_auth

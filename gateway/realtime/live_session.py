@@ -31,7 +31,7 @@ from ..sink import AsyncSink
 from ..tokenize import chat_tokens
 from ..tools.runner import McpRunner
 from ..uploads import REFUSALS
-from . import images, keyed
+from . import image_output, keyed
 from . import protocol as p
 from .actions import (
     Action,
@@ -50,7 +50,7 @@ from .bigframes import ParseLimits, parse_checked
 from .content import resolve_item
 from .defaults import session_defaults
 from .idle import IdleTimer
-from .images import ImageProgress
+from .image_output import ImageProgress
 from .media import MediaInput
 from .replay import ReplayBuffer
 from .responses import usage_of
@@ -186,7 +186,7 @@ class LiveSession:
         if gen is None:
             msg = "image output is not enabled on this server"
             self.send(self.session.error("image_generation_disabled", msg))
-            self.send(images.progress(self.session, rid, item_id, Failed(msg)))
+            self.send(image_output.progress(self.session, rid, item_id, Failed(msg)))
             return
         loop = asyncio.get_running_loop()
         cancel = threading.Event()
@@ -412,7 +412,7 @@ class LiveSession:
                 flags = self.image_cancels.get(rid, [])
                 if flags:
                     flags.pop(0)
-            self.send(images.progress(self.session, rid, events.item_id, ev))
+            self.send(image_output.progress(self.session, rid, events.item_id, ev))
             return
         spec = self.speculation
         if spec is not None and rid == spec.action.response_id:
@@ -436,7 +436,7 @@ class LiveSession:
             elif text:
                 self.send(self.session.on_chunk(rid, text))
         for prompt in [] if flt is not None and flt.stopped else events.requests:  # never shown as text
-            self.send(images.request(self.session, rid, prompt))
+            self.send(image_output.request(self.session, rid, prompt))
         for body in events.tool_calls:  # the model called a function: never shown as text
             self.send(self.session.on_tool_call(rid, body))
         if events.done is not None:
