@@ -11,6 +11,7 @@ import pytest
 from hypothesis import settings
 
 import testkit.server
+import tests.fuzzing
 from testkit.loopwatch import SERVER_STALLS, report
 from testkit.server import run_server
 from testkit.speech import ESPEAK
@@ -36,6 +37,13 @@ settings.load_profile("ci" if os.environ.get("CI") else "dev")
 # uses one, directly or through another fixture, is marked `server`, so `pytest -m "not server and
 # not real_model"` is the fast inner loop (README, "Tests")
 SERVER_FIXTURES = frozenset({"server_factory", "redis_server", "browser", "open_page", "tcp_proxy"})
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    """The inner loop draws a tenth of each fuzz test's examples (``tests.fuzzing``); test modules are
+    imported after this, so their ``@settings`` see it."""
+    if "not server" in (config.option.markexpr or ""):
+        tests.fuzzing.SCALE = 0.1
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:

@@ -23,6 +23,7 @@ from models.decode import DecodeJob
 from models.sampling import SamplingParams
 from models.scheduler import SchedulerConfig
 from models.verify import accept_greedy
+from tests.fuzzing import examples
 
 # ids 0..255: single bytes; then a few multi-byte tokens (as BPE has); the last one is end-of-turn
 _MULTI = [b'{"', b'":', b'",', b'"}', b"true", b"false", b"null", b"ab", b"name", b"12", b"<tool_call>"]
@@ -175,7 +176,7 @@ TOP = st.one_of(_obj(SCHEMAS), SCHEMAS)
 # ----------------------------------------------------------------------------- tests
 
 
-@settings(max_examples=400, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=examples(400), deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(schema=TOP, seed=st.integers(0, 2**16))
 def test_every_answer_parses_and_validates(schema: dict[str, Any], seed: int) -> None:
     text, (done, _) = run(ByteBackend(seed), constrain.json_grammar(schema))
@@ -183,7 +184,7 @@ def test_every_answer_parses_and_validates(schema: dict[str, Any], seed: int) ->
     jsonschema.validate(json.loads(text), schema)
 
 
-@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=examples(60), deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(schema=TOP, seed=st.integers(0, 2**16), spoil=st.booleans())
 def test_drafting_gives_exactly_the_constrained_greedy_output(schema: dict[str, Any], seed: int, spoil: bool) -> None:
     grammar = constrain.json_grammar(schema)

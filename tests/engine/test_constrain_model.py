@@ -22,6 +22,7 @@ from models.sampling import SamplingParams
 from models.scheduler import SchedulerConfig
 from models.speculative import SpecConfig, Speculator
 from tests.engine.test_constrain import SCHEMAS, _obj
+from tests.fuzzing import examples
 
 pytestmark = pytest.mark.real_model
 
@@ -64,7 +65,9 @@ def generate(backend: Any, schema: Any, prompt: str, spec: Any = None, max_token
 
 @pytest.mark.timeout(1200)
 @settings(
-    max_examples=12, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture]
+    max_examples=examples(12),
+    deadline=None,
+    suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture],
 )
 @given(schema=st.one_of(_obj(SCHEMAS), st.none()), prompt=st.sampled_from(PROMPTS))
 def test_model_answers_always_validate(llama: Any, schema: Any, prompt: str) -> None:

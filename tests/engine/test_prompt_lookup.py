@@ -6,6 +6,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from models.drafters import PromptLookupDrafter
+from tests.fuzzing import examples
 
 # ----------------------------------------------------------------------------- prompt lookup
 
@@ -63,7 +64,7 @@ def test_lookup_indexes_incrementally():
     assert sum(len(v) for v in d._index.values()) == size + 3
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=examples(300), deadline=None)
 @given(
     steps=st.lists(
         st.tuples(st.lists(st.integers(0, 4), max_size=12), st.integers(0, 30), st.integers(1, 8)),

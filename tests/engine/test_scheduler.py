@@ -7,6 +7,7 @@ from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 from models.scheduler import FENCE, ChunkScheduler, SchedulerConfig
+from tests.fuzzing import examples
 
 # a byte-level fake vocabulary: token id → bytes (ids 0..255 are raw bytes)
 WORDS = [b"Hello", b" world", b".", b" How", b" are", b" you", b"?", b"\n", b"```", b"py", b" x", b"=", b" 1", b","]
@@ -99,7 +100,7 @@ def test_latency_budget_releases_a_pending_chunk():
     assert len(got) >= 3 and all(c.boundary == 1 or c.text.endswith(" ") for c in got[1:])
 
 
-@settings(max_examples=200, deadline=None)
+@settings(max_examples=examples(200), deadline=None)
 @given(st.lists(st.sampled_from(sorted(VOCAB)), max_size=80), st.sampled_from(["fast", "balanced", "quality"]))
 @example([10, 128], "fast")  # "\n" goes out first; the lone continuation byte after it never shows
 def test_chunks_concatenate_to_the_decoded_text_and_count_every_token(ids, strategy):
@@ -242,7 +243,7 @@ def test_eager_first_never_splits_a_code_fence_and_code_keeps_line_cuts():
     assert feed_each(code, list(b"def f")) == [[]] * 5  # lines only: no eager first chunk
 
 
-@settings(max_examples=200, deadline=None)
+@settings(max_examples=examples(200), deadline=None)
 @given(st.lists(st.sampled_from(sorted(VOCAB)), max_size=80), st.sampled_from(["fast", "balanced", "quality"]))
 def test_eager_first_keeps_every_character_and_token_count(ids, strategy):
     s, chunks = run(ids, SchedulerConfig.for_strategy(strategy, eager_first=True))

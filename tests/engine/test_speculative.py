@@ -21,6 +21,7 @@ from models.verify import (
     accept_sampling,
 )
 from tests.engine.spec_fakes import FakeLM, ListDrafter, decode, oracle_drafts
+from tests.fuzzing import examples
 
 # ----------------------------------------------------------------------------- acceptance
 
@@ -118,7 +119,7 @@ def test_sampled_decoding_with_drafts_has_the_plain_distribution(drafter_kind):
 # ----------------------------------------------------------------------------- greedy identity (fake LM)
 
 
-@settings(max_examples=60, deadline=None)
+@settings(max_examples=examples(60), deadline=None)
 @given(
     prompt=st.lists(st.integers(0, 11), min_size=1, max_size=20),
     max_tokens=st.integers(1, 40),

@@ -29,6 +29,7 @@ from models.verify import (
     draft_agreement,
 )
 from testkit.tiny_models import build_tiny_llama
+from tests.fuzzing import examples
 
 INIT = 0.1  # weight scale: 0.02 makes a random Llama repeat one token forever, 0.3 makes it chaotic
 DRAFT_NOISE = 0.3  # the draft model is the target plus this much relative weight noise
@@ -183,7 +184,7 @@ def test_speculator_starts_model_drafts_at_their_measured_agreement(target, draf
 # ----------------------------------------------------------------------------- greedy identity
 
 
-@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@settings(max_examples=examples(40), deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(
     seg=st.lists(st.integers(0, 400), min_size=1, max_size=16),
     repeat=st.integers(1, 3),

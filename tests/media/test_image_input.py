@@ -31,6 +31,7 @@ from processors.image import (
     parse_data_url,
     to_data_url,
 )
+from tests.fuzzing import examples
 
 RNG = np.random.default_rng(0)
 PIXELS = RNG.integers(0, 256, (48, 64, 3), dtype=np.uint8)  # [H, W, 3]
@@ -257,13 +258,13 @@ def _decode_or_image_error(raw: bytes, mime: str) -> None:
         assert out.image.mode == "RGB" and out.image.width > 0 and out.image.height > 0
 
 
-@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=examples(300), deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(raw=st.binary(max_size=2048), mime=st.sampled_from(MIMES))
 def test_fuzz_random_bytes_give_image_error_or_an_image(raw: bytes, mime: str) -> None:
     _decode_or_image_error(raw, mime)
 
 
-@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=examples(300), deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(
     which=st.integers(0, 2),
     edits=st.lists(st.tuples(st.integers(0, 10_000), st.integers(0, 255)), min_size=1, max_size=8),
@@ -278,7 +279,7 @@ def test_fuzz_mutated_real_images_give_image_error_or_an_image(
     _decode_or_image_error(bytes(raw[: max(1, cut % (len(raw) + 1))]), MIMES[which])
 
 
-@settings(max_examples=200, deadline=None)
+@settings(max_examples=examples(200), deadline=None)
 @given(text=st.text(max_size=200))
 def test_fuzz_any_url_string_gives_image_error_or_an_image(text: str) -> None:
     for url in (text, "data:" + text, "data:image/png;base64," + text):

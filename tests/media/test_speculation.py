@@ -11,6 +11,7 @@ import asyncio
 
 import httpx
 import numpy as np
+import pytest
 
 from processors.asr import word_error_rate
 from testkit.speech import silence, speak
@@ -175,6 +176,7 @@ async def test_whisper_starts_at_the_first_silence_and_its_text_is_the_transcrip
         await c.close()
 
 
+@pytest.mark.real_model  # Whisper tiny.en
 def test_the_pause_pass_hears_the_same_words_as_a_pass_over_the_whole_turn():
     """The pause pass now runs at 64 ms of silence (not 200 ms): what it heard must already be every word."""
     from processors.asr import load_asr

@@ -111,6 +111,7 @@ def test_seats_are_held_while_audio_comes_and_freed_by_silence_or_close() -> Non
     worker.close()
 
 
+@pytest.mark.real_model  # Whisper tiny.en
 @requires_espeak
 @pytest.mark.parametrize("headroom", [None, DEFAULT_HEADROOM_S])
 def test_a_batch_gives_each_clip_the_words_it_gets_alone(headroom: float | None) -> None:

@@ -18,6 +18,7 @@ from gateway.realtime import protocol as p
 from gateway.realtime.bigframes import FrameParser, ParseLimits, parse_checked
 from gateway.realtime.ratelimit import TokenBucket
 from gateway.wsreader import BIG, ChunkedReader
+from tests.fuzzing import examples
 
 
 def walk_depth(raw: str) -> int:
@@ -50,7 +51,7 @@ JSON = st.recursive(
 )
 
 
-@settings(max_examples=400, deadline=None)
+@settings(max_examples=examples(400), deadline=None)
 @given(JSON, st.booleans())
 def test_the_depth_scan_agrees_with_a_character_walk_on_valid_json(value, ascii_only):
     raw = json.dumps(value, ensure_ascii=ascii_only)
@@ -189,7 +190,7 @@ async def test_the_server_parses_big_frames_in_a_process_and_stops_it(server_fac
 # ---------------------------------------------------------------- the WebSocket frame reader (gateway.wsreader)
 
 
-@settings(max_examples=60, deadline=None)
+@settings(max_examples=examples(60), deadline=None)
 @given(
     st.lists(st.sampled_from([0, 1, 125, 126, 70_000, BIG - 1, BIG, BIG + 3, 3 * BIG]), min_size=1, max_size=5),
     st.lists(st.tuples(st.integers(0, 4), st.integers(-16, 16)), max_size=8),

@@ -18,10 +18,11 @@ from models.scheduler import ChunkScheduler, SchedulerConfig
 from processors.audio import AudioError, decode_base64_pcm16, decode_wav
 from processors.image import ImageError, load_image_url
 from testkit.pureshell import handled
+from tests.fuzzing import examples
 
 
 def fuzz(n: int) -> settings:
-    return settings(max_examples=n, deadline=None, suppress_health_check=list(HealthCheck), derandomize=True)
+    return settings(max_examples=examples(n), deadline=None, suppress_health_check=list(HealthCheck), derandomize=True)
 
 
 scalars = st.none() | st.booleans() | st.integers(-(2**40), 2**40) | st.floats() | st.text(max_size=30)

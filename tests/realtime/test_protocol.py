@@ -9,6 +9,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from gateway.realtime import protocol as p
+from tests.fuzzing import examples
 
 
 def test_parses_each_client_event_type_to_its_model():
@@ -53,7 +54,7 @@ def test_out_of_range_values_name_the_field():
     assert e.value.code == "invalid_value" and "strategy" in (e.value.param or "")
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=examples(300), deadline=None)
 @given(
     st.recursive(
         st.none() | st.booleans() | st.integers() | st.text(), lambda c: st.lists(c) | st.dictionaries(st.text(), c)

@@ -17,6 +17,7 @@ from hypothesis import strategies as st
 from gateway.config import load_config
 from testkit.fake_backend import FakeBackend
 from testkit.server import run_server
+from tests.fuzzing import examples
 from tests.resume_client import run_with_drops
 
 pytestmark = pytest.mark.server
@@ -46,7 +47,7 @@ def test_chaos_2000_resumes_fake_model():
         reference = asyncio.run(run_with_drops(addr, [])).text()
         assert reference
 
-        @settings(max_examples=90, deadline=None, suppress_health_check=list(HealthCheck), derandomize=True)
+        @settings(max_examples=examples(90), deadline=None, suppress_health_check=list(HealthCheck), derandomize=True)
         @given(DROPS)
         def one(drops):
             s = asyncio.run(run_with_drops(addr, drops, limit_s=120))

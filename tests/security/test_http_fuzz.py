@@ -13,6 +13,7 @@ from hypothesis import HealthCheck, given, settings
 
 from testkit.fake_backend import FakeBackend
 from testkit.httpfuzz import ErrorLog, FuzzRequest, requests, send
+from tests.fuzzing import examples
 
 pytestmark = pytest.mark.server  # a real uvicorn server for the whole module
 
@@ -35,7 +36,7 @@ def fuzzed(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, Erro
         root.removeHandler(log)
 
 
-@settings(max_examples=200, deadline=None, suppress_health_check=list(HealthCheck))
+@settings(max_examples=examples(200), deadline=None, suppress_health_check=list(HealthCheck))
 @given(req=requests())
 def test_no_request_gets_a_500_or_a_traceback(fuzzed: tuple[Any, ErrorLog], req: FuzzRequest):
     addr, log = fuzzed

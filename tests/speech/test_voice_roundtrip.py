@@ -11,6 +11,8 @@ from processors.audio import resample
 from processors.speech import load_voice
 from processors.speech_text import SpeechText, spoken_text
 
+pytestmark = pytest.mark.real_model  # the Piper voice, heard by Whisper tiny.en
+
 SENTENCES = [
     "The meeting starts at 3:30 pm on Tuesday.",
     "Please call Maria before the train leaves.",
