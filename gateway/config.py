@@ -74,6 +74,10 @@ class ServerConfig(_Frozen):
     max_pending_per_ip: int = Field(default=64, ge=1, le=1_000_000)
     # a closed socket whose client does not read is aborted after this
     close_timeout_s: float = Field(default=5.0, gt=0, le=3600)
+    # each client socket's kernel send buffer (SO_SNDBUF; the kernel doubles it); null: its autotuning,
+    # up to net.ipv4.tcp_wmem's max (often 4 MiB). Smaller bounds kernel memory per client and how
+    # much a client that stopped reading holds before its sends stall (limits.send_stall_s)
+    send_buffer_bytes: int | None = Field(default=None, ge=4 * _KIB, le=64 * _MIB)
     tls: TlsConfig | None = None  # {certfile, keyfile}: serve https:// and wss:// directly; null: plain HTTP
 
     @model_validator(mode="after")

@@ -21,6 +21,7 @@ Every handler here is O(1) work on the event loop.
 from __future__ import annotations
 
 import asyncio
+import socket
 from collections import Counter
 from typing import Any
 
@@ -91,6 +92,9 @@ def guarded_protocols(
 
         def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
             super().connection_made(transport)
+            sock = transport.get_extra_info("socket")
+            if server.send_buffer_bytes is not None and sock is not None:
+                sock.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, server.send_buffer_bytes)
             ip = self.client[0] if self.client else ""
             if len(self.connections) > server.max_connections:
                 self._refuse("503 Service Unavailable", b"too many connections; retry shortly")

@@ -193,6 +193,15 @@ class ChunkScheduler:
         """Inside a fenced code block at ``pos`` (pos ≥ the last emitted position)."""
         return (self._fences + self._text.count("```", self._fence_pos, pos)) % 2 == 1
 
+    def _fence_starts(self, end: int) -> list[int]:
+        """Where the fences in ``_text[_fence_pos:end]`` start, matched as ``str.count`` does
+        (left to right, not overlapping), so a running count agrees with ``_in_code``."""
+        out, i = [], self._text.find("```", self._fence_pos, end)
+        while i >= 0:
+            out.append(i)
+            i = self._text.find("```", i + 3, end)
+        return out
+
     def _stop_limit(self) -> int:
         """Text beyond this index might be the start of a stop sequence or a request: hold it back."""
         text = self._text
@@ -327,9 +336,17 @@ class ChunkScheduler:
             need = WORD if first else cfg.min_boundary
             # best boundary in the pending text (latest among the best)
             best_pos, best_q, last_word = -1, 0, -1
+            # One pass, O(1) per position: a long pending "word" (base64, a minified line) is
+            # rescanned on every token, so a per-position recount would make it quadratic.
+            # A cut needs at least one whole token before it: the first pending token's end.
+            first_end = self._offsets[self._emitted_tokens] if pending_tokens else limit + 1
+            fences = self._fence_starts(limit)  # pending fence openings, in order
+            inside, f = self._fences % 2 == 1, 0
             for pos in range(self._emitted + 1, limit + 1):
-                q = boundary_quality(self._text, pos, cfg.lines_only or self._in_code(pos))
-                if q and self._tokens_up_to(pos) - self._emitted_tokens >= 1:
+                while f < len(fences) and fences[f] + 3 <= pos:  # a fence that ends by pos toggles code
+                    inside, f = not inside, f + 1
+                q = boundary_quality(self._text, pos, cfg.lines_only or inside)
+                if q and pos >= first_end:
                     if q >= best_q:
                         best_pos, best_q = pos, q
                     last_word = pos

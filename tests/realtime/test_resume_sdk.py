@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import time
 
 import websockets
 from openai import AsyncOpenAI
@@ -67,15 +68,22 @@ async def test_slow_consumer_is_dropped_and_resumes_losslessly(server_factory):
     import os
     import socket
 
-    class WideFake(FakeBackend):  # ~200-character tokens: far more bytes than the kernel's socket buffers
-        def decode(self, ids):
-            return "".join(" " + w.strip() * 30 for w in (FakeBackend.decode(self, [i]) for i in ids) if w)
+    # Wide tokens, so the response (~2.4 MB) is far more than what the kernel buffers on both ends
+    # (the server's send buffer bounded to 64 KiB) and the 64 events of lag allowed, whatever the
+    # box's speed, yet cheap to decode and schedule
+    width, tokens = 8_000, 300
 
-    fake = WideFake(answer_tokens=20000, step_s=0.0001)
+    class WideFake(FakeBackend):
+        def decode(self, ids):
+            words = (FakeBackend.decode(self, [i]).strip() for i in ids)
+            return "".join(" " + w * (width // len(w)) for w in words if w)
+
+    fake = WideFake(answer_tokens=tokens, step_s=0.0001)
     conf = {
         "audio.enabled": False,
+        "server.send_buffer_bytes": 64 * 1024,
         "limits.outbound_queue": 64,
-        "session.max_output_tokens": 30000,
+        "limits.send_stall_s": 1.0,
         "limits.replay_max_events": 60000,
         "limits.replay_max_bytes": 64 * 1024 * 1024,
         "speculative.drafter": "none",
@@ -120,7 +128,7 @@ async def test_slow_consumer_is_dropped_and_resumes_losslessly(server_factory):
                     {
                         "type": "response.create",
                         "response": {
-                            "max_output_tokens": 20000,
+                            "max_output_tokens": tokens,
                             "scheduler": {"strategy": "fast", "min_chunk_tokens": 1, "max_chunk_tokens": 1},
                         },
                     }
@@ -134,10 +142,9 @@ async def test_slow_consumer_is_dropped_and_resumes_losslessly(server_factory):
             live = addr.services.registry.sessions.get(token)
             return live is not None and live.attached is not None
 
-        for _ in range(300):  # the server drops the socket that stopped reading, keeps the session
-            await asyncio.sleep(0.1)
-            if not addr.call(attached):
-                break
+        deadline = time.monotonic() + 60  # the server drops the socket that stopped reading, keeps the session
+        while addr.call(attached) and time.monotonic() < deadline:  # noqa: ASYNC110 (server-side state)
+            await asyncio.sleep(0.05)
         assert not addr.call(attached) and addr.call(lambda: token in addr.services.registry.sessions)
         raw.close()
         await other.send(json.dumps({"type": "session.update", "session": {"instructions": "hi"}}))
@@ -153,7 +160,7 @@ async def test_slow_consumer_is_dropped_and_resumes_losslessly(server_factory):
             seq = ev["seq"]
             if ev["type"] == "response.done":
                 break
-        assert ev["response"]["usage"]["output_tokens"] == 20000
+        assert ev["response"]["usage"]["output_tokens"] == tokens
         await resumed.close()
         await other.close()
 
