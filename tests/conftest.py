@@ -33,10 +33,12 @@ settings.register_profile("ci", derandomize=True, database=None)
 settings.register_profile("dev", database=None)
 settings.load_profile("ci" if os.environ.get("CI") else "dev")
 
-# fixtures that start a real server (uvicorn, Redis, an engine process) or a browser: a test that
-# uses one, directly or through another fixture, is marked `server`, so `pytest -m "not server and
-# not real_model"` is the fast inner loop (README, "Tests")
-SERVER_FIXTURES = frozenset({"server_factory", "redis_server", "browser", "open_page", "tcp_proxy"})
+# fixtures that start a real server (uvicorn, Redis, an engine process, an MCP server) or a browser:
+# a test that uses one, directly or through another fixture, is marked `server`, so
+# `pytest -m "not server and not real_model"` is the fast inner loop (README, "Tests")
+SERVER_FIXTURES = frozenset(
+    {"server_factory", "redis_server", "browser", "open_page", "tcp_proxy", "mcp_http", "mcp_evil"}
+)
 
 
 def pytest_configure(config: pytest.Config) -> None:
@@ -83,16 +85,28 @@ def pytest_runtest_teardown(item: pytest.Item, nextitem: pytest.Item | None) -> 
 
 
 @pytest.fixture(scope="session")
-def tokenizer_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """The embedded SmolLM2 tokenizer (with its chat template) saved as a normal HF folder."""
-    from transformers import AutoTokenizer
+def tokenizer_dir(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The embedded SmolLM2 tokenizer (with its chat template) saved as a normal HF folder.
+
+    Reading it out of the GGUF takes transformers 5-10 s, so the folder is kept in pytest's cache
+    (``.pytest_cache``), keyed by the GGUF and transformers versions; without a cache, a temp dir."""
+    import transformers
 
     from models.llm import embedded_gguf
 
     gguf = embedded_gguf()
-    tok = AutoTokenizer.from_pretrained(str(gguf.parent), gguf_file=gguf.name)
-    out = tmp_path_factory.mktemp("tokenizer")
-    tok.save_pretrained(out)
+    key = f"{gguf.name}-{gguf.stat().st_size}-{transformers.__version__}"
+    cache = getattr(request.config, "cache", None)
+    out = cache.mkdir(f"tokenizer-{key}") if cache is not None else tmp_path_factory.mktemp("tokenizer")
+    if not (out / "tokenizer.json").is_file():
+        tok = transformers.AutoTokenizer.from_pretrained(str(gguf.parent), gguf_file=gguf.name)
+        staging = out.with_name(f"{out.name}.{os.getpid()}")  # beside it: a rename, not a copy
+        tok.save_pretrained(staging)
+        for f in staging.iterdir():  # tokenizer.json last: its presence says the folder is whole
+            if f.name != "tokenizer.json":
+                os.replace(f, out / f.name)
+        os.replace(staging / "tokenizer.json", out / "tokenizer.json")
+        staging.rmdir()
     return out
 
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import ast
 import builtins
+import functools
 import re
 import typing
 from collections.abc import Iterator
@@ -22,7 +23,12 @@ SNAKE = re.compile(r"^[a-z][a-z0-9]*(?:_[a-z0-9]+)+$|^[a-z]{4,}$")
 def sources(*packages: str) -> Iterator[tuple[Path, ast.AST]]:
     for pkg in packages:
         for path in sorted((ROOT / pkg).rglob("*.py")):
-            yield path.relative_to(ROOT), ast.parse(path.read_text())
+            yield path.relative_to(ROOT), _parsed(path, path.stat().st_mtime_ns)
+
+
+@functools.cache  # the walks below each read the whole tree (read only): parse each file once
+def _parsed(path: Path, _mtime_ns: int) -> ast.AST:
+    return ast.parse(path.read_text())
 
 
 def _str(node: ast.AST) -> str | None:

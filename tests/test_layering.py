@@ -4,6 +4,7 @@ import no I/O framework; no import cycles inside gateway/ (type-only imports cou
 from __future__ import annotations
 
 import ast
+import functools
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -40,6 +41,11 @@ def module_name(path: Path) -> str:
 
 def imports(path: Path) -> set[str]:
     """Every module ``path`` imports, at any depth (inside functions and ``if TYPE_CHECKING`` too)."""
+    return set(_imports(path, path.stat().st_mtime_ns))
+
+
+@functools.cache  # several tests walk the whole tree: parse each file once per version of it
+def _imports(path: Path, _mtime_ns: int) -> frozenset[str]:
     name = module_name(path)
     package = name if path.name == "__init__.py" else name.rpartition(".")[0]
     found: set[str] = set()
@@ -55,13 +61,11 @@ def imports(path: Path) -> set[str]:
                 target = node.module or ""
             found.add(target)
             found.update(f"{target}.{a.name}" for a in node.names)  # `from . import protocol`
-    return found
+    return frozenset(found)
 
 
 def graph() -> dict[str, set[str]]:
-    files = [f for pkg in PACKAGES for f in (ROOT / pkg).rglob("*.py")]
-    names = {module_name(f) for f in files}
-    return {module_name(f): {i for i in imports(f) if i in names} | {i for i in imports(f)} for f in files}
+    return {module_name(f): imports(f) for pkg in PACKAGES for f in (ROOT / pkg).rglob("*.py")}
 
 
 def test_models_and_processors_never_import_the_gateway():

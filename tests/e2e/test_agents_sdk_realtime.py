@@ -12,14 +12,15 @@ writes the model's own markup, so they test the protocol, not a 135M model's jud
 from __future__ import annotations
 
 import asyncio
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
-from agents import GuardrailFunctionOutput, OutputGuardrail, function_tool
-from agents.realtime import RealtimeAgent, RealtimeRunner
 
 from tests.conftest import requires_espeak
 from tests.http.test_tools import ScriptedBackend
+
+if TYPE_CHECKING:
+    from agents.realtime import RealtimeAgent
 
 SDK_MODEL = "gpt-realtime-2.1"  # the SDK's default model (agents.realtime.openai_realtime.DEFAULT_REALTIME_MODEL)
 CALL = '<tool_call>{"name": "get_weather", "arguments": {"city": "Paris"}}</tool_call>'
@@ -51,7 +52,17 @@ def _config(**extra: Any) -> dict[str, Any]:
     return {"audio.enabled": False, "audio.output.enabled": False, "model.aliases": [SDK_MODEL], **extra}
 
 
+def _agent(**kw: Any) -> RealtimeAgent:
+    """Imported here, not at the top: the SDK takes seconds to import, and collecting this module
+    for the inner loop (which deselects it) should not pay for that."""
+    from agents.realtime import RealtimeAgent
+
+    return RealtimeAgent(**kw)
+
+
 async def _run(addr: str, agent: RealtimeAgent, **run_config: Any) -> Any:
+    from agents.realtime import RealtimeRunner
+
     runner = RealtimeRunner(agent, config=run_config or None)  # type: ignore[arg-type]
     return await runner.run(model_config={"url": f"ws://{addr}/v1/realtime?model={SDK_MODEL}", "api_key": "x"})
 
@@ -90,7 +101,7 @@ def _assistant_texts(session: Any) -> list[str]:
 
 async def test_a_text_turn(tiny_backend, server_factory):
     with server_factory(tiny_backend, **_config()) as addr:
-        session = await _run(addr, RealtimeAgent(name="Assistant", instructions="Be brief."))
+        session = await _run(addr, _agent(name="Assistant", instructions="Be brief."))
         async with session:
             await session.send_message("Hello")
             events = await _events_until(session, lambda ev, _: ev.type == "agent_end")
@@ -101,6 +112,8 @@ async def test_a_text_turn(tiny_backend, server_factory):
 
 
 async def test_a_function_tool_gets_its_output_at_once_and_the_answer_uses_it(tiny_backend, server_factory):
+    from agents import function_tool
+
     calls: list[str] = []
 
     @function_tool
@@ -111,7 +124,7 @@ async def test_a_function_tool_gets_its_output_at_once_and_the_answer_uses_it(ti
 
     model = DialogueBackend(tiny_backend, weather_dialogue, step_s=0.03)
     with server_factory(model, **_config(**{"speculative.drafter": "none"})) as addr:
-        session = await _run(addr, RealtimeAgent(name="Assistant", instructions="Help.", tools=[get_weather]))
+        session = await _run(addr, _agent(name="Assistant", instructions="Help.", tools=[get_weather]))
         async with session:
             await session.send_message("What is the weather in Paris?")
 
@@ -133,7 +146,7 @@ async def test_a_function_tool_gets_its_output_at_once_and_the_answer_uses_it(ti
 async def test_interrupt_cancels_a_text_response(tiny_backend, server_factory):
     long = DialogueBackend(tiny_backend, lambda _: "word " * 400, step_s=0.02)
     with server_factory(long, **_config(**{"speculative.drafter": "none"})) as addr:
-        session = await _run(addr, RealtimeAgent(name="Assistant", instructions="Talk."))
+        session = await _run(addr, _agent(name="Assistant", instructions="Talk."))
         async with session:
             await session.send_message("Tell me everything")
             await _events_until(
@@ -146,12 +159,14 @@ async def test_interrupt_cancels_a_text_response(tiny_backend, server_factory):
 
 
 async def test_an_output_guardrail_trips(tiny_backend, server_factory):
+    from agents import GuardrailFunctionOutput, OutputGuardrail
+
     def no_secrets(_ctx: Any, _agent: Any, text: str) -> GuardrailFunctionOutput:
         return GuardrailFunctionOutput(output_info=None, tripwire_triggered="secret" in text)
 
     model = DialogueBackend(tiny_backend, lambda _: "The secret code is 1234. " * 8, step_s=0.01)
     with server_factory(model, **_config(**{"speculative.drafter": "none"})) as addr:
-        agent = RealtimeAgent(
+        agent = _agent(
             name="Assistant", instructions="Help.", output_guardrails=[OutputGuardrail(guardrail_function=no_secrets)]
         )
         session = await _run(addr, agent, guardrails_settings={"debounce_text_length": 20})
@@ -167,8 +182,8 @@ async def test_a_handoff_switches_agents(tiny_backend, server_factory):
             return "Billing here, how can I help?"
         return '<tool_call>{"name": "transfer_to_billing", "arguments": {}}</tool_call>'
 
-    billing = RealtimeAgent(name="Billing", instructions="You handle billing.")
-    triage = RealtimeAgent(name="Triage", instructions="Route the user.", handoffs=[billing])
+    billing = _agent(name="Billing", instructions="You handle billing.")
+    triage = _agent(name="Triage", instructions="Route the user.", handoffs=[billing])
     model = DialogueBackend(tiny_backend, dialogue)
     with server_factory(model, **_config()) as addr:
         session = await _run(addr, triage)
@@ -194,7 +209,7 @@ async def test_a_voice_turn_has_its_transcript_in_the_history(tiny_backend, serv
 
     sentence = "Please open the kitchen window."
     with server_factory(tiny_backend, **{"model.aliases": [SDK_MODEL]}) as addr:
-        session = await _run(addr, RealtimeAgent(name="Assistant", instructions="Be brief."))
+        session = await _run(addr, _agent(name="Assistant", instructions="Be brief."))
         async with session:
             pcm = pcm24(np.concatenate([silence(0.4), speak(sentence), silence(2.5)]))
             step = 24_000 * 2 // 10  # 100 ms

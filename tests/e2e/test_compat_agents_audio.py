@@ -6,11 +6,7 @@ from __future__ import annotations
 import asyncio
 from typing import Any
 
-import pytest
-
 from testkit.fake_backend import FakeBackend
-
-pytest.importorskip("agents.realtime")
 
 
 async def test_agents_sdk_hears_a_spoken_answer_and_interrupts_it(server_factory):

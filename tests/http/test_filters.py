@@ -16,7 +16,7 @@ from tests.http.helpers import assert_error, sse_events
 from tests.wsclient import RealtimeClient
 
 SEEN: list[FilterContext] = []  # contexts the recording filter was called with
-NO_AUDIO = {"audio.enabled": False}
+NO_AUDIO = {"audio.enabled": False, "audio.output.enabled": False}  # no Whisper, no voice to load
 UPPER = {**NO_AUDIO, "filters": ["tests.http.test_filters:upper"]}
 STOP = {**NO_AUDIO, "filters": ["tests.http.test_filters:record", "tests.http.test_filters:first_chunk_only"]}
 BOOM = {**NO_AUDIO, "filters": ["tests.http.test_filters:boom"]}

@@ -15,7 +15,7 @@ from gateway import StreamChunk, StreamOmni, StreamOmniError
 from testkit.fake_backend import FakeBackend
 from tests.http.helpers import sse_events
 
-NO_AUDIO = {"audio.enabled": False}
+NO_AUDIO = {"audio.enabled": False, "audio.output.enabled": False}  # no Whisper, no voice to load
 MESSAGES = [{"role": "user", "content": "tell me a story"}]
 
 
@@ -87,7 +87,7 @@ async def test_generate_calls_back_with_every_chunk():
 
 async def test_a_config_file_and_sampling_options(tmp_path):
     cfg = tmp_path / "my.yaml"
-    cfg.write_text("audio:\n  enabled: false\nsession:\n  max_output_tokens: 5\n")
+    cfg.write_text("audio:\n  enabled: false\n  output:\n    enabled: false\nsession:\n  max_output_tokens: 5\n")
     async with StreamOmni(str(cfg), backend=FakeBackend()) as so:
         capped = [c async for c in so.stream(MESSAGES)]
         asked = [c async for c in so.stream(MESSAGES, max_output_tokens=3)]

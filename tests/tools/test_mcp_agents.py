@@ -7,14 +7,14 @@ from __future__ import annotations
 import asyncio
 from typing import Any
 
-from agents.realtime import RealtimeAgent, RealtimeRunner
-from agents.realtime.model_inputs import RealtimeModelSendRawMessage
-
 from tests.tools.conftest import ToolScript, call
 from tests.tools.test_mcp_realtime import NO_AUDIO, WAIT_S, tool
 
 
 async def test_agents_sdk_session_with_a_hosted_mcp_tool(tiny_backend, server_factory, mcp_http):
+    from agents.realtime import RealtimeAgent, RealtimeRunner  # here: seconds to import, for this test only
+    from agents.realtime.model_inputs import RealtimeModelSendRawMessage
+
     model = ToolScript(tiny_backend, call("capital", country="Kenya"))
     with server_factory(model, **NO_AUDIO, **{"tools.mcp_allowed_urls": [mcp_http.url]}) as addr:
         runner = RealtimeRunner(RealtimeAgent(name="assistant", instructions="Answer briefly."))
