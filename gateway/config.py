@@ -172,9 +172,9 @@ class SpeechConfig(_Frozen):
     speed: float = Field(default=1.0, ge=0.25, le=1.5)  # default audio.output.speed
     workers: int = Field(default=1, ge=1, le=16)  # syntheses running at once over all sessions (threads)
     threads: int = Field(default=1, ge=1, le=16)  # onnxruntime threads of one synthesis
-    # > 0: a reply's synthesis stays at most this many seconds of audio ahead of real-time playback, not one burst
-    # beside other sessions' decoding (docs/SPEECH.md: measured, and why off by default); 0: as fast as it goes
-    lead_s: float = Field(default=0.0, ge=0, le=3600)
+    # > 0: while the engine decodes, a reply's synthesis stays at most this many seconds of audio ahead of real-time
+    # playback, not one burst beside the decoding (docs/SPEECH.md); 0: as fast as the voice goes
+    lead_s: float = Field(default=3.0, ge=0, le=3600)
     nice: int = Field(default=0, ge=0, le=19)  # > 0: TTS workers this far below the decode, plus a first-chunk thread
 
     @model_validator(mode="after")

@@ -97,7 +97,10 @@ class LiveSession:
         self._preparing: asyncio.Task[None] | None = None  # a reply being tokenized to be prepared unseen
         self._preparing_key: int | None = None  # its turn, while it may still be submitted
         self.speaker = Speaker(
-            services.speech, lambda r: self.send(self.session.on_speech(r)), services.config.audio.output.lead_s
+            services.speech,
+            lambda r: self.send(self.session.on_speech(r)),
+            services.config.audio.output.lead_s,
+            lambda: services.engine.depth[0] > 0,
         )
         self._ignored: set[str] = set()  # dropped speculations: their late events mean nothing
         self._alias: dict[str, str] = {}  # an adopted speculation's job id → the response it became

@@ -4,8 +4,9 @@ One task per session takes chunks in order and synthesizes each on the server's 
 chunk n+1 is synthesized while the client plays chunk n. A cancelled response's chunks are
 dropped from the queue at once and a synthesis already running for it is discarded when it
 returns (one clause, tens of ms). A reply's later chunks wait while its audio is more than a lead
-ahead of real-time playback (``gateway.realtime.pacing``), so a long reply's synthesis does not
-take the cores from other sessions' decoding in one burst; a cancel ends the wait at once.
+ahead of real-time playback (``gateway.realtime.pacing``) and the engine is decoding, so a long
+reply's synthesis does not take the cores from decoding in one burst; once the engine is idle the
+wait ends (the cores are free then), and a cancel ends it at once.
 ``prefetch`` synthesizes a text before any response asks for it (the first chunk of a reply
 prepared during the user's pause); a ``Speak`` of the same text and settings then takes that result
 instead of starting again. On a WebRTC call the session's released audio comes back here as
@@ -29,13 +30,22 @@ from .speech_out import PlayAudio, Speak, SpeechResult, SpeechSettings
 log = logging.getLogger("stream_omni.speaker")
 
 _Key = tuple[str, SpeechSettings]
+IDLE_POLL_S = 0.05  # how often a paced chunk looks whether the engine went idle (a chunk's synthesis is ~50 ms)
 
 
 class Speaker:
-    def __init__(self, service: SpeechService | None, deliver: Callable[[SpeechResult], None], lead_s: float = 0.0):
+    def __init__(
+        self,
+        service: SpeechService | None,
+        deliver: Callable[[SpeechResult], None],
+        lead_s: float = 0.0,
+        decoding: Callable[[], bool] = lambda: True,
+    ):
         """``service`` None: no voice is loaded (nothing is ever submitted then); ``lead_s``: how far a
-        reply's synthesis may run ahead of real-time playback (0: as fast as the voice goes)."""
+        reply's synthesis may run ahead of real-time playback while ``decoding()`` (0: as fast as the
+        voice goes)."""
         self.service = service
+        self.decoding = decoding
         self.deliver = deliver  # the session's on_speech, from the event loop
         self.sink: Callable[[PlayAudio], None] | None = None  # a WebRTC call's outbound track, while it has one
         self._queue: asyncio.Queue[Speak] = asyncio.Queue()
@@ -104,8 +114,14 @@ class Speaker:
             self.deliver(SpeechResult(action.response_id, action.index, synth.audio, synth.word_ends_ms))
 
     async def _paced(self, response_id: str) -> None:
-        """Wait while ``response_id``'s audio is more than the lead ahead of playback (or until a cancel)."""
-        while response_id not in self._cancelled and (wait := self._clock.wait_s(response_id, time.monotonic())) > 0:
+        """Wait while ``response_id``'s audio is more than the lead ahead of playback and the engine
+        decodes (or until a cancel); looks at the engine every ``IDLE_POLL_S``."""
+        while (
+            response_id not in self._cancelled
+            and (wait := self._clock.wait_s(response_id, time.monotonic())) > 0
+            and self.decoding()
+        ):
+            wait = min(wait, IDLE_POLL_S)
             self._wake.clear()
             # asyncio.timeout, not wait_for: on 3.11 wait_for can swallow a cancel of this task (close())
             # that lands as the event is set (a cancel of the reply), leaving the task running after close

@@ -86,3 +86,26 @@ async def test_a_cancel_ends_a_paced_wait_at_once_and_the_next_reply_speaks() ->
     _, got = await inbox.next()  # within the 5 s timeout: the wait did not run its course
     assert got.response_id == "r2" and "rest" not in svc.started
     sp.close()
+
+
+async def test_a_paced_chunk_goes_as_soon_as_the_engine_stops_decoding() -> None:
+    svc, inbox = TimedService({"long": 60.0, "rest": 1.0}), Inbox()
+    busy, looks, looked = True, 0, asyncio.Event()
+
+    def decoding() -> bool:
+        nonlocal looks
+        looks += 1
+        if looks >= 3:
+            looked.set()
+        return busy
+
+    sp = Speaker(svc, inbox, lead_s=1.0, decoding=decoding)  # type: ignore[arg-type]
+    sp.submit(Speak("r", 0, "long", S))
+    sp.submit(Speak("r", 1, "rest", S))  # 59 s ahead of playback: waits while the engine decodes
+    await inbox.next()
+    await asyncio.wait_for(looked.wait(), 5)  # it looked at the engine three times, and waited on
+    assert "rest" not in svc.started
+    busy = False  # the engine idles: the cores are free, the chunk need not wait for playback
+    _, got = await inbox.next()  # within 5 s, not 59
+    assert got.index == 1
+    sp.close()
