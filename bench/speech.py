@@ -7,9 +7,11 @@ One server (embedded SmolLM2 on llama.cpp, drafter off, no Whisper), the default
   first chunk's synthesis adds (target: first text chunk → its first audio ≤ 150 ms).
 - ``underruns``: on a long spoken reply, each audio delta's arrival against its play time on a clock
   started at the first delta (a delta arriving after the audio before it has finished playing is a gap).
-- ``cost to others``: a text session's tok/s alone, and while another session speaks (target ≥ 0.8×); the
-  speaking session decodes its reply in the same batch, so the same pair with a text reply instead shows
-  what sharing the decode costs by itself ("speech's own cost": beside speech / beside text).
+- ``cost to others``: a text session's tok/s alone, and while another session speaks (target ≥ 0.8×):
+  asked once the spoken reply has played ``--speaking-s`` on a real-time clock from its first audio delta
+  (its decode is over by then: what speaking itself costs), and asked together with it (both decode in
+  one batch, so the same pair with a text reply instead shows what sharing the decode costs by itself:
+  "speech's own cost" is beside speech / beside text).
 - ``cancel``: response.cancel → response.done, and whether any audio followed.
 """
 
@@ -38,8 +40,15 @@ async def _session(addr: str, modality: str) -> Any:
     return ws
 
 
-async def reply(addr: str, modality: str, max_tokens: int, cancel_after_s: float | None = None) -> dict[str, Any]:
-    """One reply: timings of its events (seconds from response.create)."""
+async def reply(
+    addr: str,
+    modality: str,
+    max_tokens: int,
+    cancel_after_s: float | None = None,
+    first_audio: asyncio.Event | None = None,
+) -> dict[str, Any]:
+    """One reply: timings of its events (seconds from response.create); ``first_audio`` is set at its first
+    audio delta."""
     ws = await _session(addr, modality)
     item = {"type": "message", "role": "user", "content": [{"type": "input_text", "text": PROMPT}]}
     await ws.send(json.dumps({"type": "conversation.item.create", "item": item}))
@@ -62,6 +71,8 @@ async def reply(addr: str, modality: str, max_tokens: int, cancel_after_s: float
         if kind == "response.output_audio.delta":
             out["first_audio"] = out["first_audio"] if out["first_audio"] is not None else now
             out["audio"].append((now, len(base64.b64decode(ev["delta"])) / 48_000))
+            if first_audio is not None:
+                first_audio.set()
             if cancel_after_s is not None and out["cancel_at"] is None and now - out["first_audio"] >= cancel_after_s:
                 out["cancel_at"] = now
                 await ws.send(json.dumps({"type": "response.cancel"}))
@@ -93,20 +104,37 @@ def tok_s(r: dict[str, Any]) -> float:
     return r["tokens"] / max(r["done"] - start, 1e-6)
 
 
-async def measure(addr: str, runs: int, max_tokens: int) -> tuple[list[dict[str, Any]], dict[str, Any]]:
+async def while_speaking(addr: str, max_tokens: int, speaking_s: float) -> tuple[dict[str, Any], dict[str, Any]]:
+    """(a text reply asked once ``speaking_s`` of a spoken reply has played, that spoken reply)."""
+    heard = asyncio.Event()
+    spoken = asyncio.create_task(reply(addr, "audio", max_tokens, first_audio=heard))
+    await asyncio.wait_for(heard.wait(), 300)
+    await asyncio.sleep(speaking_s)  # the listener's playback clock: the spoken reply is still being heard
+    text = await reply(addr, "text", max_tokens)
+    return text, await spoken
+
+
+async def measure(
+    addr: str, runs: int, max_tokens: int, speaking_s: float
+) -> tuple[list[dict[str, Any]], dict[str, Any]]:
     await reply(addr, "audio", 16)  # warm-up: first model call, first synthesis
     text = [await reply(addr, "text", 24) for _ in range(runs)]
     spoken = [await reply(addr, "audio", 24) for _ in range(runs)]
-    alone = [await reply(addr, "text", max_tokens) for _ in range(runs)]
+    alone = []  # taken in each repetition beside the others: the ratios are paired, drift hits both sides
     shared = []
+    speaking = []  # asked while another session's spoken reply plays, its decode over
     long_spoken = []
     beside_text = []  # the same two-reply batch with nothing spoken: what sharing the decode alone costs
     for _ in range(runs):
+        alone.append(await reply(addr, "text", max_tokens))
         t, s = await asyncio.gather(reply(addr, "text", max_tokens), reply(addr, "audio", max_tokens))
         shared.append(t)
         long_spoken.append(s)
         t, _ = await asyncio.gather(reply(addr, "text", max_tokens), reply(addr, "text", max_tokens))
         beside_text.append(t)
+        t, s = await while_speaking(addr, max_tokens, speaking_s)
+        speaking.append(t)
+        long_spoken.append(s)
     cancels = [await reply(addr, "audio", max_tokens, cancel_after_s=1.0) for _ in range(runs)]
     late = [gaps(s["audio"]) for s in long_spoken]
     row = {
@@ -115,16 +143,23 @@ async def measure(addr: str, runs: int, max_tokens: int) -> tuple[list[dict[str,
         "first chunk → first audio ms": median([1000 * r["first_audio"] for r in spoken])
         - median([1000 * r["first_text"] for r in text]),
         "text tok/s alone": median([tok_s(r) for r in alone]),
-        "text tok/s while one speaks": median([tok_s(r) for r in shared]),
+        "text tok/s while another speaks": median([tok_s(r) for r in speaking]),
+        "text tok/s asked with a spoken reply": median([tok_s(r) for r in shared]),
         "text tok/s beside a text reply": median([tok_s(r) for r in beside_text]),
         "underrun gaps (long spoken replies)": sum(g for g, _ in late),
         "spoken s per long reply": median([s for _, s in late]),
         "cancel → done ms": median([1000 * (r["done"] - r["cancel_at"]) for r in cancels if r["cancel_at"]]),
         "audio deltas after done": sum(r["after_done"] for r in cancels),
     }
-    row["cost ratio"] = row["text tok/s while one speaks"] / row["text tok/s alone"]
-    row["speech's own cost ratio"] = row["text tok/s while one speaks"] / row["text tok/s beside a text reply"]
+
+    def paired(num: list[dict[str, Any]], den: list[dict[str, Any]]) -> float:
+        return median([tok_s(a) / tok_s(b) for a, b in zip(num, den, strict=True)])
+
+    row["cost ratio (while another speaks / alone)"] = paired(speaking, alone)
+    row["asked together / alone"] = paired(shared, alone)
+    row["speech's own cost ratio"] = paired(shared, beside_text)
     raw = {"text": text, "spoken": spoken, "alone": alone, "shared": shared, "beside_text": beside_text}
+    raw["speaking"] = speaking
     raw["long_spoken"] = long_spoken
     return [row], {**raw, "cancels": cancels}
 
@@ -137,6 +172,7 @@ def main() -> None:
     ap.add_argument("--threads", type=int, default=1, help="audio.output.threads")
     ap.add_argument("--lead-s", type=float, default=None, help="audio.output.lead_s (default: the config's)")
     ap.add_argument("--nice", type=int, default=None, help="audio.output.nice (default: the config's)")
+    ap.add_argument("--speaking-s", type=float, default=5.0, help="audio played before the text reply is asked")
     ap.add_argument("--name", default="speech", help="results file name under bench/results/")
     args = ap.parse_args()
 
@@ -156,13 +192,14 @@ def main() -> None:
     cfg = load_config(None, **overrides)
     backend = default_loader(cfg)
     with run_server(cfg, backend) as addr:
-        rows, raw = asyncio.run(measure(addr, args.runs, args.max_tokens))
+        rows, raw = asyncio.run(measure(addr, args.runs, args.max_tokens, args.speaking_s))
     rows[0]["load 1m (end)"] = machine()["loadavg_1m"]
     md = f"# bench speech — {machine()}\n\nEmbedded model, drafter off, Piper en_US-joe-medium, "
     out = cfg.audio.output
     md += f"audio.output.workers={out.workers}, threads={out.threads}, lead_s={out.lead_s}, nice={out.nice}; "
-    md += f"medians of {args.runs} runs; "
-    md += f"long replies: {args.max_tokens} tokens.\n\n" + markdown_table(rows, list(rows[0]))
+    md += f"medians of {args.runs} runs (ratios paired per run); "
+    md += f"long replies: {args.max_tokens} tokens; 'while another speaks': asked {args.speaking_s} s into the "
+    md += "spoken reply's playback.\n\n" + markdown_table(rows, list(rows[0]))
     write(args.name, {"machine": machine(), "args": vars(args), "rows": rows, "runs": raw}, md)
     print(md)
 
