@@ -7,6 +7,7 @@
 from __future__ import annotations
 
 import ast
+import functools
 import io
 import re
 import sys
@@ -18,6 +19,17 @@ from typing import Any
 
 ROOT = Path(__file__).resolve().parent.parent
 PACKAGES = ("gateway", "models", "processors")
+
+
+def parsed(path: Path) -> ast.Module:
+    """``path``'s syntax tree, parsed once per version of the file: the docs, layering and import-graph
+    tests each walk the whole tree."""
+    return _parse(path, path.stat().st_mtime_ns)
+
+
+@functools.cache  # read only by its callers
+def _parse(path: Path, _mtime_ns: int) -> ast.Module:
+    return ast.parse(path.read_text(), str(path))
 
 
 class Block(typing.NamedTuple):
@@ -236,7 +248,7 @@ def production_modules() -> list[Path]:
     out = []
     for pkg in PACKAGES:
         for path in sorted((ROOT / pkg).rglob("*.py")):
-            if path.name == "__init__.py" and not ast.get_docstring(ast.parse(path.read_text())):
+            if path.name == "__init__.py" and not ast.get_docstring(parsed(path)):
                 continue
             out.append(path.relative_to(ROOT))
     return out
@@ -244,7 +256,7 @@ def production_modules() -> list[Path]:
 
 def summary(path: Path) -> str:
     """A module's docstring, first sentence (the house rule: every module opens with one)."""
-    doc = ast.get_docstring(ast.parse((ROOT / path).read_text())) or ""
+    doc = ast.get_docstring(parsed(ROOT / path)) or ""
     para = " ".join(doc.split("\n\n")[0].split())
     m = re.match(r"(.+?[.!?])(\s|$)", para)
     return m.group(1) if m else para

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import ast
 import builtins
-import functools
 import re
 import typing
 from collections.abc import Iterator
@@ -13,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.docgen import BLOCKS, PACKAGES, ROOT, production_modules
+from tests.docgen import BLOCKS, PACKAGES, ROOT, parsed, production_modules
 
 PROTOCOL = ROOT / "docs" / "PROTOCOL.md"
 README = ROOT / "README.md"
@@ -23,12 +22,7 @@ SNAKE = re.compile(r"^[a-z][a-z0-9]*(?:_[a-z0-9]+)+$|^[a-z]{4,}$")
 def sources(*packages: str) -> Iterator[tuple[Path, ast.AST]]:
     for pkg in packages:
         for path in sorted((ROOT / pkg).rglob("*.py")):
-            yield path.relative_to(ROOT), _parsed(path, path.stat().st_mtime_ns)
-
-
-@functools.cache  # the walks below each read the whole tree (read only): parse each file once
-def _parsed(path: Path, _mtime_ns: int) -> ast.AST:
-    return ast.parse(path.read_text())
+            yield path.relative_to(ROOT), parsed(path)
 
 
 def _str(node: ast.AST) -> str | None:
@@ -287,7 +281,7 @@ def test_the_layout_reader_finds_a_name_only_in_its_own_folder():
 
 
 def test_every_production_module_has_a_docstring():
-    bare = [str(p) for p in production_modules() if not ast.get_docstring(ast.parse((ROOT / p).read_text()))]
+    bare = [str(p) for p in production_modules() if not ast.get_docstring(parsed(ROOT / p))]
     assert not bare, f"these modules need a one-line docstring saying what they are: {bare}"
 
 

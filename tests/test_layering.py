@@ -7,6 +7,8 @@ import ast
 import functools
 from pathlib import Path
 
+from tests.docgen import parsed
+
 ROOT = Path(__file__).resolve().parent.parent
 PACKAGES = ("gateway", "models", "processors")
 # modules that are pure logic: fed events, token ids and a clock, tested with integers and fakes
@@ -44,12 +46,12 @@ def imports(path: Path) -> set[str]:
     return set(_imports(path, path.stat().st_mtime_ns))
 
 
-@functools.cache  # several tests walk the whole tree: parse each file once per version of it
+@functools.cache  # several tests walk the whole tree: walk each file once per version of it
 def _imports(path: Path, _mtime_ns: int) -> frozenset[str]:
     name = module_name(path)
     package = name if path.name == "__init__.py" else name.rpartition(".")[0]
     found: set[str] = set()
-    for node in ast.walk(ast.parse(path.read_text(), str(path))):
+    for node in ast.walk(parsed(path)):
         if isinstance(node, ast.Import):
             found.update(a.name for a in node.names)
         elif isinstance(node, ast.ImportFrom):
