@@ -24,8 +24,8 @@ from tests.wsclient import RealtimeClient
 
 def test_sdk_sync_non_stream(tiny_backend, server_factory):
     with server_factory(tiny_backend, **NO_AUDIO) as addr:
-        client = OpenAI(base_url=f"http://{addr}/v1", api_key="x", max_retries=0)
-        r = client.chat.completions.create(model=MODEL, messages=user("Say hi"), max_tokens=12, temperature=0)
+        with OpenAI(base_url=f"http://{addr}/v1", api_key="x", max_retries=0) as client:
+            r = client.chat.completions.create(model=MODEL, messages=user("Say hi"), max_tokens=12, temperature=0)
     assert r.object == "chat.completion" and r.id.startswith("chatcmpl-") and r.model == MODEL
     choice = r.choices[0]
     assert choice.message.role == "assistant" and choice.message.content
@@ -37,12 +37,12 @@ def test_sdk_sync_non_stream(tiny_backend, server_factory):
 
 def test_sdk_sync_stream_matches_non_stream(tiny_backend, server_factory):
     with server_factory(tiny_backend, **NO_AUDIO) as addr:
-        client = OpenAI(base_url=f"http://{addr}/v1", api_key="x", max_retries=0)
-        ref = client.chat.completions.create(model=MODEL, messages=user("count"), max_tokens=30, temperature=0)
-        stream = client.chat.completions.create(
-            model=MODEL, messages=user("count"), max_tokens=30, temperature=0, stream=True
-        )
-        chunks = list(stream)
+        with OpenAI(base_url=f"http://{addr}/v1", api_key="x", max_retries=0) as client:
+            ref = client.chat.completions.create(model=MODEL, messages=user("count"), max_tokens=30, temperature=0)
+            stream = client.chat.completions.create(
+                model=MODEL, messages=user("count"), max_tokens=30, temperature=0, stream=True
+            )
+            chunks = list(stream)
     assert chunks[0].choices[0].delta.role == "assistant"
     assert all(c.object == "chat.completion.chunk" and c.id == chunks[0].id for c in chunks)
     assert "".join(c.choices[0].delta.content or "" for c in chunks) == ref.choices[0].message.content
@@ -53,18 +53,17 @@ def test_sdk_sync_stream_matches_non_stream(tiny_backend, server_factory):
 
 async def test_sdk_async_stream_with_usage(tiny_backend, server_factory):
     with server_factory(tiny_backend, **NO_AUDIO) as addr:
-        client = AsyncOpenAI(base_url=f"http://{addr}/v1", api_key="x", max_retries=0)
-        ref = await client.chat.completions.create(model=MODEL, messages=user("go"), max_tokens=20, temperature=0)
-        stream = await client.chat.completions.create(
-            model=MODEL,
-            messages=user("go"),
-            max_tokens=20,
-            temperature=0,
-            stream=True,
-            stream_options={"include_usage": True},
-        )
-        chunks = [c async for c in stream]
-        await client.close()
+        async with AsyncOpenAI(base_url=f"http://{addr}/v1", api_key="x", max_retries=0) as client:
+            ref = await client.chat.completions.create(model=MODEL, messages=user("go"), max_tokens=20, temperature=0)
+            stream = await client.chat.completions.create(
+                model=MODEL,
+                messages=user("go"),
+                max_tokens=20,
+                temperature=0,
+                stream=True,
+                stream_options={"include_usage": True},
+            )
+            chunks = [c async for c in stream]
     *body_chunks, last = chunks
     assert last.choices == [] and last.usage is not None
     assert last.usage.model_dump()["completion_tokens"] == ref.usage.completion_tokens
@@ -75,12 +74,11 @@ async def test_sdk_async_stream_with_usage(tiny_backend, server_factory):
 
 async def test_sdk_async_non_stream(tiny_backend, server_factory):
     with server_factory(tiny_backend, **NO_AUDIO) as addr:
-        client = AsyncOpenAI(base_url=f"http://{addr}/v1", api_key="x", max_retries=0)
-        a, b = await asyncio.gather(
-            client.chat.completions.create(model=MODEL, messages=user("one"), max_tokens=10, temperature=0),
-            client.chat.completions.create(model=MODEL, messages=user("one"), max_tokens=10, temperature=0),
-        )
-        await client.close()
+        async with AsyncOpenAI(base_url=f"http://{addr}/v1", api_key="x", max_retries=0) as client:
+            a, b = await asyncio.gather(
+                client.chat.completions.create(model=MODEL, messages=user("one"), max_tokens=10, temperature=0),
+                client.chat.completions.create(model=MODEL, messages=user("one"), max_tokens=10, temperature=0),
+            )
     assert a.id != b.id
     assert a.choices[0].message.content == b.choices[0].message.content  # concurrent, greedy: same text
 
@@ -90,9 +88,9 @@ async def test_sdk_async_non_stream(tiny_backend, server_factory):
 
 def test_max_tokens_gives_finish_reason_length(tiny_backend, server_factory):
     with server_factory(tiny_backend, **NO_AUDIO) as addr:
-        client = OpenAI(base_url=f"http://{addr}/v1", api_key="x", max_retries=0)
-        r = client.chat.completions.create(model=MODEL, messages=user("talk"), max_tokens=5, temperature=0)
-        r2 = client.chat.completions.create(model=MODEL, messages=user("talk"), max_completion_tokens=7)
+        with OpenAI(base_url=f"http://{addr}/v1", api_key="x", max_retries=0) as client:
+            r = client.chat.completions.create(model=MODEL, messages=user("talk"), max_tokens=5, temperature=0)
+            r2 = client.chat.completions.create(model=MODEL, messages=user("talk"), max_completion_tokens=7)
     assert r.choices[0].finish_reason == "length" and r.usage.completion_tokens == 5
     assert r2.choices[0].finish_reason == "length" and r2.usage.completion_tokens == 7
 
@@ -201,10 +199,10 @@ def test_api_keys_are_required_when_configured(tiny_backend, server_factory):
         assert_error(
             post(addr, body(max_tokens=2), headers={"Authorization": "Bearer k-wrong"}), 401, "invalid_api_key"
         )
-        ok = OpenAI(base_url=f"http://{addr}/v1", api_key="k-right", max_retries=0)
-        assert ok.chat.completions.create(model=MODEL, messages=user("hi"), max_tokens=2).choices
-        r = httpx.get(f"http://{addr}/v1/chat/completions/chatcmpl-x/stream", timeout=30)
-        assert_error(r, 401, "invalid_api_key")
+        with OpenAI(base_url=f"http://{addr}/v1", api_key="k-right", max_retries=0) as ok:
+            assert ok.chat.completions.create(model=MODEL, messages=user("hi"), max_tokens=2).choices
+            r = httpx.get(f"http://{addr}/v1/chat/completions/chatcmpl-x/stream", timeout=30)
+            assert_error(r, 401, "invalid_api_key")
 
 
 def test_body_over_the_limit_is_413(tiny_backend, server_factory):

@@ -45,18 +45,17 @@ def test_sdk_non_stream_reads_the_prompt_raw(tiny_backend, server_factory):
 
 async def test_sdk_stream_matches_non_stream_with_usage(tiny_backend, server_factory):
     with server_factory(tiny_backend, **NO_AUDIO) as addr:
-        client = AsyncOpenAI(base_url=f"http://{addr}/v1", api_key="x", max_retries=0)
-        ref = await client.completions.create(model=MODEL, prompt=PROMPT, max_tokens=30, temperature=0)
-        stream = await client.completions.create(
-            model=MODEL,
-            prompt=PROMPT,
-            max_tokens=30,
-            temperature=0,
-            stream=True,
-            stream_options={"include_usage": True},
-        )
-        chunks = [c async for c in stream]
-        await client.close()
+        async with AsyncOpenAI(base_url=f"http://{addr}/v1", api_key="x", max_retries=0) as client:
+            ref = await client.completions.create(model=MODEL, prompt=PROMPT, max_tokens=30, temperature=0)
+            stream = await client.completions.create(
+                model=MODEL,
+                prompt=PROMPT,
+                max_tokens=30,
+                temperature=0,
+                stream=True,
+                stream_options={"include_usage": True},
+            )
+            chunks = [c async for c in stream]
     *body, last = chunks
     assert last.choices == [] and last.usage.completion_tokens == ref.usage.completion_tokens
     assert all(c.object == "text_completion" and c.id == chunks[0].id and c.usage is None for c in body)

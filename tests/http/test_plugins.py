@@ -77,22 +77,22 @@ def test_plugin_reads_files_in_chat_inline_and_uploaded(plugin, server_factory, 
     with server_factory(FakeBackend(), **NO_AUDIO, **{"files.folder": str(tmp_path / "files")}) as addr:
         names = addr.call(lambda: addr.services.processors.names)
         image_proc = addr.call(lambda: addr.services.processors.find("image/png").name)
-        client = OpenAI(base_url=f"http://{addr}/v1", api_key="x", max_retries=0)
-        f = client.files.create(file=("note.txt", NOTE.encode(), "text/plain"), purpose="user_data")
-        with pytest.raises(BadRequestError) as bad:
-            client.files.create(file=("bad.txt", b"\xff\xfe\xfa", "text/plain"), purpose="user_data")
+        with OpenAI(base_url=f"http://{addr}/v1", api_key="x", max_retries=0) as client:
+            f = client.files.create(file=("note.txt", NOTE.encode(), "text/plain"), purpose="user_data")
+            with pytest.raises(BadRequestError) as bad:
+                client.files.create(file=("bad.txt", b"\xff\xfe\xfa", "text/plain"), purpose="user_data")
 
-        def ask(file: dict) -> httpx.Response:
-            body = {
-                "model": "fake",
-                "max_tokens": 4,
-                "messages": [{"role": "user", "content": [{"type": "file", "file": file}]}],
-            }
-            return httpx.post(f"http://{addr}/v1/chat/completions", json=body, timeout=60)
+            def ask(file: dict) -> httpx.Response:
+                body = {
+                    "model": "fake",
+                    "max_tokens": 4,
+                    "messages": [{"role": "user", "content": [{"type": "file", "file": file}]}],
+                }
+                return httpx.post(f"http://{addr}/v1/chat/completions", json=body, timeout=60)
 
-        inline = ask({"file_data": data_url, "filename": "note.txt"})
-        by_id = ask({"file_id": f.id})
-        unknown_type = ask({"file_data": "data:application/x-nothing;base64,AAAA"})
+            inline = ask({"file_data": data_url, "filename": "note.txt"})
+            by_id = ask({"file_id": f.id})
+            unknown_type = ask({"file_data": "data:application/x-nothing;base64,AAAA"})
     assert names == ["audio", "image", "text"] and image_proc == "image"  # one registry for all
     assert bad.value.body["code"] == "invalid_text"  # the plugin checked the upload
     want = expected_prompt_len(f"Document says: {NOTE}")
@@ -105,16 +105,16 @@ def test_plugin_reads_files_in_chat_inline_and_uploaded(plugin, server_factory, 
 async def test_plugin_reads_input_file_parts_on_realtime(plugin, server_factory, tmp_path):
     data_url = "data:text/plain;base64," + base64.b64encode(NOTE.encode()).decode()
     with server_factory(FakeBackend(), **NO_AUDIO, **{"files.folder": str(tmp_path / "files")}) as addr:
-        client = OpenAI(base_url=f"http://{addr}/v1", api_key="x", max_retries=0)
-        f = client.files.create(file=("note.txt", NOTE.encode(), "text/plain"), purpose="user_data")
-        rt = await RealtimeClient.connect(addr, "model=fake")
-        await rt.until("session.created")
-        for part in ({"type": "input_file", "file_id": f.id}, {"type": "input_file", "file_data": data_url}):
-            item = {"type": "message", "role": "user", "content": [part]}
-            await rt.send({"type": "conversation.item.create", "item": item})
-        added = [await rt.until("conversation.item.added", timeout=30) for _ in range(2)]
-        done = await rt.ask("and?", max_output_tokens=3)
-        await rt.close()
+        with OpenAI(base_url=f"http://{addr}/v1", api_key="x", max_retries=0) as client:
+            f = client.files.create(file=("note.txt", NOTE.encode(), "text/plain"), purpose="user_data")
+            rt = await RealtimeClient.connect(addr, "model=fake")
+            await rt.until("session.created")
+            for part in ({"type": "input_file", "file_id": f.id}, {"type": "input_file", "file_data": data_url}):
+                item = {"type": "message", "role": "user", "content": [part]}
+                await rt.send({"type": "conversation.item.create", "item": item})
+            added = [await rt.until("conversation.item.added", timeout=30) for _ in range(2)]
+            done = await rt.ask("and?", max_output_tokens=3)
+            await rt.close()
     texts = [a["item"]["content"][0]["text"] for a in added]
     assert texts == [f"Document says: {NOTE}"] * 2
     assert done["response"]["status"] in ("completed", "incomplete")
