@@ -100,40 +100,42 @@ async def test_realtime_turns_through_llama_server(engine):
 def test_chat_completions_stream_and_not_with_sampling_passed_through(engine):
     from openai import OpenAI
 
-    with gateway(engine.base_url) as addr:
-        with OpenAI(base_url=f"http://{addr}/v1", api_key="unused", max_retries=0, timeout=120) as client:
-            msgs = user("What is the capital of France?")
-            want = direct(engine.base_url, msgs, max_tokens=20, temperature=0.0, top_p=1.0)
-            full = client.chat.completions.create(model="smollm2-engine", messages=msgs, max_tokens=20)  # type: ignore[arg-type]
-            assert full.choices[0].message.content == want["choices"][0]["message"]["content"]
-            assert full.usage is not None and full.usage.completion_tokens == want["usage"]["completion_tokens"]
-            parts, usage = [], None
-            for ch in client.chat.completions.create(
-                model="smollm2-engine",
-                messages=msgs,  # type: ignore[arg-type]
-                max_tokens=20,
-                stream=True,
-                stream_options={"include_usage": True},
-            ):
-                parts += [c.delta.content or "" for c in ch.choices]
-                usage = ch.usage or usage
-            assert "".join(parts) == full.choices[0].message.content
-            assert usage is not None and usage.completion_tokens == want["usage"]["completion_tokens"]
-            # max_tokens, temperature and seed reach the engine: a seeded sample equals the engine's own
-            capped = client.chat.completions.create(model="smollm2-engine", messages=msgs, max_tokens=3)  # type: ignore[arg-type]
-            assert capped.choices[0].finish_reason == "length" and capped.usage and capped.usage.completion_tokens == 3
-            story = user("Tell me a short story.")
-            sampled = client.chat.completions.create(
-                model="smollm2-engine",
-                messages=story,  # type: ignore[arg-type]
-                max_tokens=24,
-                temperature=1.3,
-                seed=1234,
-            )
-            ref = direct(engine.base_url, story, max_tokens=24, temperature=1.3, top_p=1.0, seed=1234)
-            greedy = direct(engine.base_url, story, max_tokens=24, temperature=0.0, top_p=1.0)
-            assert sampled.choices[0].message.content == ref["choices"][0]["message"]["content"]
-            assert ref["choices"][0]["message"]["content"] != greedy["choices"][0]["message"]["content"]
+    with (
+        gateway(engine.base_url) as addr,
+        OpenAI(base_url=f"http://{addr}/v1", api_key="unused", max_retries=0, timeout=120) as client,
+    ):
+        msgs = user("What is the capital of France?")
+        want = direct(engine.base_url, msgs, max_tokens=20, temperature=0.0, top_p=1.0)
+        full = client.chat.completions.create(model="smollm2-engine", messages=msgs, max_tokens=20)  # type: ignore[arg-type]
+        assert full.choices[0].message.content == want["choices"][0]["message"]["content"]
+        assert full.usage is not None and full.usage.completion_tokens == want["usage"]["completion_tokens"]
+        parts, usage = [], None
+        for ch in client.chat.completions.create(
+            model="smollm2-engine",
+            messages=msgs,  # type: ignore[arg-type]
+            max_tokens=20,
+            stream=True,
+            stream_options={"include_usage": True},
+        ):
+            parts += [c.delta.content or "" for c in ch.choices]
+            usage = ch.usage or usage
+        assert "".join(parts) == full.choices[0].message.content
+        assert usage is not None and usage.completion_tokens == want["usage"]["completion_tokens"]
+        # max_tokens, temperature and seed reach the engine: a seeded sample equals the engine's own
+        capped = client.chat.completions.create(model="smollm2-engine", messages=msgs, max_tokens=3)  # type: ignore[arg-type]
+        assert capped.choices[0].finish_reason == "length" and capped.usage and capped.usage.completion_tokens == 3
+        story = user("Tell me a short story.")
+        sampled = client.chat.completions.create(
+            model="smollm2-engine",
+            messages=story,  # type: ignore[arg-type]
+            max_tokens=24,
+            temperature=1.3,
+            seed=1234,
+        )
+        ref = direct(engine.base_url, story, max_tokens=24, temperature=1.3, top_p=1.0, seed=1234)
+        greedy = direct(engine.base_url, story, max_tokens=24, temperature=0.0, top_p=1.0)
+        assert sampled.choices[0].message.content == ref["choices"][0]["message"]["content"]
+        assert ref["choices"][0]["message"]["content"] != greedy["choices"][0]["message"]["content"]
 
 
 def first_deltas(url: str, body: dict[str, Any], n: int = 2) -> list[str]:

@@ -23,9 +23,11 @@ from tests.wsclient import RealtimeClient
 
 
 def test_sdk_sync_non_stream(tiny_backend, server_factory):
-    with server_factory(tiny_backend, **NO_AUDIO) as addr:
-        with OpenAI(base_url=f"http://{addr}/v1", api_key="x", max_retries=0) as client:
-            r = client.chat.completions.create(model=MODEL, messages=user("Say hi"), max_tokens=12, temperature=0)
+    with (
+        server_factory(tiny_backend, **NO_AUDIO) as addr,
+        OpenAI(base_url=f"http://{addr}/v1", api_key="x", max_retries=0) as client,
+    ):
+        r = client.chat.completions.create(model=MODEL, messages=user("Say hi"), max_tokens=12, temperature=0)
     assert r.object == "chat.completion" and r.id.startswith("chatcmpl-") and r.model == MODEL
     choice = r.choices[0]
     assert choice.message.role == "assistant" and choice.message.content
@@ -36,13 +38,15 @@ def test_sdk_sync_non_stream(tiny_backend, server_factory):
 
 
 def test_sdk_sync_stream_matches_non_stream(tiny_backend, server_factory):
-    with server_factory(tiny_backend, **NO_AUDIO) as addr:
-        with OpenAI(base_url=f"http://{addr}/v1", api_key="x", max_retries=0) as client:
-            ref = client.chat.completions.create(model=MODEL, messages=user("count"), max_tokens=30, temperature=0)
-            stream = client.chat.completions.create(
-                model=MODEL, messages=user("count"), max_tokens=30, temperature=0, stream=True
-            )
-            chunks = list(stream)
+    with (
+        server_factory(tiny_backend, **NO_AUDIO) as addr,
+        OpenAI(base_url=f"http://{addr}/v1", api_key="x", max_retries=0) as client,
+    ):
+        ref = client.chat.completions.create(model=MODEL, messages=user("count"), max_tokens=30, temperature=0)
+        stream = client.chat.completions.create(
+            model=MODEL, messages=user("count"), max_tokens=30, temperature=0, stream=True
+        )
+        chunks = list(stream)
     assert chunks[0].choices[0].delta.role == "assistant"
     assert all(c.object == "chat.completion.chunk" and c.id == chunks[0].id for c in chunks)
     assert "".join(c.choices[0].delta.content or "" for c in chunks) == ref.choices[0].message.content
@@ -87,10 +91,12 @@ async def test_sdk_async_non_stream(tiny_backend, server_factory):
 
 
 def test_max_tokens_gives_finish_reason_length(tiny_backend, server_factory):
-    with server_factory(tiny_backend, **NO_AUDIO) as addr:
-        with OpenAI(base_url=f"http://{addr}/v1", api_key="x", max_retries=0) as client:
-            r = client.chat.completions.create(model=MODEL, messages=user("talk"), max_tokens=5, temperature=0)
-            r2 = client.chat.completions.create(model=MODEL, messages=user("talk"), max_completion_tokens=7)
+    with (
+        server_factory(tiny_backend, **NO_AUDIO) as addr,
+        OpenAI(base_url=f"http://{addr}/v1", api_key="x", max_retries=0) as client,
+    ):
+        r = client.chat.completions.create(model=MODEL, messages=user("talk"), max_tokens=5, temperature=0)
+        r2 = client.chat.completions.create(model=MODEL, messages=user("talk"), max_completion_tokens=7)
     assert r.choices[0].finish_reason == "length" and r.usage.completion_tokens == 5
     assert r2.choices[0].finish_reason == "length" and r2.usage.completion_tokens == 7
 

@@ -104,17 +104,19 @@ def test_plugin_reads_files_in_chat_inline_and_uploaded(plugin, server_factory, 
 
 async def test_plugin_reads_input_file_parts_on_realtime(plugin, server_factory, tmp_path):
     data_url = "data:text/plain;base64," + base64.b64encode(NOTE.encode()).decode()
-    with server_factory(FakeBackend(), **NO_AUDIO, **{"files.folder": str(tmp_path / "files")}) as addr:
-        with OpenAI(base_url=f"http://{addr}/v1", api_key="x", max_retries=0) as client:
-            f = client.files.create(file=("note.txt", NOTE.encode(), "text/plain"), purpose="user_data")
-            rt = await RealtimeClient.connect(addr, "model=fake")
-            await rt.until("session.created")
-            for part in ({"type": "input_file", "file_id": f.id}, {"type": "input_file", "file_data": data_url}):
-                item = {"type": "message", "role": "user", "content": [part]}
-                await rt.send({"type": "conversation.item.create", "item": item})
-            added = [await rt.until("conversation.item.added", timeout=30) for _ in range(2)]
-            done = await rt.ask("and?", max_output_tokens=3)
-            await rt.close()
+    with (
+        server_factory(FakeBackend(), **NO_AUDIO, **{"files.folder": str(tmp_path / "files")}) as addr,
+        OpenAI(base_url=f"http://{addr}/v1", api_key="x", max_retries=0) as client,
+    ):
+        f = client.files.create(file=("note.txt", NOTE.encode(), "text/plain"), purpose="user_data")
+        rt = await RealtimeClient.connect(addr, "model=fake")
+        await rt.until("session.created")
+        for part in ({"type": "input_file", "file_id": f.id}, {"type": "input_file", "file_data": data_url}):
+            item = {"type": "message", "role": "user", "content": [part]}
+            await rt.send({"type": "conversation.item.create", "item": item})
+        added = [await rt.until("conversation.item.added", timeout=30) for _ in range(2)]
+        done = await rt.ask("and?", max_output_tokens=3)
+        await rt.close()
     texts = [a["item"]["content"][0]["text"] for a in added]
     assert texts == [f"Document says: {NOTE}"] * 2
     assert done["response"]["status"] in ("completed", "incomplete")
