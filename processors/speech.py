@@ -203,10 +203,10 @@ def word_ends(counts: list[int], timeline: list[tuple[str, float]], n: int) -> t
     for words, (g0, g1) in _pair(counts, [last - first + 1 for first, last in groups]):
         first, last = groups[g0][0], groups[g1 - 1][1]
         share = [counts[w] or 1 for w in range(*words)]
-        acc = 0
+        total, acc = sum(share), 0
         for c in share:
             acc += c
-            k = first + round((last - first + 1) * acc / sum(share)) - 1
+            k = first + round((last - first + 1) * acc / total) - 1
             ends.append(min(round(sounds[min(max(k, first), last)]), n))
     return tuple(ends)
 

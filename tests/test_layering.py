@@ -7,10 +7,8 @@ import ast
 import functools
 from pathlib import Path
 
-from tests.docgen import parsed
+from tests.docgen import PACKAGES, ROOT, parsed
 
-ROOT = Path(__file__).resolve().parent.parent
-PACKAGES = ("gateway", "models", "processors")
 # modules that are pure logic: fed events, token ids and a clock, tested with integers and fakes
 PURE = (
     "gateway.realtime.protocol",
