@@ -29,6 +29,7 @@ import h11
 from uvicorn.protocols.http.h11_impl import H11Protocol
 from uvicorn.protocols.websockets.websockets_sansio_impl import WebSocketsSansIOProtocol
 from websockets.http11 import MAX_LINE_LENGTH, MAX_NUM_HEADERS
+from websockets.protocol import State
 
 from .config import ServerConfig
 from .wsreader import UNDECODED_TEXT, ChunkedReader
@@ -80,6 +81,14 @@ def guarded_protocols(
         def keepalive_timeout(self) -> None:
             super().keepalive_timeout()  # closes: which waits for a buffer the client does not read
             self.loop.call_later(self.close_timeout, self._abort_if_open)
+
+        def shutdown(self) -> None:
+            # After a peer's close frame, websockets has already answered it (state CLOSING) but
+            # uvicorn's close_sent stays False until the socket is gone: its shutdown would send a
+            # second close, which websockets refuses with InvalidState, failing the server's stop.
+            if self.handshake_complete and not self.close_sent and self.conn.state is not State.OPEN:
+                self.close_sent = True
+            super().shutdown()
 
         def _abort_if_open(self) -> None:
             if not self.disconnected:
