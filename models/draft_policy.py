@@ -48,13 +48,20 @@ def expected_tokens(a: float, k: int) -> float:
 class StepCosts:
     """Relative seconds of a forward by its token count: ``cost(1) == 1``.
 
-    ``seed[i]`` is the calibrated cost of ``i + 1`` tokens (the start-up curve). Each ``observe``
-    moves the running seconds of that token count by ``weight``; a count's own ratio to the
-    one-token seconds replaces the seed once both have ``min_seen`` observations. The result is
-    made non-decreasing in the token count, so noise cannot make more tokens look cheaper.
+    ``seed[i]`` is the calibrated cost of ``i + 1`` tokens (the start-up curve: one sequence, on a
+    quiet start). Each ``observe`` moves the running seconds of that token count by ``weight``; a
+    count with ``min_seen`` observations is *observed*. The table takes observed counts as measured
+    (relative to a one-token step, or, before one is observed, to the calibration at the smallest
+    observed count), interpolates linearly between two observed counts, and elsewhere follows the
+    calibration's shape scaled to the nearest observed count: a batch of many sequences costs more
+    than the one-sequence calibration says, and an unobserved count must not look cheaper than the
+    observed one below it — else every draft past a batch's plain step would look free. The result
+    is made non-decreasing in the token count, so noise cannot make more tokens look cheaper.
     """
 
-    def __init__(self, seed: Sequence[float] = (1.0,), weight: float = 0.1, max_tokens: int = 64, min_seen: int = 3):
+    REFRESH = 16
+
+    def __init__(self, seed: Sequence[float] = (1.0,), weight: float = 0.1, max_tokens: int = 128, min_seen: int = 3):
         self.seed = tuple(float(c) for c in seed) or (1.0,)
         self.weight = weight
         self.max_tokens = max_tokens
@@ -63,6 +70,7 @@ class StepCosts:
         self._seen: dict[int, int] = {}
         self._last_step: object = None
         self._table: list[float] | None = None  # cost(1..max_tokens), rebuilt after observations
+        self._stale = 0  # observations since the table was built
 
     def observe(self, tokens: int, seconds: float, step: object = None) -> None:
         """One decode/verify forward of ``tokens`` tokens took ``seconds``. ``step``: an id of the
@@ -76,15 +84,41 @@ class StepCosts:
         old = self._secs.get(tokens)
         self._secs[tokens] = seconds if old is None else old + self.weight * (seconds - old)
         self._seen[tokens] = self._seen.get(tokens, 0) + 1
-        self._table = None
+        self._stale += 1
+        # a rebuild costs ~0.1 ms of Python: the running means move slowly, so the table is rebuilt
+        # when a count becomes observed and every REFRESH observations after
+        if self._seen[tokens] == self.min_seen or self._stale >= self.REFRESH:
+            self._table = None
 
     def _build(self) -> list[float]:
-        one = self._secs.get(1) if self._seen.get(1, 0) >= self.min_seen else None
-        out, top = [], 1.0
-        for t in range(1, self.max_tokens + 1):
-            c = cost_at(self.seed, t - 1)
-            if one is not None and t > 1 and self._seen.get(t, 0) >= self.min_seen:
-                c = self._secs[t] / one
+        self._stale = 0
+        n = self.max_tokens
+        seed = [cost_at(self.seed, t - 1) for t in range(1, n + 1)]  # seed[t - 1]: t tokens
+        seen = sorted(t for t, c in self._seen.items() if c >= self.min_seen)
+        raw = seed
+        if seen:
+            first = seen[0]
+            unit = self._secs[first] / (1.0 if first == 1 else seed[first - 1])  # seconds of cost 1
+            obs, top = {}, 1.0
+            for t in seen:  # made non-decreasing first: a noisy count must not scale the counts past it down
+                top = max(top, self._secs[t] / unit)
+                obs[t] = top
+            raw, i = [], 0  # seen[i]: the first observed count >= t
+            for t in range(1, n + 1):
+                while i < len(seen) and seen[i] < t:
+                    i += 1
+                hi = seen[i] if i < len(seen) else None
+                lo = seen[i - 1] if i > 0 else None
+                if hi == t:
+                    raw.append(obs[t])
+                elif lo is not None and hi is not None:
+                    raw.append(obs[lo] + (obs[hi] - obs[lo]) * (t - lo) / (hi - lo))
+                else:
+                    near = lo if lo is not None else hi
+                    assert near is not None
+                    raw.append(seed[t - 1] * obs[near] / seed[near - 1])
+        out, top = [], 1.0  # (interpolation and scaling keep the order; this is for the seed itself)
+        for c in raw:
             top = max(top, c)
             out.append(top)
         return out

@@ -36,8 +36,23 @@ def test_step_costs_start_from_the_calibration_and_follow_the_engines_timings():
         costs.observe(1, 0.010, step=("a", i))
         costs.observe(3, 0.040, step=("b", i))
     assert costs.cost(3) == pytest.approx(4.0)
-    assert costs.cost(2) == pytest.approx(1.5)  # not observed: still the calibration
+    assert costs.cost(2) == pytest.approx(2.5)  # not observed: between its observed neighbours
+    assert costs.cost(5) == pytest.approx(6.0)  # past them: the calibration's shape at the observed level
     assert costs.one_step_seconds() == pytest.approx(0.010)
+
+
+def test_a_batch_that_costs_more_than_the_calibration_does_not_make_drafts_look_free():
+    # the calibration is one sequence's; eight sequences' one-token step costs 6 steps, not 4.17
+    costs = StepCosts(STEEP)
+    for i in range(3):
+        costs.observe(1, 0.010, step=("one", i))
+        costs.observe(8, 0.060, step=("eight", i))
+    assert costs.cost(8) == pytest.approx(6.0)
+    for t in range(9, 17):  # each draft past the batch's step still costs what the calibration says, scaled
+        assert costs.cost(t) == pytest.approx(STEEP[t - 1] * 6.0 / STEEP[7])
+    pol = DraftPolicy(costs, PolicyConfig())
+    pol.lookahead(7)  # seven others in the step
+    assert pol.best(0.6)[0] == 0  # an open-chat acceptance does not pay for its verify rows
 
 
 def test_step_costs_count_a_batch_step_once_and_stay_non_decreasing():
@@ -46,7 +61,7 @@ def test_step_costs_count_a_batch_step_once_and_stay_non_decreasing():
         costs.observe(1, 0.010, step=7)
     assert costs._seen[1] == 1
     costs.observe(2, 0.005, step=8)  # noise: two tokens "faster" than one
-    assert costs.cost(2) == 1.0 and costs.cost(3) == 3.0
+    assert costs.cost(2) == 1.0 and costs.cost(3) == 1.5  # the calibration's 2 → 3 step, from the level at 2
     assert list(costs.curve(3)) == sorted(costs.curve(3))
 
 
