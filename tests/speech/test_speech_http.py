@@ -4,8 +4,11 @@ A real uvicorn, the real Piper voice, a fake model that answers in words (testki
 from __future__ import annotations
 
 import base64
+import contextlib
 import io
 import json
+from collections.abc import Iterator
+from typing import Any
 
 import httpx
 import numpy as np
@@ -20,16 +23,23 @@ from tests.http.helpers import NO_AUDIO, user
 MODEL = "fake"
 
 
+@contextlib.contextmanager
+def sdk_client(server_factory: Any) -> Iterator[tuple[str, OpenAI]]:
+    """A server on the fake model and an openai SDK client of it, both closed after."""
+    with (
+        server_factory(FakeBackend(answer_tokens=12), **NO_AUDIO) as addr,
+        OpenAI(base_url=f"http://{addr}/v1", api_key="x", max_retries=0) as client,
+    ):
+        yield addr, client
+
+
 def voiced(pcm: bytes) -> bool:
     a = np.frombuffer(pcm, dtype="<i2")
     return len(a) > 2400 and int(np.abs(a).max()) > 1000
 
 
 def test_speech_streams_pcm_with_the_sdk(server_factory):
-    with (
-        server_factory(FakeBackend(answer_tokens=12), **NO_AUDIO) as addr,
-        OpenAI(base_url=f"http://{addr}/v1", api_key="x", max_retries=0) as client,
-    ):
+    with sdk_client(server_factory) as (_, client):
         parts = []
         with client.audio.speech.with_streaming_response.create(
             model="tts-1", voice="alloy", input="Hello there. The train leaves at 3:30 pm.", response_format="pcm"
@@ -44,10 +54,7 @@ def test_speech_streams_pcm_with_the_sdk(server_factory):
 
 
 def test_speech_wav_and_sse(server_factory):
-    with (
-        server_factory(FakeBackend(answer_tokens=12), **NO_AUDIO) as addr,
-        OpenAI(base_url=f"http://{addr}/v1", api_key="x", max_retries=0) as client,
-    ):
+    with sdk_client(server_factory) as (addr, client):
         wav = client.audio.speech.create(model=MODEL, voice="joe", input="Good morning.", response_format="wav")
         audio, rate = sf.read(io.BytesIO(wav.content), dtype="int16")
         assert rate == 24_000 and voiced(audio.tobytes())
@@ -86,10 +93,7 @@ def test_speech_refuses_bad_requests_clearly(server_factory, payload, param):
 
 
 def test_chat_completion_with_audio(server_factory):
-    with (
-        server_factory(FakeBackend(answer_tokens=12), **NO_AUDIO) as addr,
-        OpenAI(base_url=f"http://{addr}/v1", api_key="x", max_retries=0) as client,
-    ):
+    with sdk_client(server_factory) as (_, client):
         r = client.chat.completions.create(
             model=MODEL,
             messages=user("Say hi"),
@@ -107,10 +111,7 @@ def test_chat_completion_with_audio(server_factory):
 
 
 def test_chat_completion_streams_audio_deltas(server_factory):
-    with (
-        server_factory(FakeBackend(answer_tokens=12), **NO_AUDIO) as addr,
-        OpenAI(base_url=f"http://{addr}/v1", api_key="x", max_retries=0) as client,
-    ):
+    with sdk_client(server_factory) as (_, client):
         stream = client.chat.completions.create(
             model=MODEL,
             messages=user("Say hi"),
