@@ -108,8 +108,9 @@ class SchedulerDefaults(_Frozen):
     max_chunk_tokens: MaxChunkTokens | None = None  # override the preset's maximum chunk
     lookahead_tokens: LookaheadTokens | None = None  # most draft tokens per verify step (0: no drafting)
     task_hint: TaskHint | None = None  # adapts chunking (models.scheduler)
-    # the first chunk goes out without waiting for where its last word ends (maybe mid-word; docs/REMOTE.md);
-    # None: on with backend: openai (the engine's first delta, as a direct client sees it), off for local models
+    # the first chunk goes out without waiting for where its last word ends (maybe mid-word; docs/PROTOCOL.md);
+    # None: on for text replies (the first token at once, as a direct client of the engine sees it), always off
+    # for spoken ones (a chunk is said as it is)
     eager_first: bool | None = None
 
     @model_validator(mode="after")

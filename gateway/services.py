@@ -114,14 +114,14 @@ class Services:
         strategy = d.pop("strategy", "balanced")
         if self.image_gen is not None:
             d.setdefault("intercept", ("<image>", "</image>"))
-        if self.engine.streams_text:
-            # a remote engine's first delta goes out as it comes (docs/REMOTE.md): waiting for its word's end
-            # costs a whole token interval of TTFT over the engine's own stream
-            d.setdefault("eager_first", True)
-            if d["eager_first"]:
-                # ... and that delta alone is the first chunk: a preset's 2-word first chunk would wait for the
-                # second delta all the same (RemoteJob counts a word as one token)
-                d.setdefault("first_chunk_tokens", 1)
+        # the first token goes out as it comes, as a plain OpenAI stream's first delta does: waiting for its
+        # word's end costs one decode step of TTFT, a step of the whole batch (50-100 ms with 8 sessions here).
+        # Spoken replies turn this off (speech_out.whole_words): a chunk is said as it is.
+        d.setdefault("eager_first", True)
+        if d["eager_first"]:
+            # ... and that token alone is the first chunk: a preset's 2-token first chunk would wait a step
+            # all the same (a remote engine's RemoteJob counts a word as one token)
+            d.setdefault("first_chunk_tokens", 1)
         if self.drafter_factory is None:
             d["lookahead_tokens"] = 0  # nothing drafts
         else:

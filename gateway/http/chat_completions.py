@@ -18,6 +18,7 @@ from models.toolplan import ToolPlan
 
 from ..filters import CONTENT_FILTER, FILTER_FAILED, ResponseFilter
 from ..grammars import CompileBusy, off_loop
+from ..realtime.speech_out import whole_words
 from ..services import Services
 from ..tokenize import chat_tokens
 from ..tools import chat as mcp_chat
@@ -83,6 +84,8 @@ def chat_job(
     sched: dict[str, Any] = req.scheduler.model_dump(exclude_none=True) if req.scheduler else {}
     sched["stop"] = req.stop_sequences()
     sched["tool_intercept"] = TOOL_TAGS  # the model's tool-call markup never reaches the text
+    if req.modalities and "audio" in req.modalities:
+        sched = whole_words(sched)
     try:
         return svc.decode_job(
             svc.backend.new_state(),

@@ -14,6 +14,7 @@ from . import functions, truncation
 from . import protocol as p
 from .actions import Output, StartResponse
 from .conversation import Item, ItemError
+from .speech_out import whole_words
 
 
 class Host(Protocol):
@@ -82,6 +83,8 @@ def plan(s: Host, ev: p.ResponseCreate, rid: str, extra: list[dict[str, str]]) -
     modalities = list(pick("output_modalities") or ["text"])
     if "audio" in modalities:  # spoken with its transcript, or as text where no voice is loaded
         modalities = ["audio"] if s.defaults.speech is not None else ["text"]
+    if modalities == ["audio"]:
+        sched = whole_words(sched)
     where = "response" if opts.tools is not None or opts.tool_choice is not None else "session"
     try:
         parallel = pick("parallel_tool_calls") is not False

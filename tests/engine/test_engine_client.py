@@ -106,11 +106,11 @@ def test_services_ask_the_engine_not_its_type():
     eng = ManualEngine(1, 1)
     backend = types.SimpleNamespace(name="m", max_context=64)
     svc = Services(load_config(None), backend, eng, None)  # type: ignore[arg-type]
-    assert svc.tokenizes is False and svc.scheduler_config({}).eager_first is True
+    assert svc.tokenizes is False
     assert svc.decode_job(None, [{"role": "user", "content": "hi"}], svc.sampling(), {}) == "hi"  # type: ignore[arg-type]
     assert session_defaults(svc).count_tokens is None  # nothing to count with here
     eng.tokenizes, eng.streams_text = True, False  # type: ignore[misc]
-    assert svc.tokenizes is True and svc.scheduler_config({}).eager_first is False
+    assert svc.tokenizes is True
 
 
 def test_a_remote_engine_builds_remote_jobs_for_its_model_only():

@@ -237,7 +237,7 @@ def test_extra_body_reaches_the_engine_but_never_overrides_the_stream_shape():
         m.close()
 
 
-def test_eager_first_is_on_by_default_with_a_remote_engine_only(model):
+def test_eager_first_is_on_by_default_with_any_engine(model):
     from gateway.config import load_config
     from gateway.services import Services
     from models.engine import Engine
@@ -246,17 +246,17 @@ def test_eager_first_is_on_by_default_with_a_remote_engine_only(model):
     cfg = load_config(None)
     remote_engine, local_engine = RemoteEngine(max_running=1), Engine(max_running=1)
     try:
-        remote = Services(cfg, model, remote_engine, None)  # type: ignore[arg-type]  # scheduler_config: no registry
-        assert remote.scheduler_config({}).eager_first is True
-        assert remote.scheduler_config({}).first_chunk_tokens == 1  # the default preset's 2 would wait for a 2nd delta
-        assert remote.scheduler_config({"eager_first": False}).first_chunk_tokens == 2  # whole words: the preset's
-        assert remote.scheduler_config({"eager_first": False}).eager_first is False  # per session / request
+        for svc in (
+            Services(cfg, model, remote_engine, None),  # type: ignore[arg-type]  # scheduler_config: no registry
+            Services(cfg, object(), local_engine, None),  # type: ignore[arg-type]
+        ):
+            assert svc.scheduler_config({}).eager_first is True
+            assert svc.scheduler_config({}).first_chunk_tokens == 1  # the default preset's 2 would wait a step
+            assert svc.scheduler_config({"eager_first": False}).first_chunk_tokens == 2  # whole words: the preset's
+            assert svc.scheduler_config({"eager_first": False}).eager_first is False  # per session / request
         off = load_config(None, **{"scheduler.eager_first": False})  # server-wide
         assert Services(off, model, remote_engine, None).scheduler_config({}).eager_first is False  # type: ignore[arg-type]
-        local = Services(cfg, object(), local_engine, None)  # type: ignore[arg-type]  # a local engine: unchanged
-        assert local.scheduler_config({}).eager_first is False
-        on = load_config(None, **{"scheduler.eager_first": True})  # a local model may opt in
-        assert Services(on, object(), local_engine, None).scheduler_config({}).eager_first is True  # type: ignore[arg-type]
+        assert Services(off, object(), local_engine, None).scheduler_config({}).eager_first is False  # type: ignore[arg-type]
     finally:
         remote_engine.close()
         local_engine.close()

@@ -70,6 +70,18 @@ def spoken_reply(s: Session, chunks: list[str]) -> tuple[str, list[dict[str, Any
     return start.response_id, events, speaks
 
 
+def test_a_spoken_reply_never_starts_with_half_a_word() -> None:
+    # each chunk is said as it is: an eager first chunk ("B" of "Boil") would be read as a letter
+    s = make()
+    handled(s, ev('{"type":"session.update","session":{"type":"realtime","scheduler":{"eager_first":true}}}'))
+    handled(s, ev(USER))
+    spoken = handled(s, ev(AUDIO_RESPONSE)).actions[0]
+    assert isinstance(spoken, StartResponse) and spoken.scheduler["eager_first"] is False
+    s.on_done(spoken.response_id, "stop", {"tokens": 0}, {"output_tokens": 0, "total_tokens": 0})
+    text = handled(s, ev('{"type":"response.create","response":{"output_modalities":["text"]}}')).actions[0]
+    assert isinstance(text, StartResponse) and text.scheduler["eager_first"] is True  # the session's choice
+
+
 def test_an_audio_response_speaks_each_chunk_and_closes_after_the_last_audio() -> None:
     s = make()
     rid, events, speaks = spoken_reply(s, ["Hello there, ", "it is 5 km."])
