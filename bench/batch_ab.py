@@ -67,14 +67,17 @@ def measure(rounds: list[dict[str, Any]]) -> dict[str, float]:
     }
 
 
-async def one_round(run: Round, n: int, work: str, tokens: int) -> dict[str, float]:
-    qs = workload(work, max(n, 8))
+async def one_round(run: Round, n: int, work: str, tokens: int, tag: str = "") -> dict[str, float]:
+    """``tag``: put before every prompt (a repetition's own prompts: no exact prompt is cached from before)."""
+    qs = [tag + q for q in workload(work, max(n, 8))]
     if n == 1:  # every prompt alone, one after another
         return measure([await run([q], tokens) for q in dict.fromkeys(qs)])
     return measure([await run(qs[:n], tokens)])
 
 
-async def campaign(systems: dict[str, Round], ns: list[int], reps: int, work: str, tokens: int) -> dict[str, Any]:
+async def campaign(
+    systems: dict[str, Round], ns: list[int], reps: int, work: str, tokens: int, fresh: bool = False
+) -> dict[str, Any]:
     names = list(systems)
     for run in systems.values():  # warm-up: graphs, caches, first allocations
         await run(["Hi"], 16)
@@ -83,7 +86,7 @@ async def campaign(systems: dict[str, Round], ns: list[int], reps: int, work: st
         for n in ns:
             order = names[rep % len(names) :] + names[: rep % len(names)]  # who goes first rotates
             for name in order:
-                m = await one_round(systems[name], n, work, tokens)
+                m = await one_round(systems[name], n, work, tokens, f"(Round {rep + 1}) " if fresh else "")
                 m["loadavg"] = os.getloadavg()[0]
                 results[name][n].append(m)
                 print(f"rep {rep} N={n} {name}: {m['tok/s']:.1f} tok/s, TTFT p99 {m['ttft_p99']:.0f} ms", flush=True)
@@ -133,6 +136,12 @@ def main() -> None:
     ap.add_argument("--threads", type=int, default=2, help="llama-server's threads (the gateway's default is 2)")
     ap.add_argument("--timeout", type=float, default=120.0, help="seconds any one receive may take")
     ap.add_argument("--name", default="batch_ab", help="results file name under bench/results/")
+    ap.add_argument(
+        "--fresh",
+        action="store_true",
+        help="each repetition's prompts start with its own tag, so no system finds a whole prompt in its cache from"
+        " an earlier repetition (llama-server's slots keep their last prompt; ours borrow any cached prefix)",
+    )
     ap.add_argument("--set", action="append", default=[], help="config override KEY=VALUE for both servers")
     args = ap.parse_args()
     ns = [int(x) for x in args.sessions.split(",")]
@@ -149,13 +158,14 @@ def main() -> None:
             systems[f"llama-server --parallel {max(ns)}"] = lambda qs, t, p=port: llama_server_round(
                 p, qs, t, args.timeout
             )
-        results = asyncio.run(campaign(systems, ns, args.reps, args.workload, args.tokens))
+        results = asyncio.run(campaign(systems, ns, args.reps, args.workload, args.tokens, args.fresh))
     rows = table(results, ns)
     md = f"# bench batch-ab — {machine()}\n\n"
     md += (
         f"Every system up at once, taking turns round by round ({args.reps} repetitions, the order rotating); "
         f"workload {args.workload} ({WORKLOAD_TEXT[args.workload]}), {args.tokens} tokens per reply, greedy"
-        f"{'; ' + ', '.join(args.set) if args.set else ''}. "
+        f"{'; ' + ', '.join(args.set) if args.set else ''}"
+        f"{'; fresh prompts each repetition' if args.fresh else '; the same prompts every repetition'}. "
         "A round: N sessions asking at once (N = 1: the prompts one after another). Ratios are per repetition "
         "(paired), median (min–max). loadavg: the highest 1-minute load seen at a round's end.\n\n"
     )
