@@ -153,21 +153,21 @@ class DecodeJob(JobLifecycle):
             self.observe_step(len(fw.tokens), seconds)
         return self._complete(rows, seconds)
 
-    def observe_step(self, tokens: int, seconds: float, step: object = None) -> None:
-        """A decode/verify forward that held ``tokens`` tokens (all of a batch's) took ``seconds``:
-        the drafting policy's verify-cost curve learns from it. ``step``: the engine step's id."""
+    def observe_step(self, tokens: int, seconds: float, step: object = None, seqs: int = 1) -> None:
+        """A decode/verify step of ``seqs`` sequences that held ``tokens`` tokens in all took
+        ``seconds``: the drafting policy's cost curves learn from it. ``step``: the engine step's id."""
         observe = getattr(self.verifier, "observe_step", None)
         if observe is not None:
-            observe(tokens, seconds, step)
+            observe(tokens, seconds, step, seqs)
 
     def plan(
         self, load: int = 0, prefill_budget: int | None = None, draft: bool = True, prefill_piece: int | None = None
     ) -> Forward | None:
         """What this step needs forwarded; None: nothing now (finished, or no prefill budget left).
 
-        ``load``: tokens of other jobs sharing the forward (the adaptive lookahead weighs drafts
-        against it); ``draft=False``: no drafting this step (the engine's batch already fills the
-        machine). ``prefill_budget``: the most prompt tokens this step may feed (None: all at once).
+        ``load``: other jobs sharing the step (the adaptive lookahead weighs drafts against it);
+        ``draft=False``: no drafting this step (the engine's batch already fills the machine).
+        ``prefill_budget``: the most prompt tokens this step may feed (None: all at once).
         ``prefill_piece``: the prompt goes in whole pieces of this many tokens (the last one shorter),
         cut where they would be cut alone, each when the budget holds all of it: where the budget
         cuts a prompt must not depend on who else is prefilling, because a backend's attention may
@@ -211,6 +211,11 @@ class DecodeJob(JobLifecycle):
                     drafts = drafts[: self.constraint.valid_prefix(drafts)]
         self._inflight = Advance(tok, drafts, len(self.state.tokens))
         return Forward([tok, *drafts], len(drafts) + 1)
+
+    @property
+    def prompt_pending(self) -> bool:
+        """Its prompt is not all in yet (not planned, or pieces left): it has no first token."""
+        return self.t_prefilled is None and not self.finished
 
     @property
     def prefilling(self) -> bool:

@@ -2,15 +2,20 @@
 
 Pure and clock-free: the caller hands in every number (step seconds, accepted counts, contexts).
 
-* ``StepCosts`` is the verify-cost curve of one backend: seconds of a forward by how many tokens
-  it holds, all sequences of a batch together, relative to a one-token forward. Seeded with the
-  start-up calibration (``models.verify.measure_cost_curve``), then refined by the engine's own
-  decode-step timings (``observe``), so the curve is the one this process meets at each batch
-  size, not a guess. A batch of ``B`` sequences with ``k`` drafts among them is a forward of
-  ``B + k`` tokens.
+* ``StepCosts`` is one cost curve of a backend: seconds of a forward by how many tokens it holds,
+  relative to a one-token forward. Seeded with the start-up calibration
+  (``models.verify.measure_cost_curve``: one sequence's block of 1–9 tokens), then refined by the
+  engine's own step timings (``observe``), so the curve is the one this process meets, not a guess.
+* ``StepCosts`` come in two (``DraftPolicy.costs`` and ``block``): a plain step of ``B`` sequences
+  (one token each), and one sequence's block of ``t`` tokens alone. A verify inside a batch is not
+  ``k`` more rows of the step: llama.cpp splits a batch into ubatches whose sequences hold equally
+  many tokens (eight sequences of one token plus one of five: a ubatch of 8 × 1, then one of 1 ×
+  4), and the transformers path groups its forwards by token count the same way, so ``k`` drafts
+  next to ``others`` sequences cost ``rows(others + 1) + block(k)`` — a compute of their own, each
+  reading every weight again. Alone (no others) they cost ``block(1 + k)``.
 * ``DraftPolicy`` decides per sequence and per step. A proposal of kind ``c`` (a prompt-lookup
   n-gram length, or the draft model) is verified with ``k`` drafts only when
-  ``(others + E(a_c, k)) / cost(others + 1 + k)`` beats ``(others + 1) / cost(others + 1)`` by the
+  ``(others + E(a_c, k)) / verify(others, k)`` beats ``(others + 1) / rows(others + 1)`` by the
   bar (``min_gain``; ``saturated_gain`` once the batch is past the measured saturation point),
   where ``a_c`` is the sequence's recent per-draft acceptance of that kind and ``E`` the expected
   tokens of a verify. Verifying is what costs; a free drafter's proposals that are not verified
@@ -200,12 +205,13 @@ class DraftPolicy:
     ``rate``, ``budget``, ``record``, ``acceptance``; plus ``observe`` for the shadow scores.
     """
 
-    costs: StepCosts
+    costs: StepCosts  # a plain step of B one-token rows (shared by every sequence of a backend)
     config: PolicyConfig = PolicyConfig()
     free: frozenset[int] = frozenset()
     all_free: bool = True  # every kind is free (a prompt-lookup-only drafter)
     draft_cost: float = 0.0
     kinds: dict[int, KindStats] = field(default_factory=dict)
+    block: StepCosts | None = None  # one sequence's block of t tokens alone (None: ``costs`` itself)
     _others: int = 0
     _shadow: _Shadow | None = None
     _probing: int | None = None
@@ -231,6 +237,25 @@ class DraftPolicy:
         keep = self.config.decay
         st.hits = keep * st.hits + accepted
         st.tries = keep * st.tries + accepted + (1 if accepted < drafted else 0)
+
+    def observe_step(self, tokens: int, seconds: float, step: object = None, seqs: int = 1) -> None:
+        """An engine step of ``seqs`` sequences and ``tokens`` tokens in all took ``seconds``. One
+        sequence: a block (or a one-token step); one token each: a plain step of ``seqs`` rows.
+        A batch with a verify or prompt block in it is several computes of both kinds: not a point
+        of either curve."""
+        block = self.block or self.costs
+        if seqs == 1:
+            block.observe(tokens, seconds, step)
+        if tokens == seqs and (seqs > 1 or block is not self.costs):
+            self.costs.observe(tokens, seconds, step)
+
+    def verify_cost(self, k: int) -> float:
+        """A step with this sequence's ``k`` drafts, next to the others' one-token rows."""
+        block = self.block or self.costs
+        n = self._others
+        if n == 0:
+            return block.cost(1 + k)
+        return self.costs.cost(n + 1) + block.cost(k)
 
     def observe(self, context: Sequence[int]) -> None:
         """The sequence so far: scores a pending shadow proposal once its outcome is known."""
@@ -259,7 +284,7 @@ class DraftPolicy:
         plain = (n + 1) / self.costs.cost(n + 1)
         best_k, best_rate = 0, 1.0
         for k in range(1, self.config.k_max + 1):
-            rate = (n + expected_tokens(a, k)) / (self.costs.cost(n + 1 + k) + k * d) / plain
+            rate = (n + expected_tokens(a, k)) / (self.verify_cost(k) + k * d) / plain
             if rate > best_rate:
                 best_k, best_rate = k, rate
         if best_rate < self.bar():
@@ -271,7 +296,7 @@ class DraftPolicy:
         return self.best(self.acceptance(kind), kind in self.free or self.all_free)
 
     def lookahead(self, load: int = 0) -> int:
-        """The most drafts any kind may take this step; ``load``: other sequences in the batch.
+        """The most drafts any kind may take this step; ``load``: the other sequences of the step.
         A free drafter is always asked (its proposals are scored even when not verified)."""
         self._others = max(0, load)
         if self.all_free or self.free:

@@ -6,9 +6,9 @@ call, then hands each response its rows (``DecodeJob.plan`` / ``complete``). Pro
 of at most ``prefill_chunk`` tokens per step in total (FIFO), so running streams keep flowing while
 a newcomer is prefilled. Every running response advances once per step, so none starves, and any
 stops within one step of a cancel without disturbing the others. Each response's drafting policy
-weighs its verify rows against the batch (``models.draft_policy``; the engine reports every decode
-step's token count and seconds to it through ``observe_step``); past ``draft_max_batch`` responses
-nobody drafts at all. Jobs without
+weighs its verify block against the batch's step (``models.draft_policy``; the engine reports
+every decode step's sequences, tokens and seconds to it through ``observe_step``); past ``draft_max_batch`` responses,
+and while any prompt is going in, nobody drafts at all. Jobs without
 ``plan`` (or not ``batchable``: beam search) step alone once per engine step. Past ``max_running``
 jobs wait in FIFO order; past ``max_waiting`` ``submit`` raises ``EngineBusy`` at once.
 
@@ -96,7 +96,6 @@ class Engine(Admission[Handle]):
         self.draft_max_batch = draft_max_batch  # past this many batched jobs nobody drafts (below: each job's policy)
         self._calls: deque[tuple[concurrent.futures.Future[Any], Callable[..., Any], tuple[Any, ...]]] = deque()
         self._steps = 0  # decode/verify forwards timed so far (an id per step for observe_step)
-        self._last_tokens: dict[int, int] = {}  # handle id → tokens it put in the last step
         self._idle: Callable[[], bool] | None = None
         self._idle_due = False  # work was done since the idle hook last ran
         self.model: Backend | None = None  # what ``job`` builds responses of (``attach``)
@@ -202,17 +201,21 @@ class Engine(Admission[Handle]):
         """One engine step: every batchable job's next forward in one ``forward_batch`` per backend
         (prefill pieces FIFO within ``prefill_chunk`` tokens), then each other job steps once."""
         batched = [h for h in running if getattr(h.job, "batchable", False)]
-        # other tokens each job's forward shares, drafts included, so four jobs drafting 16 each see
-        # each other: those planned before it this step, and the others' tokens of the last step
-        last, self._last_tokens = self._last_tokens, {}
-        later = sum(last.get(h.id, 1) for h in batched)  # jobs not planned yet (last step's tokens)
-        planned = 0  # tokens of the jobs planned so far this step
-        draft = len(batched) <= self.draft_max_batch
+        # the other sequences each job's forward shares (those planned before it that forward, and
+        # those not planned yet): each holds a row of the step's first compute, while a verify or a
+        # prompt block runs as a compute of its own (models.draft_policy), so the others' drafts do
+        # not change what a job's own drafts cost
+        later = len(batched)  # jobs not planned yet
+        planned = 0  # jobs planned so far this step that forward
+        # nobody drafts while a prompt goes in: a verify block lengthens the step that its first text waits for
+        draft = len(batched) <= self.draft_max_batch and not any(
+            getattr(h.job, "prompt_pending", False) for h in batched
+        )
         budget = self.prefill_chunk
         groups: dict[int, list[tuple[Handle, Forward]]] = {}
         for h in batched:
             try:
-                later -= last.get(h.id, 1)
+                later -= 1
                 load = planned + later
                 fw = h.job.plan(load=load, prefill_budget=budget, draft=draft, prefill_piece=self.prefill_chunk)
             except Exception as exc:
@@ -224,8 +227,7 @@ class Engine(Admission[Handle]):
                 continue
             if fw.prefill:
                 budget -= len(fw.tokens)
-            self._last_tokens[h.id] = 1 if fw.prefill else len(fw.tokens)
-            planned += self._last_tokens[h.id]
+            planned += 1
             groups.setdefault(id(h.job.backend), []).append((h, fw))
         for group in groups.values():
             self._forward_group(group)
@@ -261,7 +263,7 @@ class Engine(Admission[Handle]):
             for h, _ in group:
                 observe = getattr(h.job, "observe_step", None)
                 if observe is not None:
-                    observe(tokens, took, (id(self), self._steps))
+                    observe(tokens, took, (id(self), self._steps), len(group))
         for (h, _), rows in zip(group, results, strict=True):
             if isinstance(rows, Exception):
                 self._fail(h, rows)

@@ -204,9 +204,11 @@ class Speculator:
             self.step_s = token_seconds(backend)[1]
             self.draft_accept = draft_agreement(backend, self.draft_backend, backend.chat_tokens(_AGREEMENT_CHAT))
         self.lookahead = self._lookahead()
-        # the verify-cost curve every response of this backend decides by: the calibration above,
-        # refined by the engine's step timings (shared: one curve per backend)
+        # the cost curves every response of this backend decides by (models.draft_policy): a plain step
+        # of B rows and one sequence's block, both from the calibration above and refined by the engine's
+        # step timings (shared: one pair per backend)
         self.step_costs = StepCosts(self.cost_curve)
+        self.block_costs = StepCosts(self.cost_curve)
 
     def _lookahead(self) -> LookaheadConfig:
         cfg = self.cfg
@@ -227,7 +229,7 @@ class Speculator:
         out.draft_prefill_s, out.draft_s, out.step_s = self.draft_prefill_s, self.draft_s, self.step_s  # measured once
         out.draft_accept = self.draft_accept
         out.lookahead = out._lookahead()
-        out.step_costs = self.step_costs
+        out.step_costs, out.block_costs = self.step_costs, self.block_costs
         return out
 
     def for_job(self) -> Speculation | None:
@@ -260,6 +262,7 @@ class Speculator:
                 free=free,
                 all_free=cfg.drafter == "prompt_lookup",
                 draft_cost=self.draft_s / self.step_s if self.draft_s > 0 and self.step_s > 0 else 0.0,
+                block=self.block_costs,
             )
             if lookup_first:
                 drafter.rate, drafter.budget = policy.rate, policy.budget

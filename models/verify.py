@@ -288,8 +288,8 @@ class AdaptiveLookahead:
         return 0
 
     def lookahead(self, load: int = 0) -> int:
-        """The most drafts any class would take now; ``load``: tokens of other responses in the
-        same forward (kept for this step's ``limit``/``budget`` too)."""
+        """The most drafts any class would take now; ``load``: other responses in the same step
+        (kept for this step's ``limit``/``budget`` too)."""
         self._load = max(0, load)
         ks = [self.rate(c)[0] for c in self._classes]
         free = self.draft_seconds() <= 0.0 or bool(self.free_classes)
@@ -415,10 +415,10 @@ class Speculation:
         else:
             self.policy.record(drafted, accepted, seconds, self._cls)
 
-    def observe_step(self, tokens: int, seconds: float, step: object = None) -> None:
-        """A decode/verify forward of ``tokens`` tokens (the whole batch) took ``seconds``."""
+    def observe_step(self, tokens: int, seconds: float, step: object = None, seqs: int = 1) -> None:
+        """A decode/verify step of ``seqs`` sequences, ``tokens`` tokens in all, took ``seconds``."""
         if isinstance(self.policy, DraftPolicy):
-            self.policy.costs.observe(tokens, seconds, step)
+            self.policy.observe_step(tokens, seconds, step, seqs)
 
     def kind_counts(self) -> dict[str, dict[str, int]]:
         """Draft kind → drafted / accepted tokens and skipped chances (for /metrics)."""

@@ -55,6 +55,28 @@ def test_a_batch_that_costs_more_than_the_calibration_does_not_make_drafts_look_
     assert pol.best(0.6)[0] == 0  # an open-chat acceptance does not pay for its verify rows
 
 
+def test_a_verify_next_to_others_costs_their_step_plus_its_own_block():
+    # llama.cpp computes a batch as ubatches of equally many tokens per sequence (the transformers
+    # path groups by token count): 7 rows + one sequence's 1 + k is a step of 8 rows, then a k-block
+    rows, block = StepCosts(STEEP, min_seen=1, weight=1.0), StepCosts(STEEP, min_seen=1, weight=1.0)
+    pol = DraftPolicy(rows, PolicyConfig(), block=block)
+    pol.observe_step(1, 0.010, step=1, seqs=1)  # one sequence, one token: a point of both
+    pol.observe_step(8, 0.060, step=2, seqs=8)  # eight rows
+    pol.observe_step(5, 0.025, step=3, seqs=1)  # one sequence's block of 5
+    pol.observe_step(12, 0.200, step=4, seqs=8)  # eight rows and a 4-block: two computes, neither curve
+    assert rows.cost(8) == pytest.approx(6.0) and block.cost(5) == pytest.approx(2.5)
+    assert 12 not in rows._seen and 12 not in block._seen
+    pol.lookahead(7)
+    assert pol.verify_cost(4) == pytest.approx(6.0 + block.cost(4))
+    pol.lookahead(0)  # alone, the drafts ride in the sequence's own block
+    assert pol.verify_cost(4) == pytest.approx(block.cost(5))
+    # eight sequences are past this curve's saturation: a near-certain draft gains at most 1.14×
+    # over a plain step with its block priced in, under the 1.2 bar there
+    pol.lookahead(7)
+    assert pol.bar() == 1.2 and pol.best(0.95)[0] == 0
+    assert max((7 + expected_tokens(0.95, k)) / pol.verify_cost(k) for k in range(1, 9)) < 1.2 * 8 / 6.0
+
+
 def test_step_costs_count_a_batch_step_once_and_stay_non_decreasing():
     costs = StepCosts((1.0, 2.0, 3.0), min_seen=1, weight=1.0)
     for _ in range(5):  # every job of one batch reports the same step
@@ -255,15 +277,17 @@ def test_prompt_lookup_default_wiring_uses_the_policy():
     spec = Speculator(fake, SpecConfig(cost_curve=STEEP))
     s = spec.for_job()
     assert isinstance(s.policy, DraftPolicy) and isinstance(s.drafter, PromptLookupDrafter)
-    assert s.policy.costs is spec.step_costs is spec.with_config(k_max=4).step_costs  # one curve per backend
+    assert s.policy.costs is spec.step_costs is spec.with_config(k_max=4).step_costs  # one pair of curves per backend
+    assert s.policy.block is spec.block_costs is spec.with_config(k_max=4).block_costs
     assert s.policy.prior(3) == pytest.approx(0.8)
 
 
-def test_each_job_sees_the_tokens_the_others_put_in_the_step_drafts_included():
+def test_each_job_sees_the_other_sequences_of_the_step_and_each_step_is_reported_with_them():
     from models.decode import Done, Forward, JobEvents
 
     fake = FakeBackend()
     loads: dict[str, list[int]] = {}
+    seen: list[tuple[int, int]] = []  # (tokens, sequences) of each reported step
 
     class Job:
         batchable, backend = True, fake
@@ -276,6 +300,9 @@ def test_each_job_sees_the_tokens_the_others_put_in_the_step_drafts_included():
         def plan(self, load=0, prefill_budget=None, draft=True, prefill_piece=None):
             loads.setdefault(self.name, []).append(load)
             return Forward([5] * self.width, 1)
+
+        def observe_step(self, tokens, seconds, step=None, seqs=1):
+            seen.append((tokens, seqs))
 
         def complete(self, rows, seconds=0.0):
             self.steps += 1
@@ -298,10 +325,9 @@ def test_each_job_sees_the_tokens_the_others_put_in_the_step_drafts_included():
             assert ev.wait(WAIT)
     finally:
         eng.close()
-    # first step: one token per other job; later: a's 9-token draft block counts for b and c, and
-    # b and c count one each for a
-    assert loads["a"][0] == 2 and loads["b"][0] in (2, 10) and loads["a"][-1] == 2
-    assert loads["b"][-1] == 10 and loads["c"][-1] == 10
+    # a's 9-token block is a compute of its own: to b and c it is one more sequence, as they are to a
+    assert all(load == 2 for ls in loads.values() for load in ls)
+    assert (11, 3) in seen  # the engine tells how many sequences held the step's tokens
 
 
 def test_metrics_count_drafted_accepted_and_skipped_per_kind():
@@ -327,3 +353,54 @@ def test_metrics_count_drafted_accepted_and_skipped_per_kind():
     assert samples[("stream_omni:spec_decode_kind_skipped_total", k3)] == 3
     assert samples[("stream_omni:spec_decode_kind_skipped_total", k1)] == 7
     assert samples[("stream_omni:spec_decode_kind_draft_tokens_total", k1)] == 0
+
+
+def test_nobody_drafts_while_a_prompt_goes_in():
+    # a verify block lengthens the step a newcomer's first text waits for
+    from models.decode import Done, Forward, JobEvents
+
+    fake = FakeBackend()
+    drafts: dict[str, list[bool]] = {}
+
+    class Job:
+        batchable, backend = True, fake
+
+        def __init__(self, name: str, pending_steps: int, until: Job | None = None) -> None:
+            self.name, self.pending, self.steps, self.finished = name, pending_steps, 0, False
+            self.until = until  # runs until that one has finished (so the two share steps)
+            self.state = fake.new_state()
+            self.state.tokens = [1, 2, 3]
+
+        @property
+        def prompt_pending(self) -> bool:
+            return self.steps < self.pending
+
+        def plan(self, load=0, prefill_budget=None, draft=True, prefill_piece=None):
+            drafts.setdefault(self.name, []).append(draft)
+            return Forward([5], 1)
+
+        def complete(self, rows, seconds=0.0):
+            self.steps += 1
+            self.finished = self.until.finished if self.until is not None else self.steps == 4
+            return JobEvents(done=Done("stop", {}) if self.finished else None)
+
+        def step(self):  # pragma: no cover - batchable
+            raise AssertionError
+
+        def cancel(self):
+            return JobEvents()
+
+    eng = Engine(max_running=8)
+    try:
+        newcomer = Job("newcomer", 2)
+        jobs = [Job("running", 0, until=newcomer), newcomer]
+        ends = [threading.Event() for _ in jobs]
+        for j, ev in zip(jobs, ends, strict=True):
+            eng.submit(j, lambda e, ev=ev: ev.set() if e.done is not None else None)
+        for ev in ends:
+            assert ev.wait(WAIT)
+    finally:
+        eng.close()
+    # the newcomer's two prompt steps: no drafting for anyone; after them, drafting is allowed again
+    assert drafts["newcomer"] == [False, False, True, True]
+    assert drafts["running"][-2:] == [True, True] and False in drafts["running"]
