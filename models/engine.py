@@ -7,9 +7,9 @@ of at most ``prefill_chunk`` tokens per step in total (FIFO), so running streams
 a newcomer is prefilled. Every running response advances once per step, so none starves, and any
 stops within one step of a cancel without disturbing the others. Each response's drafting policy
 weighs its verify block against the batch's step (``models.draft_policy``; the engine reports
-every decode step's sequences, tokens and seconds to it through ``observe_step``); past ``draft_max_batch`` responses,
-and while any prompt is going in, nobody drafts at all. Jobs without
-``plan`` (or not ``batchable``: beam search) step alone once per engine step. Past ``max_running``
+every decode step's sequences, tokens and seconds to it through ``observe_step``); past
+``draft_max_batch`` responses, and while any prompt is going in, nobody drafts at all. Jobs
+without ``plan`` (or not ``batchable``: beam search) step alone once per engine step. Past ``max_running``
 jobs wait in FIFO order; past ``max_waiting`` ``submit`` raises ``EngineBusy`` at once.
 
 Sync model code meets asyncio in exactly one place, outside this package: the gateway's
