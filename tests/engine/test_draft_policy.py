@@ -282,42 +282,53 @@ def test_prompt_lookup_default_wiring_uses_the_policy():
     assert s.policy.prior(3) == pytest.approx(0.8)
 
 
-def test_each_job_sees_the_other_sequences_of_the_step_and_each_step_is_reported_with_them():
-    from models.decode import Done, Forward, JobEvents
+class EngineJob:
+    """A batchable engine job on ``backend`` (jobs on one backend share each step's forward) that
+    records each ``plan`` call's arguments (``plans``) and forwards ``width`` tokens a step; it ends
+    after ``steps_to_end`` steps, or when ``until`` has ended (so the two share steps)."""
 
-    fake = FakeBackend()
-    loads: dict[str, list[int]] = {}
-    seen: list[tuple[int, int]] = []  # (tokens, sequences) of each reported step
+    batchable = True
 
-    class Job:
-        batchable, backend = True, fake
+    def __init__(
+        self, backend: FakeBackend, width: int = 1, steps_to_end: int = 3, until: EngineJob | None = None
+    ) -> None:
+        self.backend = backend
+        self.state = self.backend.new_state()
+        self.state.tokens = [1, 2, 3]
+        self.width, self.steps_to_end, self.until = width, steps_to_end, until
+        self.steps, self.finished = 0, False
+        self.plans: list[dict[str, object]] = []
+        self.observed: list[tuple[int, int]] = []  # (tokens, sequences) of each reported step
 
-        def __init__(self, name: str, width: int) -> None:
-            self.name, self.width, self.steps, self.finished = name, width, 0, False
-            self.state = fake.new_state()
-            self.state.tokens = [1, 2, 3]
+    def plan(self, load=0, prefill_budget=None, draft=True, prefill_piece=None):
+        from models.decode import Forward
 
-        def plan(self, load=0, prefill_budget=None, draft=True, prefill_piece=None):
-            loads.setdefault(self.name, []).append(load)
-            return Forward([5] * self.width, 1)
+        self.plans.append({"load": load, "draft": draft})
+        return Forward([5] * self.width, 1)
 
-        def observe_step(self, tokens, seconds, step=None, seqs=1):
-            seen.append((tokens, seqs))
+    def observe_step(self, tokens, seconds, step=None, seqs=1):
+        self.observed.append((tokens, seqs))
 
-        def complete(self, rows, seconds=0.0):
-            self.steps += 1
-            self.finished = self.steps == 3
-            return JobEvents(done=Done("stop", {}) if self.finished else None)
+    def complete(self, rows, seconds=0.0):
+        from models.decode import Done, JobEvents
 
-        def step(self):  # pragma: no cover - batchable
-            raise AssertionError
+        self.steps += 1
+        self.finished = self.until.finished if self.until is not None else self.steps == self.steps_to_end
+        return JobEvents(done=Done("stop", {}) if self.finished else None)
 
-        def cancel(self):
-            return JobEvents()
+    def step(self):  # pragma: no cover - batchable
+        raise AssertionError
 
+    def cancel(self):
+        from models.decode import JobEvents
+
+        return JobEvents()
+
+
+def run_in_engine(*jobs: EngineJob) -> None:
+    """Submit ``jobs`` to one engine, in order, and wait for every one to end."""
     eng = Engine(max_running=8)
     try:
-        jobs = [Job("a", 9), Job("b", 1), Job("c", 1)]
         ends = [threading.Event() for _ in jobs]
         for j, ev in zip(jobs, ends, strict=True):
             eng.submit(j, lambda e, ev=ev: ev.set() if e.done is not None else None)
@@ -325,9 +336,15 @@ def test_each_job_sees_the_other_sequences_of_the_step_and_each_step_is_reported
             assert ev.wait(WAIT)
     finally:
         eng.close()
+
+
+def test_each_job_sees_the_other_sequences_of_the_step_and_each_step_is_reported_with_them():
+    fake = FakeBackend()
+    jobs = (EngineJob(fake, width=9), EngineJob(fake), EngineJob(fake))
+    run_in_engine(*jobs)
     # a's 9-token block is a compute of its own: to b and c it is one more sequence, as they are to a
-    assert all(load == 2 for ls in loads.values() for load in ls)
-    assert (11, 3) in seen  # the engine tells how many sequences held the step's tokens
+    assert all(p["load"] == 2 for j in jobs for p in j.plans)
+    assert (11, 3) in jobs[0].observed  # the engine tells how many sequences held the step's tokens
 
 
 def test_metrics_count_drafted_accepted_and_skipped_per_kind():
@@ -357,50 +374,16 @@ def test_metrics_count_drafted_accepted_and_skipped_per_kind():
 
 def test_nobody_drafts_while_a_prompt_goes_in():
     # a verify block lengthens the step a newcomer's first text waits for
-    from models.decode import Done, Forward, JobEvents
-
-    fake = FakeBackend()
-    drafts: dict[str, list[bool]] = {}
-
-    class Job:
-        batchable, backend = True, fake
-
-        def __init__(self, name: str, pending_steps: int, until: Job | None = None) -> None:
-            self.name, self.pending, self.steps, self.finished = name, pending_steps, 0, False
-            self.until = until  # runs until that one has finished (so the two share steps)
-            self.state = fake.new_state()
-            self.state.tokens = [1, 2, 3]
-
+    class Newcomer(EngineJob):
         @property
         def prompt_pending(self) -> bool:
-            return self.steps < self.pending
+            return self.steps < 2  # its prompt goes in over two steps
 
-        def plan(self, load=0, prefill_budget=None, draft=True, prefill_piece=None):
-            drafts.setdefault(self.name, []).append(draft)
-            return Forward([5], 1)
-
-        def complete(self, rows, seconds=0.0):
-            self.steps += 1
-            self.finished = self.until.finished if self.until is not None else self.steps == 4
-            return JobEvents(done=Done("stop", {}) if self.finished else None)
-
-        def step(self):  # pragma: no cover - batchable
-            raise AssertionError
-
-        def cancel(self):
-            return JobEvents()
-
-    eng = Engine(max_running=8)
-    try:
-        newcomer = Job("newcomer", 2)
-        jobs = [Job("running", 0, until=newcomer), newcomer]
-        ends = [threading.Event() for _ in jobs]
-        for j, ev in zip(jobs, ends, strict=True):
-            eng.submit(j, lambda e, ev=ev: ev.set() if e.done is not None else None)
-        for ev in ends:
-            assert ev.wait(WAIT)
-    finally:
-        eng.close()
+    fake = FakeBackend()
+    newcomer = Newcomer(fake, steps_to_end=4)
+    running = EngineJob(fake, until=newcomer)
+    run_in_engine(running, newcomer)
     # the newcomer's two prompt steps: no drafting for anyone; after them, drafting is allowed again
-    assert drafts["newcomer"] == [False, False, True, True]
-    assert drafts["running"][-2:] == [True, True] and False in drafts["running"]
+    assert [p["draft"] for p in newcomer.plans] == [False, False, True, True]
+    drafts = [p["draft"] for p in running.plans]
+    assert drafts[-2:] == [True, True] and False in drafts
