@@ -10,7 +10,9 @@ round's wall time), TTFT from the jobs' own metrics, draft tokens tried and acce
 paired per repetition, median (min–max). (Greedy identity with and without drafting is a test:
 tests/engine.)
 
-    python -m bench.engine_ab [--workload open|grounded|mix] [--sessions 8] [--reps 6]
+    python -m bench.engine_ab [--workload open|grounded|mix] [--sessions 8] [--reps 6] [--set KEY=VALUE ...]
+
+``--set model.backend=transformers`` runs the same GGUF through transformers (bf16).
 
 Writes bench/results/<name>.{json,md}.
 """
@@ -27,7 +29,7 @@ from typing import Any
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
-from bench.batch import WORKLOAD_TEXT, pct, workload  # noqa: E402
+from bench.batch import WORKLOAD_TEXT, config_overrides, pct, workload  # noqa: E402
 from bench.common import machine, markdown_table, write  # noqa: E402
 
 SYSTEMS = ("default", "drafter: none")
@@ -71,11 +73,13 @@ def one_round(so: Any, prompts: list[str], tokens: int, drafting: bool) -> dict[
     }
 
 
-async def campaign(work: str, n: int, reps: int, tokens: int) -> dict[str, list[dict[str, Any]]]:
+async def campaign(
+    work: str, n: int, reps: int, tokens: int, overrides: dict[str, Any]
+) -> dict[str, list[dict[str, Any]]]:
     from gateway import StreamOmni
 
     out: dict[str, list[dict[str, Any]]] = {s: [] for s in SYSTEMS}
-    async with StreamOmni(**{"audio.enabled": False}) as so:
+    async with StreamOmni(**overrides) as so:
         for name in SYSTEMS:  # warm-up: graphs, the cost curve's first observations
             await asyncio.to_thread(one_round, so, ["Hi"], 16, name == "default")
         for rep in range(reps):
@@ -95,8 +99,10 @@ def main() -> None:
     ap.add_argument("--reps", type=int, default=6, help="repetitions (each system runs one round per rep)")
     ap.add_argument("--tokens", type=int, default=128, help="max tokens per reply")
     ap.add_argument("--name", default="engine_ab", help="results file name under bench/results/")
+    ap.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="a config override (audio is off)")
     args = ap.parse_args()
-    res = asyncio.run(campaign(args.workload, args.sessions, args.reps, args.tokens))
+    overrides = config_overrides(args.set)
+    res = asyncio.run(campaign(args.workload, args.sessions, args.reps, args.tokens, overrides))
     a, b = res[SYSTEMS[0]], res[SYSTEMS[1]]
     ratios = [x["tok/s"] / y["tok/s"] for x, y in zip(a, b, strict=True)]
     ratio = f"{statistics.median(ratios):.2f} ({min(ratios):.2f}–{max(ratios):.2f})"
@@ -118,7 +124,8 @@ def main() -> None:
         )
     md = f"# bench engine_ab — {machine()}\n\n"
     md += (
-        f"The engine alone (no server), {args.reps} repetitions, the order alternating; workload {args.workload} "
+        f"The engine alone (no server; config {overrides}), {args.reps} repetitions, the order alternating; "
+        f"workload {args.workload} "
         f"({WORKLOAD_TEXT[args.workload]}), {args.sessions} jobs at once, {args.tokens} tokens, greedy, fresh prompts "
         "each round (the two systems share one cache). Ratio paired per repetition, median (min–max).\n\n"
     )

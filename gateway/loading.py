@@ -56,7 +56,9 @@ def load_speculator(config: Config, backend: Backend | RemoteModel, engine: Engi
     from models.speculative import SpecConfig, Speculator
 
     # an engine that does not draft itself decodes here, on a step Backend
-    return Speculator(cast(Backend, backend), SpecConfig(**s.model_dump()))  # the section's keys are SpecConfig fields
+    # the section's keys are SpecConfig fields; a draft model keeps every batched response's cache resident
+    spec = SpecConfig(**s.model_dump(), draft_slots=config.engine.max_running)
+    return Speculator(cast(Backend, backend), spec)
 
 
 def image_limits(config: Config) -> ImageLimits:

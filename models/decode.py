@@ -204,7 +204,7 @@ class DecodeJob(JobLifecycle):
         first_out = self.t_first is not None or self.scheduler.config.draft_before_first_text
         if draft and self.drafter is not None and self.verifier is not None and budget > 0 and room > 2 and first_out:
             # k = budget: when every draft is accepted the response is complete without another forward
-            k = min(self.verifier.lookahead(load), budget, room - 2, self.scheduler.config.lookahead_tokens)
+            k = min(self.verifier.lookahead(load, budget), budget, room - 2, self.scheduler.config.lookahead_tokens)
             if k > 0:
                 drafts = self.drafter.propose(self.state.tokens + [tok], k)[:k]
                 if self.constraint is not None:  # only drafts the grammar allows are verified (it is past tok)

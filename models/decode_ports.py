@@ -18,8 +18,9 @@ class Drafter(Protocol):
 class Verifier(Protocol):
     """Chooses the lookahead ``k`` and accepts drafted tokens (models.speculative)."""
 
-    def lookahead(self, load: int = 0) -> int:
-        """``load``: how many other tokens share this step's forward (the batch accounts for it)."""
+    def lookahead(self, load: int = 0, left: int | None = None) -> int:
+        """``load``: how many other sequences share this step's forward (the batch accounts for
+        it); ``left``: the most tokens the response may still write (None: unknown)."""
         ...
 
     def accept(

@@ -24,7 +24,8 @@ Pure and clock-free: the caller hands in every number (step seconds, accepted co
   with probability p(x), the chance the plain draw is x). A kind whose verify is rejected at its
   first draft sits out ``backoff_base * 2^(r-1)`` chances after ``r`` such rejections in a row; a
   kind that costs to propose (a draft model) and does not pay is tried again only by a probe of
-  ``probe_k`` drafts after ``probe_every`` chances, a wait that doubles after every failed probe.
+  ``probe_k`` drafts after ``probe_every`` chances, a wait that doubles after every failed probe,
+  and never at a batch size where even drafts that are all accepted would not pay.
 """
 
 from __future__ import annotations
@@ -213,6 +214,7 @@ class DraftPolicy:
     kinds: dict[int, KindStats] = field(default_factory=dict)
     block: StepCosts | None = None  # one sequence's block of t tokens alone (None: ``costs`` itself)
     _others: int = 0
+    _left: int | None = None  # the most tokens the response may still write (None: unknown)
     _shadow: _Shadow | None = None
     _probing: int | None = None
 
@@ -291,14 +293,33 @@ class DraftPolicy:
             return 0, 1.0
         return best_k, best_rate
 
+    def catch_up_saving(self, kind: int) -> float:
+        """What one chance to draft ``kind`` is expected to save, in one-token steps, at this batch
+        size: what a draft model that sat out weighs against the prefill that catches it up, which
+        the whole batch waits for (``ModelDrafter``'s ski rental). The step of ``others + 1`` rows
+        yields ``rate`` times its plain tokens, so a chance saves ``(rate - 1)`` of that step; a
+        probe is priced at the kind's prior acceptance (it asks whether that came back)."""
+        a = self.acceptance(kind)
+        if self._probing == kind:
+            a = max(a, self.prior(kind))
+        gain = self.best(a, free=kind in self.free or self.all_free)[1]
+        return (gain - 1.0) * self.costs.cost(self._others + 1)
+
+    def chances_left(self) -> int | None:
+        """The most steps the response may still take (a step writes at least one token): what a
+        catch-up prefill can be earned back over. None: not known."""
+        return self._left
+
     def rate(self, kind: int) -> tuple[int, float]:
         """(k, expected gain) for kind ``kind`` now."""
         return self.best(self.acceptance(kind), kind in self.free or self.all_free)
 
-    def lookahead(self, load: int = 0) -> int:
-        """The most drafts any kind may take this step; ``load``: the other sequences of the step.
-        A free drafter is always asked (its proposals are scored even when not verified)."""
+    def lookahead(self, load: int = 0, left: int | None = None) -> int:
+        """The most drafts any kind may take this step; ``load``: the other sequences of the step;
+        ``left``: the most tokens the response may still write. A free drafter is always asked
+        (its proposals are scored even when not verified)."""
         self._others = max(0, load)
+        self._left = left
         if self.all_free or self.free:
             return self.config.k_max
         ks = [self.rate(c)[0] for c in self.kinds] or [self.rate(0)[0]]
@@ -318,7 +339,10 @@ class DraftPolicy:
         if k > 0:
             return k
         st.off_seen += 1
-        if st.off_seen >= (st.probe_wait or self.config.probe_every):
+        # a probe asks whether the acceptance came back; where even drafts that are all accepted
+        # would not pay at this batch size the answer changes nothing, and a draft model that has
+        # sat out must first catch up on every token since (a prefill the whole batch waits for)
+        if st.off_seen >= (st.probe_wait or self.config.probe_every) and self.best(1.0, free=False)[0] > 0:
             self._probing = kind
             return min(self.config.probe_k, self.config.k_max)
         st.skipped += 1

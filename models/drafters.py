@@ -121,6 +121,11 @@ class ModelDrafter:
         # steps taken meanwhile have lost about as much as the catch-up costs (ski rental), so
         # a short answer never pays for a long prefill it cannot earn back
         self.prefill_s, self.step_s = catch_up
+        # what one chance to draft is expected to save, in one-token steps of the target (the
+        # policy's gain at this batch size, ``DraftPolicy.catch_up_saving``); None: a good draft
+        # model's typical saving alone
+        self.saving: Callable[[], float] | None = None
+        self.chances_left: Callable[[], int | None] | None = None  # the most steps the response may still take
         self._declined = 0
         self.last_class = 0  # one class: acceptance is not split further
 
@@ -139,7 +144,12 @@ class ModelDrafter:
         if cached is not None:
             have = max(have, cached(context))
         pending = len(context) - have
-        if pending > 2 and self._declined * _DRAFT_SAVING * self.step_s < pending * self.prefill_s:
+        saving = _DRAFT_SAVING if self.saving is None else self.saving()
+        cost = pending * self.prefill_s
+        left = None if self.chances_left is None else self.chances_left()
+        if pending > 2 and left is not None and left * saving * self.step_s < cost:
+            return True  # the rest of the response could not earn the catch-up back even drafting at every step
+        if pending > 2 and self._declined * saving * self.step_s < cost:
             self._declined += 1
             return True
         self._declined = 0

@@ -13,6 +13,7 @@ The drafters live in ``models.drafters``, acceptance and the adaptive lookahead 
 
 from __future__ import annotations
 
+import functools
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, replace
@@ -44,6 +45,10 @@ class SpecConfig:
     draft_model: str | None = None  # draft_model: "embedded" / hub id / folder / .gguf sharing the tokenizer
     draft_backend: str = "auto"  # auto: a .gguf drafts through llama.cpp (when installed), else transformers
     draft_threads: int = 2  # llama.cpp draft: its threads
+    # llama.cpp draft: conversations whose draft cache stays resident (its sequences); the engine's
+    # batch size, else the responses of a batch evict each other's draft cache and every proposal
+    # re-prefills its whole context on the draft model
+    draft_slots: int = 4
     draft_dtype: str = "bfloat16"  # draft_model through transformers: its dtype
     lookup_first: bool = True  # model drafters: use prompt lookup where its match pays more (it is free)
     self_layers: int = 6  # self: how many leading layers of the target draft
@@ -133,7 +138,12 @@ def load_draft_backend(main: Any, cfg: SpecConfig) -> Backend:
         from .llama_cpp import LlamaCppConfig, load_llama_backend
 
         draft = load_llama_backend(
-            LlamaCppConfig(model=model, threads=cfg.draft_threads, n_ctx=getattr(main, "max_context", 4096))
+            LlamaCppConfig(
+                model=model,
+                threads=cfg.draft_threads,
+                n_ctx=getattr(main, "max_context", 4096),
+                n_seq=cfg.draft_slots,
+            )
         )
     else:
         draft = load_backend(
@@ -264,6 +274,10 @@ class Speculator:
                 draft_cost=self.draft_s / self.step_s if self.draft_s > 0 and self.step_s > 0 else 0.0,
                 block=self.block_costs,
             )
+            model = drafter.model if lookup_first else drafter
+            if isinstance(model, ModelDrafter):
+                model.saving = functools.partial(policy.catch_up_saving, MODEL_CLASS)
+                model.chances_left = policy.chances_left
             if lookup_first:
                 drafter.rate, drafter.budget = policy.rate, policy.budget
         else:

@@ -174,7 +174,7 @@ class FixedLookahead:
     def __init__(self, k: int):
         self.k = k
 
-    def lookahead(self, load: int = 0) -> int:
+    def lookahead(self, load: int = 0, left: int | None = None) -> int:
         return self.k
 
     def record(self, drafted: int, accepted: int, seconds: float, cls: int = 0) -> None:
@@ -287,7 +287,7 @@ class AdaptiveLookahead:
         st.off_seen += 1
         return 0
 
-    def lookahead(self, load: int = 0) -> int:
+    def lookahead(self, load: int = 0, left: int | None = None) -> int:
         """The most drafts any class would take now; ``load``: other responses in the same step
         (kept for this step's ``limit``/``budget`` too)."""
         self._load = max(0, load)
@@ -396,7 +396,9 @@ class Speculation:
             drafts = drafts[: pol.limit(self._cls, drafts, len(context))]
         return drafts
 
-    def lookahead(self, load: int = 0) -> int:
+    def lookahead(self, load: int = 0, left: int | None = None) -> int:
+        if isinstance(self.policy, DraftPolicy):
+            return self.policy.lookahead(load, left)
         return self.policy.lookahead(load)
 
     def accept(

@@ -89,7 +89,7 @@ class OracleDrafter:
 
 
 class GreedyVerifier:
-    def lookahead(self, load: int = 0) -> int:
+    def lookahead(self, load: int = 0, left: int | None = None) -> int:
         return 4
 
     def accept(self, rows: np.ndarray, drafts: list[int], params: Any, rng: Any) -> tuple[list[int], int]:

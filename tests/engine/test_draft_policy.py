@@ -387,3 +387,22 @@ def test_nobody_drafts_while_a_prompt_goes_in():
     assert [p["draft"] for p in newcomer.plans] == [False, False, True, True]
     drafts = [p["draft"] for p in running.plans]
     assert drafts[-2:] == [True, True] and False in drafts
+
+
+def test_no_probe_at_a_batch_size_where_even_perfect_drafts_would_not_pay():
+    # a draft model that has sat out must catch up on every token since before it can draft (a
+    # prefill the whole batch waits for): at a batch size no acceptance could pay for, a probe
+    # tells nothing and costs that prefill
+    costs = StepCosts(STEEP)
+    for i in range(3):
+        costs.observe(1, 0.010, step=("one", i))
+        costs.observe(8, 0.030, step=("eight", i))  # eight rows cost three steps: rows are cheap
+    pol = DraftPolicy(costs, PolicyConfig(probe_every=4), all_free=False, draft_cost=0.5)
+    for _ in range(10):
+        pol.record(0, 4, 0)  # the model's drafts stopped paying
+        pol.kinds[0].wait = 0
+    assert [pol.budget(0) for _ in range(3)] == [0, 0, 0]
+    assert pol.lookahead(7) == 0 and all(pol.budget(0) == 0 for _ in range(40))  # eight in the step: never
+    assert pol.kinds[0].skipped >= 40
+    pol.lookahead(0)  # alone, perfect drafts would pay: the probe comes
+    assert any(pol.budget(0) for _ in range(40))

@@ -238,6 +238,25 @@ def test_model_drafter_catches_up_on_a_long_prompt_only_once_it_pays():
     assert ModelDrafter(FakeLM(vocab=12)).propose(prompt, 3)  # unmeasured costs: never waits
 
 
+def test_model_drafter_weighs_a_catch_up_by_what_the_policy_expects_and_the_tokens_left():
+    from models.drafters import ModelDrafter
+
+    prompt = list(range(1, 11)) * 4  # 40 tokens to catch up on: 0.4 s at 0.01 s a token
+    # the policy expects each chance to save a whole 0.04 s step (the constant guess: half of one)
+    d = ModelDrafter(FakeLM(vocab=12), catch_up=(0.01, 0.04))
+    d.saving, d.chances_left = (lambda: 1.0), (lambda: 200)
+    waits = 0
+    while not d.propose(prompt, 3):
+        waits += 1
+        prompt = [*prompt, 1]
+    assert waits == 14  # 1.0 * 0.04 * w >= 0.01 * (40 + w): the first w is 14 (the old half-step saving: 40)
+    # six tokens left: even drafting at every one of them saves 0.24 s, under the 0.46 s catch-up
+    late = ModelDrafter(FakeLM(vocab=12), catch_up=(0.01, 0.04))
+    late.saving, late.chances_left = (lambda: 1.0), (lambda: 6)
+    assert all(late.propose([*prompt, *[1] * i], 3) == [] for i in range(100))
+    assert late.backend.calls == []  # never paid for
+
+
 # ----------------------------------------------------------------------------- calibration, wiring
 
 
