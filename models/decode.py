@@ -42,7 +42,6 @@ class Forward:
     tokens: list[int]
     n_logits: int
     prefill: bool = False  # a piece of the prompt (the engine budgets these per step)
-    computed: int | None = None  # a prompt piece: the tokens the backend will compute (not cached); None: all
 
 
 @dataclass(frozen=True)
@@ -184,18 +183,16 @@ class DecodeJob(JobLifecycle):
             self._prompt_left = to_feed
         if self._prompt_left is not None:
             left = len(self._prompt_left)
-            computed = None
             if prefill_piece is not None:
                 n = min(prefill_piece, left)
-                computed = self._computed(n)
-                if prefill_budget is not None and computed > prefill_budget:
+                if prefill_budget is not None and n > prefill_budget:
                     return None  # the whole piece next step
             else:
                 n = left if prefill_budget is None else min(prefill_budget, left)
             if n <= 0:
                 return None
             self._inflight = Prefill(n)
-            return Forward(self._prompt_left[:n], 1, prefill=True, computed=computed)
+            return Forward(self._prompt_left[:n], 1, prefill=True)
         if self._feed is None:
             return None
         tok = self._feed
@@ -214,16 +211,6 @@ class DecodeJob(JobLifecycle):
                     drafts = drafts[: self.constraint.valid_prefix(drafts)]
         self._inflight = Advance(tok, drafts, len(self.state.tokens))
         return Forward([tok, *drafts], len(drafts) + 1)
-
-    def _computed(self, n: int) -> int:
-        """Of the next ``n`` prompt tokens, how many the backend will compute: a new conversation's
-        state takes the longest prefix any other one has cached (the chat template and system
-        prompt every conversation shares: ``cached_prefix``), so those cost the step nothing."""
-        cached = getattr(self.backend, "cached_prefix", None)
-        assert self._prompt_left is not None
-        if cached is None or self.state.tokens:  # a bound state computes what sync_prefix left
-            return n
-        return max(1, n - cached(self._prompt_left[:n]))
 
     @property
     def prompt_pending(self) -> bool:

@@ -3,9 +3,8 @@
 Continuous batching: each engine step gathers the next forward of every running response (a
 decode token, a draft-verify block, or a piece of a new prompt) into ONE ``Backend.forward_batch``
 call, then hands each response its rows (``DecodeJob.plan`` / ``complete``). Prompts go in pieces
-of at most ``prefill_chunk`` computed tokens per step in total (FIFO; a prefix the backend holds
-for another conversation costs nothing), so running streams keep flowing while a newcomer is
-prefilled. Every running response advances once per step, so none starves, and any
+of at most ``prefill_chunk`` tokens per step in total (FIFO), so running streams keep flowing while
+a newcomer is prefilled. Every running response advances once per step, so none starves, and any
 stops within one step of a cancel without disturbing the others. Each response's drafting policy
 weighs its verify block against the batch's step (``models.draft_policy``; the engine reports
 every decode step's sequences, tokens and seconds to it through ``observe_step``); past
@@ -227,7 +226,7 @@ class Engine(Admission[Handle]):
                     budget = 0  # its piece did not fit: FIFO, no later prompt goes before it
                 continue
             if fw.prefill:
-                budget -= len(fw.tokens) if fw.computed is None else fw.computed
+                budget -= len(fw.tokens)
             planned += 1
             groups.setdefault(id(h.job.backend), []).append((h, fw))
         for group in groups.values():

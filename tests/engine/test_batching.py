@@ -9,7 +9,6 @@ from collections.abc import Callable
 
 import pytest
 
-from models.backend import common_prefix
 from models.decode import DecodeJob, JobEvents
 from models.drafters import PromptLookupDrafter
 from models.engine import Engine
@@ -209,19 +208,3 @@ def test_the_adaptive_lookahead_drafts_alone_but_not_when_the_batch_already_fill
     assert pol.lookahead(15) == 0
     # a flat cost (a GPU far from full): drafting still pays inside a big batch
     assert _adaptive(lambda m: 1.0 + 0.001 * m).lookahead(15) > 0
-
-
-def test_a_prompt_prefix_cached_for_another_conversation_does_not_count_against_the_prefill_budget():
-    # a new conversation's state takes the longest prefix any other one has cached (llama.cpp's
-    # slots: the chat template and system prompt every conversation shares), so only the rest is
-    # computed: three prompts sharing 80 cached words go in together under a 32-token budget
-    shared = " ".join(f"s{i}" for i in range(80))
-    fake = FakeBackend(answer_tokens=20, step_s=0.002)
-    ref = fake.chat_tokens([{"role": "user", "content": shared + " reference"}])
-    fake.cached_prefix = lambda ids: common_prefix(ids, ref)  # type: ignore[attr-defined]
-    texts = [f"{shared} question {i}" for i in range(3)]
-    sinks = run_all(fake, texts, prefill_chunk=32)
-    assert [s.text for s in sinks] == [alone(t, answer=20) for t in texts]
-    pieces = [[t for t, _ in b if t > 1] for b in fake.batches]
-    assert max(len(p) for p in pieces) >= 2  # two prompts' pieces in one step
-    assert max(t for p in pieces for t in p) == 32  # pieces are still cut at prefill_chunk tokens
