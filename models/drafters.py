@@ -144,12 +144,15 @@ class ModelDrafter:
         if cached is not None:
             have = max(have, cached(context))
         pending = len(context) - have
+        if pending <= 2:  # in step: nothing worth weighing
+            self._declined = 0
+            return False
         saving = _DRAFT_SAVING if self.saving is None else self.saving()
         cost = pending * self.prefill_s
         left = None if self.chances_left is None else self.chances_left()
-        if pending > 2 and left is not None and left * saving * self.step_s < cost:
+        if left is not None and left * saving * self.step_s < cost:
             return True  # the rest of the response could not earn the catch-up back even drafting at every step
-        if pending > 2 and self._declined * saving * self.step_s < cost:
+        if self._declined * saving * self.step_s < cost:
             self._declined += 1
             return True
         self._declined = 0

@@ -397,9 +397,7 @@ class Speculation:
         return drafts
 
     def lookahead(self, load: int = 0, left: int | None = None) -> int:
-        if isinstance(self.policy, DraftPolicy):
-            return self.policy.lookahead(load, left)
-        return self.policy.lookahead(load)
+        return self.policy.lookahead(load, left)
 
     def accept(
         self, rows: np.ndarray, drafts: list[int], params: SamplingParams, rng: np.random.Generator
