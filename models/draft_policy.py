@@ -227,6 +227,10 @@ class DraftPolicy:
             st = self.kinds[kind] = KindStats(self.prior(kind) * c.prior_weight, c.prior_weight)
         return st
 
+    def is_free(self, kind: int) -> bool:
+        """Proposing ``kind`` costs nothing (only its verify does)."""
+        return self.all_free or kind in self.free
+
     def prior(self, kind: int) -> float:
         return dict(self.config.priors).get(kind, self.config.prior_accept)
 
@@ -302,7 +306,7 @@ class DraftPolicy:
         a = self.acceptance(kind)
         if self._probing == kind:
             a = max(a, self.prior(kind))
-        gain = self.best(a, free=kind in self.free or self.all_free)[1]
+        gain = self.best(a, free=self.is_free(kind))[1]
         return (gain - 1.0) * self.costs.cost(self._others + 1)
 
     def chances_left(self) -> int | None:
@@ -312,7 +316,7 @@ class DraftPolicy:
 
     def rate(self, kind: int) -> tuple[int, float]:
         """(k, expected gain) for kind ``kind`` now."""
-        return self.best(self.acceptance(kind), kind in self.free or self.all_free)
+        return self.best(self.acceptance(kind), self.is_free(kind))
 
     def lookahead(self, load: int = 0, left: int | None = None) -> int:
         """The most drafts any kind may take this step; ``load``: the other sequences of the step;
@@ -354,8 +358,7 @@ class DraftPolicy:
         if not proposed:
             return 0
         st = self.stats(kind)
-        free = kind in self.free or self.all_free
-        if not free:  # budget() already decided (a probe, or what the kind earns)
+        if not self.is_free(kind):  # budget() already decided (a probe, or what the kind earns)
             k = len(proposed) if self._probing == kind else self.rate(kind)[0]
             return min(k, len(proposed))
         k = 0
