@@ -52,11 +52,8 @@ def step_ms(backend: LlamaCppBackend, states: list[KVState], rows: list[int], fi
 def measure(
     backend: LlamaCppBackend, n_grounded: int, n_open: int, ks: list[int], tokens: int, reps: int
 ) -> dict[str, float]:
-    prompts = workload("mix", n_grounded + n_open)
-    grounded = [p for i, p in enumerate(prompts) if i % 2 == 0][:n_grounded]
-    open_ = [p for i, p in enumerate(prompts) if i % 2 == 1][:n_open]
     states = []
-    for p in grounded + open_:  # grounded first: rows[:n_grounded] are theirs
+    for p in workload("grounded", n_grounded) + workload("open", n_open):  # grounded first: rows[:n_grounded]
         s = backend.new_state()
         backend.forward(s, backend.chat_tokens([{"role": "user", "content": p}]))
         states.append(s)
@@ -76,7 +73,7 @@ def measure(
     return {name: statistics.median(ts) for name, ts in times.items()}
 
 
-def bound_rows(cost: dict[str, float], n_grounded: int, n_open: int, ks: list[int], tokens: int) -> list[dict]:
+def bound_rows(cost: dict[str, float], ks: list[int], tokens: int) -> list[dict]:
     none = tokens * cost["all x1"]
     rows = []
     for k in ks:
@@ -111,7 +108,7 @@ def main() -> None:
     n = args.grounded + args.open
     backend = LlamaCppBackend(LlamaCppConfig(model=args.model, threads=args.threads, n_ctx=4096, n_seq=n))
     cost = measure(backend, args.grounded, args.open, ks, args.tokens, args.reps)
-    rows = bound_rows(cost, args.grounded, args.open, ks, args.tokens)
+    rows = bound_rows(cost, ks, args.tokens)
     md = f"# bench mix-bound — {machine()}\n\n"
     md += (
         f"{backend.name}, {args.threads} threads. {args.grounded} grounded + {args.open} open sessions with the mix "

@@ -24,7 +24,7 @@ def costs(step: dict[int, float], n_grounded: int = 4, n_open: int = 4) -> dict[
 
 
 def ceilings(cost: dict[str, float]) -> dict[int, float]:
-    return {r["k"]: r["ceiling × none"] for r in bound_rows(cost, 4, 4, KS, TOKENS)}
+    return {r["k"]: r["ceiling × none"] for r in bound_rows(cost, KS, TOKENS)}
 
 
 ROWS = range(1, 64)
@@ -48,7 +48,7 @@ def test_only_rows_that_cost_less_than_in_proportion_shorten_it() -> None:
     assert all(c > 1.2 for c in got.values()), got
     # and the round with drafting is built from the steps as the docstring says: k = 2 with 128
     # tokens is 42 full blocks and one of 2 tokens beside the open ones, then 85 steps of them alone
-    row = next(r for r in bound_rows(costs(step), 4, 4, KS, TOKENS) if r["k"] == 2)
+    row = next(r for r in bound_rows(costs(step), KS, TOKENS) if r["k"] == 2)
     assert row["grounded steps"] == 43
     want = (42 * step[4 * 3 + 4] + step[4 * 2 + 4] + 85 * step[4]) / 1000
     assert math.isclose(row["round s (all accepted)"], round(want, 2))
