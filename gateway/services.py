@@ -1,7 +1,9 @@
-"""What the running app holds: config, engine, processors, session registry. Data only.
+"""What the running app holds: config, engine, processors, session registry, and the builders every route shares.
 
-Built once by ``gateway.app``'s lifespan (from ``gateway.loading``) and handed to every route;
-nothing here does I/O or imports the app, so every module can depend on it without a cycle.
+Built once by ``gateway.app``'s lifespan (from ``gateway.loading``) and handed to every route.
+Besides the parts, it builds what each request derives from config (sampling params, scheduler
+config, decode jobs, audio limits); nothing here does I/O or imports the app, so every module can
+depend on it without a cycle.
 """
 
 from __future__ import annotations

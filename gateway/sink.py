@@ -1,4 +1,4 @@
-"""Thread → asyncio: the one bridge from the engine's worker thread to the event loop."""
+"""Thread → asyncio: engine step events from the engine's worker thread into a session's queue on the loop."""
 
 from __future__ import annotations
 

@@ -285,6 +285,45 @@ def test_every_production_module_has_a_docstring():
     assert not bare, f"these modules need a one-line docstring saying what they are: {bare}"
 
 
+_DOTTED = re.compile(r"``((?:gateway|models|processors|testkit|bench)(?:\.[A-Za-z_]\w*)+)(?:\(\))?``")
+_FOLDERS = "gateway|models|processors|testkit|bench|web|docs|configs|tests"
+_PATHS = re.compile(rf"`((?:{_FOLDERS})/[\w/.-]+\.(?:py|js|md|yaml))`")
+
+
+def dangling_names(doc: str) -> list[str]:
+    """The ``gateway.x.y``-style names and `folder/file.py` paths a docstring cites that do not exist."""
+    import importlib
+
+    out = []
+    for name in _DOTTED.findall(doc):
+        parts, obj = name.split("."), None
+        for i in range(len(parts), 0, -1):
+            try:
+                obj, rest = importlib.import_module(".".join(parts[:i])), parts[i:]
+                break
+            except ImportError:
+                continue
+        for attr in rest if obj is not None else []:
+            obj = getattr(obj, attr, None)
+        if obj is None:
+            out.append(name)
+    return out + [p for p in _PATHS.findall(doc) if not (ROOT / p).exists()]
+
+
+def test_every_name_a_module_docstring_cites_exists():
+    dangling = {}
+    for path in production_modules():
+        names = dangling_names(ast.get_docstring(parsed(ROOT / path)) or "")
+        if names:
+            dangling[path.as_posix()] = names
+    assert not dangling, report("docstrings", dangling, "a module's docstring names what no longer exists there")
+
+
+def test_the_docstring_check_tells_a_real_name_from_a_gone_one():
+    doc = "See ``gateway.realtime.replay.ReplayBuffer``, ``gateway.replay``, `gateway/app.py`, `gateway/gone.py`."
+    assert dangling_names(doc) == ["gateway.replay", "gateway/gone.py"]
+
+
 # ---------------------------------------------------------------------------- endpoints and commands
 
 

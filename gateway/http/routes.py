@@ -1,4 +1,5 @@
-"""OpenAI-compatible HTTP API: ``POST /v1/chat/completions`` and its SSE resume.
+"""OpenAI-compatible HTTP API routes: chat and text completions (with SSE resume), audio speech and
+transcriptions, Realtime client secrets and files; each behind the same key guard.
 
 ``POST /v1/chat/completions`` takes OpenAI's request body (see ``gateway.http.schemas``) and
 answers a ``chat.completion``, or with ``"stream": true`` an SSE stream of

@@ -2,7 +2,7 @@
 
 Generation is decoupled from the WebSocket: a ``LiveSession`` keeps running when its socket
 drops, for the configured grace period, so a client can reconnect with its resume token and
-``last_seq`` and get every event it missed (``gateway.replay``). At most one socket is attached
+``last_seq`` and get every event it missed (``gateway.realtime.replay``). At most one socket is attached
 at a time; the newer one wins.
 """
 
