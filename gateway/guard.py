@@ -49,7 +49,7 @@ def guarded_protocols(
     text messages of ``undecoded_text_bytes`` or more reach the app undecoded (``gateway.wsreader``)."""
     pending: Counter[str] = Counter()  # client address → sockets that have not sent a request head yet
 
-    def abort_later(loop: asyncio.AbstractEventLoop, transport: asyncio.BaseTransport) -> None:
+    def abort_later(loop: asyncio.AbstractEventLoop, transport: asyncio.Transport) -> None:
         """A transport told to close is aborted if it is still open after the close timeout."""
 
         loop.call_later(server.close_timeout_s, transport.abort)  # a no-op once the socket is gone
@@ -67,7 +67,7 @@ def guarded_protocols(
                 return
             data = self.frames[0] if len(self.frames) == 1 else b"".join(self.frames)
             self.frames = []
-            self.queue.put_nowait({"type": "websocket.receive", UNDECODED_TEXT: bytes(data)})  # type: ignore[misc]
+            self.queue.put_nowait({"type": "websocket.receive", UNDECODED_TEXT: bytes(data)})  # type: ignore[arg-type,misc]
             if not self.read_paused:  # as super(): no more reads until the app takes this message
                 self.read_paused = True
                 self.transport.pause_reading()

@@ -45,7 +45,7 @@ from .http.schemas import ChatRequest
 from .services import Services
 from .sink import AsyncSink
 from .startup import start_services, stop_services
-from .tokenize import chat_tokens
+from .tokenize import prompt_tokens
 
 FINISH = {"stop": "stop", "length": "length"}  # Done.reason → finish_reason; others pass as they are
 
@@ -213,7 +213,7 @@ class ResponseStream:
             raise StreamOmniError("invalid_value", f"{where}: {first['msg']}", where) from None
         try:
             messages = await chat_messages(svc, req.messages)
-            prompt = await chat_tokens(svc.backend, messages, svc) if svc.tokenizes else None  # off the loop
+            prompt = await prompt_tokens(svc, messages)  # off the loop
             self.job = chat_completions.chat_job(svc, req, messages, prompt)
         except ApiError as exc:
             raise StreamOmniError(exc.code, exc.message, exc.param) from None

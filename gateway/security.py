@@ -104,7 +104,7 @@ def ws_auth(conn: HTTPConnection, keys: tuple[str, ...]) -> WsAuth:
         return WsAuth(key_digest(None), echo)  # no keys: nothing authenticates, every session is the same tenant
     if len(given) > 1:
         raise AuthRefused("more than one API key offered; send exactly one")
-    (candidate,) = given or {None}
+    candidate = next(iter(given), None)
     if not key_matches(candidate, keys):
         raise AuthRefused("invalid or missing API key")
     return WsAuth(key_digest(candidate), echo)

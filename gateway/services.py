@@ -138,6 +138,16 @@ class Services:
         """Whether responses need a prompt tokenized here (not with a remote engine)."""
         return self.engine.tokenizes
 
+    @property
+    def local_backend(self) -> Backend | None:
+        """The step backend that decodes here; None with a remote engine."""
+        return None if isinstance(self.backend, RemoteModel) else self.backend
+
+    @property
+    def chat_tokenizer(self) -> Backend | None:
+        """What tokenizes a chat prompt here (``gateway.tokenize.prompt_tokens``); None when the engine does."""
+        return self.local_backend if self.engine.tokenizes else None
+
     def decode_job(
         self,
         state: KVState,

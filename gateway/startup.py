@@ -83,7 +83,9 @@ async def start_services(
     if speech is not None:
         speech.on_first_chunk = svc.metrics.voice_stage.labels(stage="tts_first_chunk").observe
     if asr is not None:  # one Whisper worker for every session's passes, and the voice seats
-        capacity = config.audio.max_concurrent_turns or await asyncio.to_thread(measure_capacity, asr)
+        capacity = config.audio.max_concurrent_turns
+        if capacity is None:
+            capacity = await asyncio.to_thread(measure_capacity, asr)
         svc.asr_worker = AsrWorker(asr, capacity, metrics=svc.metrics)
         svc.metrics.voice_capacity.set(capacity)
     if config.limits.parse_processes > 0:  # no process starts before the first big frame

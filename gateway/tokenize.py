@@ -72,6 +72,17 @@ class Tokenizing(Protocol):
     tokenizing: int  # admitted responses not yet submitted (Services.engine_has_room counts them)
 
 
+class PromptHost(Tokenizing, Protocol):
+    @property
+    def chat_tokenizer(self) -> ChatTokenizer | None: ...  # None: the engine tokenizes (a remote one)
+
+
+async def prompt_tokens(host: PromptHost, messages: list[dict[str, str]]) -> list[int] | None:
+    """The prompt of ``messages`` tokenized off the loop, or None where the engine takes messages."""
+    tokenizer = host.chat_tokenizer
+    return None if tokenizer is None else await chat_tokens(tokenizer, messages, host)
+
+
 async def chat_tokens(backend: ChatTokenizer, messages: list[dict[str, str]], holder: Tokenizing) -> list[int]:
     """``backend.chat_tokens(messages)`` on the tokenizer thread; the loop stays free meanwhile.
     ``holder.tokenizing`` counts the prompt while it waits, so admission sees it as queued work."""

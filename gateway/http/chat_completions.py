@@ -20,7 +20,7 @@ from ..filters import CONTENT_FILTER, FILTER_FAILED, ResponseFilter
 from ..grammars import CompileBusy, off_loop
 from ..realtime.speech_out import whole_words
 from ..services import Services
-from ..tokenize import chat_tokens
+from ..tokenize import prompt_tokens
 from ..tools import chat as mcp_chat
 from . import bodies, chat_audio, tools
 from .content import chat_messages
@@ -36,7 +36,7 @@ log = logging.getLogger("stream_omni.http")
 
 async def create(svc: Services, store: CompletionStore, request: Request, owner: str) -> Response:
     """``POST /v1/chat/completions``; ``owner``: who may resume its stream (a key digest)."""
-    req = parse(await read_body(request, svc.config.limits.max_http_body_bytes))
+    req = parse(await read_body(request, svc.config.limits.max_http_body_bytes), ChatRequest)
     check_model(svc, req.model)
     if not svc.engine_has_room():
         raise busy()
@@ -53,7 +53,7 @@ async def create(svc: Services, store: CompletionStore, request: Request, owner:
             constraint = await off_loop(tools.constraint, svc.backend, plan) if plan.grammar else None
         except CompileBusy:
             raise busy("too many schemas are being compiled; retry shortly") from None
-        prompt = await chat_tokens(svc.backend, messages, svc) if svc.tokenizes else None  # off the loop
+        prompt = await prompt_tokens(svc, messages)  # off the loop
         job = chat_job(svc, req, messages, prompt, constraint)
         header = bodies.Header(f"chatcmpl-{secrets.token_hex(16)}", int(time.time()), svc.backend.name)
         if req.stream:
@@ -66,7 +66,7 @@ async def create(svc: Services, store: CompletionStore, request: Request, owner:
             turns += await mcp.run(text, ours)
             plan = ToolPlan([] if mcp.spent else plan.tools, plan.known)  # forced once
             messages = tools.messages(turns, plan)
-            prompt = await chat_tokens(svc.backend, messages, svc) if svc.tokenizes else None
+            prompt = await prompt_tokens(svc, messages)
             job = chat_job(svc, req, messages, prompt)
         return (await _complete(svc, request, job, header, plan, speech))[0]
     finally:

@@ -103,8 +103,8 @@ async def _prompts(svc: Services, req: CompletionRequest) -> list[tuple[str | li
         items.append([t for t in given if isinstance(t, int)])
     else:
         items.extend(p for p in given if not isinstance(p, int))
-    backend = svc.backend
-    if not svc.engine.tokenizes:  # a remote engine is driven by messages, not by token ids
+    backend = svc.chat_tokenizer
+    if backend is None:  # a remote engine is driven by messages, not by token ids
         raise ApiError(400, "unsupported_content", "raw completions need a local model (not backend: openai)", "prompt")
     texts = [p for p in items if isinstance(p, str)]
     cap = svc.config.limits.max_prompt_chars
@@ -115,10 +115,11 @@ async def _prompts(svc: Services, req: CompletionRequest) -> list[tuple[str | li
             f"the text prompts exceed the limit of {cap} characters (limits.max_prompt_chars)",
             "prompt",
         )
-    if texts and not isinstance(backend, PromptEncoder):
+    encoder = backend if isinstance(backend, PromptEncoder) else None
+    if texts and encoder is None:
         raise ApiError(400, "unsupported_content", "this model cannot read a raw text prompt", "prompt")
     try:
-        encoded = iter(await text_tokens(backend.encode, texts, svc, backend.max_context) if texts else [])  # type: ignore[union-attr]
+        encoded = iter(await text_tokens(encoder.encode, texts, svc, backend.max_context) if encoder and texts else [])
     except TooManyTokens as exc:
         raise ApiError(400, "context_length_exceeded", str(exc), "prompt") from None
     out: list[tuple[str | list[int], list[int]]] = []

@@ -28,7 +28,7 @@ from ..grammars import CompileBusy, off_loop
 from ..services import Services
 from ..session_registry import Attachment, Mirrored
 from ..sink import AsyncSink
-from ..tokenize import chat_tokens
+from ..tokenize import prompt_tokens
 from ..tools.runner import McpRunner
 from ..uploads import REFUSALS
 from . import image_output, keyed
@@ -227,7 +227,7 @@ class LiveSession:
             grammar = action.tools.grammar  # forced calls: compiled on the grammar thread (gateway.grammars)
             messages = toolcalls.render(action.messages, action.tools.tools)
             constraint = await off_loop(constrain.constraint_for, svc.backend, grammar) if grammar else None
-            prompt = await chat_tokens(svc.backend, messages, svc) if svc.tokenizes else None
+            prompt = await prompt_tokens(svc, messages)
             if pending.cancelled or self.handles.get(rid) is not pending:
                 return
             job = svc.decode_job(
@@ -279,7 +279,7 @@ class LiveSession:
         meanwhile (speech resumed, another pause) or something else started."""
         svc, rid = self.svc, action.response_id
         try:
-            prompt = await chat_tokens(svc.backend, action.messages, svc) if svc.tokenizes else None
+            prompt = await prompt_tokens(svc, action.messages)
             others = any(not isinstance(h, AfterPrepare) for h in self.handles.values())
             if self._preparing_key != key or others or self.closed:
                 return

@@ -20,7 +20,8 @@ from typing import Any, Protocol
 import numpy as np
 
 from processors.audio import TARGET_RATE, AudioError, b64decode_strict, decode_base64_pcm16
-from processors.audio_formats import G711_RATE, g711_to_pcm16
+from processors.audio_formats import g711_to_pcm16
+from processors.g711 import G711_RATE
 from processors.vad import ServerVadConfig
 
 from ..services import Services
@@ -291,6 +292,7 @@ class MediaInput:
         item_id = spoken.item_id
         for a in actions:
             if isinstance(a, Transcribe):
+                audio: np.ndarray | None
                 if a.kind == "final" and spoken.audio is not None:
                     audio = spoken.audio
                 else:  # partial and pause passes: the turn so far (a copy; the VAD keeps appending)

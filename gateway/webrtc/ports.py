@@ -9,15 +9,16 @@ those sockets as aioice would; TURN relays are aioice's own. Pinned to aiortc 1.
 from __future__ import annotations
 
 import asyncio
+import functools
 import socket
 from typing import Any
 
-from aioice import ice
+from aioice import ice, turn
 from aioice.candidate import Candidate, candidate_foundation, candidate_priority
 
 
 def _gatherers(pc: Any) -> list[Any]:
-    transports = getattr(pc, "_RTCPeerConnection__iceTransports", set())
+    transports: set[Any] = getattr(pc, "_RTCPeerConnection__iceTransports", set())
     return [t.iceGatherer._connection for t in transports]
 
 
@@ -41,13 +42,13 @@ def bind_in_range(pc: Any, low: int, high: int) -> None:
                 for port in range(low, high + 1):
                     try:
                         transport, protocol = await loop.create_datagram_endpoint(
-                            lambda c=_conn: ice.StunProtocol(c), local_addr=(address, port)
+                            functools.partial(ice.StunProtocol, _conn), local_addr=(address, port)
                         )
                     except OSError:
                         continue  # taken (another call): the next port
                     sock = transport.get_extra_info("socket")
                     if sock is not None:
-                        sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, ice.turn.UDP_SOCKET_BUFFER_SIZE)
+                        sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, turn.UDP_SOCKET_BUFFER_SIZE)
                     host, bound = transport.get_extra_info("sockname")[:2]
                     protocol.local_candidate = Candidate(
                         foundation=candidate_foundation("host", "udp", host),

@@ -17,6 +17,7 @@ from aiortc import MediaStreamTrack
 from aiortc.jitterbuffer import JitterBuffer, JitterFrame
 from aiortc.mediastreams import MediaStreamError
 from av import AudioFrame, CodecContext, FFmpegError, Packet
+from av.audio.codeccontext import AudioCodecContext
 
 from .pacing import FRAME, FRAME_MS, RATE, OutboundAudio, PlayoutEvent
 
@@ -30,7 +31,7 @@ IDLE_FRAMES = 3  # with no response open, silence goes out as one 60 ms packet: 
 BITRATE = 32_000  # mono voice: a synthesized voice needs no more (aiortc's own encoder sends 96 kbit/s stereo)
 
 
-def opus_encoder(frames: int = 1) -> CodecContext:
+def opus_encoder(frames: int = 1) -> AudioCodecContext:
     """libopus through PyAV, mono, ``BITRATE``, one packet per ``frames`` × 20 ms (Opus over RTP may be mono)."""
     codec = CodecContext.create("libopus", "w")
     codec.bit_rate = BITRATE
@@ -55,7 +56,7 @@ def silence_packet(frames: int = 1) -> bytes:
     """One Opus packet of ``frames`` × 20 ms of digital silence, as the encoder settles on it (a few
     bytes), made once."""
     codec = opus_encoder(frames)
-    quiet = np.zeros(FRAME * frames, dtype=np.int16)
+    quiet: np.ndarray = np.zeros(FRAME * frames, dtype=np.int16)
     payloads = [bytes(p) for i in range(SETTLE_FRAMES * 2) for p in codec.encode(_frame(quiet, i * frames))]
     return payloads[-1]
 
@@ -92,7 +93,7 @@ class PacedTrack(MediaStreamTrack):
         self.late_frames = 0  # frames the loop handed out past their time (an underrun the listener hears)
         self.encoded = 0  # frames that went through the encoder (the rest were cached silence)
 
-    async def recv(self) -> Packet:
+    async def recv(self) -> Packet:  # type: ignore[type-arg]  # aiortc's signature: a bare Packet
         if self.readyState != "live":
             raise MediaStreamError
         now = time.monotonic()
@@ -226,7 +227,8 @@ class InboundAudio:
                 self._stream = soxr.ResampleStream(frame.sample_rate, rate, 1, dtype="float32")
                 self._rate = rate
             out = self._stream.resample_chunk(mono)
-        return (np.clip(out, -1.0, 1.0) * 32767.0).astype("<i2").tobytes()
+        s16: bytes = (np.clip(out, -1.0, 1.0) * 32767.0).astype("<i2").tobytes()
+        return s16
 
 
 async def pump_inbound(
