@@ -111,6 +111,11 @@ class MediaInput:
                 td = audio_in.turn_detection
         return rate, transcription.turn_detection(td) if options.type == "transcription" else td
 
+    @property
+    def input_rate(self) -> int:
+        """The sample rate the voice input expects now, from the session's ``audio.input.format``."""
+        return self._audio_opts(self.session.options)[0]
+
     def describe(self, view: dict[str, Any]) -> None:
         """Report the effective ``audio.input`` settings (turn detection with every field filled in)."""
         if self.svc.asr is None:  # no audio input here: no turn detection, whatever the client asked for

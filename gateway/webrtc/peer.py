@@ -101,7 +101,7 @@ class Call:
         live = self.live
 
         def rate() -> int:
-            return live.media._audio_opts(live.session.options)[0]  # the rate VoiceInput expects
+            return live.media.input_rate
 
         def wanted() -> bool:
             return not live.closed and self.svc.asr is not None
