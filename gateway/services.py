@@ -11,7 +11,7 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import Any, Protocol, cast
 
 from models.backend import Backend, KVState
 from models.decode import DecodeJob
@@ -140,13 +140,9 @@ class Services:
 
     @property
     def local_backend(self) -> Backend | None:
-        """The step backend that decodes here; None with a remote engine."""
-        return None if isinstance(self.backend, RemoteModel) else self.backend
-
-    @property
-    def chat_tokenizer(self) -> Backend | None:
-        """What tokenizes a chat prompt here (``gateway.tokenize.prompt_tokens``); None when the engine does."""
-        return self.local_backend if self.engine.tokenizes else None
+        """The step backend that decodes, and so tokenizes, here; None where the engine takes messages
+        (a remote one). Asked of the engine, never of the backend's type."""
+        return cast(Backend, self.backend) if self.engine.tokenizes else None
 
     def decode_job(
         self,

@@ -74,12 +74,12 @@ class Tokenizing(Protocol):
 
 class PromptHost(Tokenizing, Protocol):
     @property
-    def chat_tokenizer(self) -> ChatTokenizer | None: ...  # None: the engine tokenizes (a remote one)
+    def local_backend(self) -> ChatTokenizer | None: ...  # None: the engine tokenizes (a remote one)
 
 
 async def prompt_tokens(host: PromptHost, messages: list[dict[str, str]]) -> list[int] | None:
     """The prompt of ``messages`` tokenized off the loop, or None where the engine takes messages."""
-    tokenizer = host.chat_tokenizer
+    tokenizer = host.local_backend
     return None if tokenizer is None else await chat_tokens(tokenizer, messages, host)
 
 

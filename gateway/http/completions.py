@@ -103,7 +103,7 @@ async def _prompts(svc: Services, req: CompletionRequest) -> list[tuple[str | li
         items.append([t for t in given if isinstance(t, int)])
     else:
         items.extend(p for p in given if not isinstance(p, int))
-    backend = svc.chat_tokenizer
+    backend = svc.local_backend
     if backend is None:  # a remote engine is driven by messages, not by token ids
         raise ApiError(400, "unsupported_content", "raw completions need a local model (not backend: openai)", "prompt")
     texts = [p for p in items if isinstance(p, str)]
