@@ -20,7 +20,7 @@ from .files import FileStore
 from .filters import load_filters
 from .keylimits import KeyLimits
 from .loading import default_loader, image_limits, load_audio, load_speculator, load_vision, make_engine
-from .realtime.asr_worker import AsrWorker, measure_capacity
+from .realtime.asr_worker import AsrWorker, blocking_transcriber, measure_capacity
 from .realtime.bigframes import FrameParser, ParseLimits
 from .services import Services
 from .session_registry import SessionRegistry
@@ -78,7 +78,8 @@ async def start_services(
         svc.key_limits = KeyLimits(lim.key_responses_per_window, lim.key_tokens_per_window, lim.key_window_s, time.time)
     # the built-in image and WAV processors first, then the installed plugins (which may replace them)
     svc.processors.register(ImageProcessor(image_limits(config), describer))
-    svc.processors.register(WavProcessor(svc.audio_limits, asr))
+    clips = None if asr is None else blocking_transcriber(svc, asyncio.get_running_loop())
+    svc.processors.register(WavProcessor(svc.audio_limits, clips))
     svc.processors.load_entry_points()
     if speech is not None:
         speech.on_first_chunk = svc.metrics.voice_stage.labels(stage="tts_first_chunk").observe

@@ -8,7 +8,8 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from .asr import Transcriber
+import numpy as np
+
 from .audio import AudioError, AudioLimits, decode_wav
 from .image import MIME_TO_FORMAT, ImageError, ImageLimits, decode_image, to_data_url
 
@@ -34,14 +35,14 @@ class WavProcessor:
     name: str = "audio"
     mimes: tuple[str, ...] = ("audio/wav", "audio/x-wav", "audio/wave")
 
-    def __init__(self, limits: AudioLimits, asr: Transcriber | None):
+    def __init__(self, limits: AudioLimits, transcribe: Callable[[np.ndarray], str] | None):
         self.limits = limits
-        self.asr = asr  # None: audio input is off
+        self.transcribe = transcribe  # float32 16 kHz clip → text (the gateway's shared queue); None: audio off
 
     def check(self, data: bytes, mime: str) -> None:
         decode_wav(data, self.limits)  # format, rate, seconds: AudioError
 
     def to_text(self, data: bytes, mime: str) -> str:
-        if self.asr is None:
+        if self.transcribe is None:
             raise AudioError("audio_disabled", "audio input is not enabled on this server")
-        return str(self.asr.transcribe(decode_wav(data, self.limits)))
+        return self.transcribe(decode_wav(data, self.limits))

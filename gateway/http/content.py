@@ -1,6 +1,7 @@
 """Request messages → the ``[{role, content}]`` text the chat template takes.
 
-``input_audio`` parts (base64 WAV) are transcribed with the server's Whisper; ``image_url`` parts
+``input_audio`` parts (base64 WAV) are transcribed in the Whisper queue every voice session shares
+(so they count against the same capacity); ``image_url`` parts
 are described in words by ``services.image_describer`` when the server has one, else refused.
 Both run in a worker thread: decoding and models block.
 """
@@ -11,9 +12,12 @@ import asyncio
 import logging
 from typing import Any
 
+import numpy as np
+
 from processors.audio import AudioError, b64decode_strict, decode_wav
 from processors.image import ImageError
 
+from ..realtime.asr_worker import transcribe_clip
 from ..services import Services
 from ..uploads import REFUSALS, FileRefused, attached_text, image_text
 from .errors import ApiError
@@ -59,12 +63,11 @@ async def _transcribe(svc: Services, part: AudioPart, where: str) -> str:
         raise ApiError(400, "audio_disabled", "audio input is not enabled on this server", where)
     limits = svc.audio_limits
 
-    def run() -> str:
-        audio = decode_wav(b64decode_strict(part.input_audio.data), limits)
-        return str(asr.transcribe(audio))
+    def decode() -> np.ndarray:
+        return decode_wav(b64decode_strict(part.input_audio.data), limits)
 
     try:
-        return await asyncio.to_thread(run)
+        return await transcribe_clip(svc, await asyncio.to_thread(decode))
     except AudioError as exc:
         raise ApiError(400, exc.code, exc.message, f"{where}.input_audio") from None
     except Exception as exc:  # a failed transcription refuses this request only

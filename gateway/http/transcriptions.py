@@ -32,7 +32,7 @@ from starlette.responses import Response, StreamingResponse
 from processors.audio import TARGET_RATE, AudioError, AudioLimits, decode_wav
 from processors.segments import speech_segments
 
-from ..realtime.asr_worker import AsrWorker
+from ..realtime.asr_worker import AsrWorker, shared_worker
 from ..services import Services
 from . import transcript_formats as tf
 from .errors import ApiError, busy
@@ -134,7 +134,7 @@ class Transcriptions:
             slot.release()
             raise
         seconds, parts = segments
-        worker, sid = _worker(svc), f"http_{secrets.token_hex(6)}"
+        worker, sid = shared_worker(svc), f"http_{secrets.token_hex(6)}"
         language = req.language or svc.asr.config.effective_language
         if req.stream:
             return StreamingResponse(
@@ -170,15 +170,6 @@ def _segments(data: bytes, limits: AudioLimits) -> tuple[float, list[tuple[int, 
     """On a thread: (the audio's seconds, its speech segments as (start ms, end ms, audio))."""
     audio = decode_wav(data, limits)
     return audio.size / TARGET_RATE, [(s.start_ms, s.end_ms, s.audio) for s in speech_segments(audio)]
-
-
-def _worker(svc: Services) -> AsrWorker:
-    """The Whisper worker every voice session shares (made here for apps built without one: tests)."""
-    if svc.asr_worker is None:
-        assert svc.asr is not None
-        svc.asr_worker = AsrWorker(svc.asr, svc.config.audio.max_concurrent_turns or 1024)
-    worker: AsrWorker = svc.asr_worker
-    return worker
 
 
 def _too_large(limit: int) -> str:

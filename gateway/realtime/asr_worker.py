@@ -18,11 +18,12 @@ import asyncio
 import contextlib
 import itertools
 import logging
+import secrets
 import threading
 import time
 from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -30,6 +31,9 @@ from models.cores import CORES
 from processors.asr import Transcriber, encoder_frames
 
 from .asr_queue import Pass, PassKind, PassQueue, QueueConfig
+
+if TYPE_CHECKING:
+    from ..services import Services
 
 log = logging.getLogger("stream_omni.asr")
 
@@ -240,3 +244,35 @@ class AsrWorker:
         if self.metrics is not None:
             self.metrics.voice_queue.set(self.queue.depth)
             self.metrics.voice_seats.set(len(self._seats))
+
+
+def shared_worker(svc: Services) -> AsrWorker:
+    """The Whisper worker every voice session shares (made here for apps built without one: tests)."""
+    if svc.asr_worker is None:
+        if svc.asr is None:
+            raise RuntimeError("no Whisper on this server: audio input is off")
+        svc.asr_worker = AsrWorker(svc.asr, svc.config.audio.max_concurrent_turns or 1024, metrics=svc.metrics)
+    worker: AsrWorker = svc.asr_worker
+    return worker
+
+
+async def transcribe_clip(svc: Services, audio: np.ndarray) -> str:
+    """One whole clip (an HTTP audio part, an uploaded or inline WAV) as a final pass of the shared queue:
+    it waits its turn with every session's passes, so a flood of HTTP audio cannot crowd out the voices."""
+    return await shared_worker(svc).transcribe(f"clip_{secrets.token_hex(6)}", "final", audio)
+
+
+def blocking_transcriber(svc: Services, loop: asyncio.AbstractEventLoop) -> Callable[[np.ndarray], str]:
+    """``transcribe_clip`` for synchronous code on a worker thread (a file processor's ``to_text``): it
+    waits there for the loop's answer. Called on the loop's own thread it would wait forever: refused."""
+
+    def transcribe(audio: np.ndarray) -> str:
+        try:
+            running = asyncio.get_running_loop()
+        except RuntimeError:
+            running = None
+        if running is loop:
+            raise RuntimeError("blocking_transcriber called on the event loop: run it in a thread")
+        return asyncio.run_coroutine_threadsafe(transcribe_clip(svc, audio), loop).result()
+
+    return transcribe

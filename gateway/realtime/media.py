@@ -28,7 +28,7 @@ from ..services import Services
 from . import protocol as p
 from . import transcription
 from .actions import Output
-from .asr_worker import AsrWorker, PassShed
+from .asr_worker import AsrWorker, PassShed, shared_worker
 from .session import Session
 from .turntaking import (
     Completed,
@@ -208,12 +208,8 @@ class MediaInput:
             self._act(self._spoken, self._spoken.taker.heard(voice.now_ms))
 
     def worker(self) -> AsrWorker:
-        """The app's shared Whisper worker (made here for apps built without one: tests, benches)."""
-        if self.svc.asr_worker is None:
-            assert self.svc.asr is not None
-            self.svc.asr_worker = AsrWorker(self.svc.asr, self.svc.config.audio.max_concurrent_turns or 1024)
-        worker: AsrWorker = self.svc.asr_worker
-        return worker
+        """The app's shared Whisper worker."""
+        return shared_worker(self.svc)
 
     def _seated(self, event_id: str | None) -> bool:
         """A voice seat for this session, taken when it speaks (server VAD) or sends audio (manual

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import base64
 import io
+import re
 
 import httpx
 import numpy as np
@@ -211,7 +212,13 @@ async def test_wav_file_is_transcribed_as_inline_audio_on_both_apis(server_facto
         )
         missing = await rt.until("error")
         await rt.close()
+        async with httpx.AsyncClient(timeout=30) as h:
+            metrics = (await h.get(f"http://{addr}/metrics")).text
     assert inline.status_code == by_id.status_code == 200, by_id.text
+    # every clip went through the Whisper queue the voice sessions share: chat inline, chat file,
+    # Realtime file and Realtime inline, one pass each
+    passes = re.search(r"^stream_omni:voice_asr_batch_passes_sum (\S+)$", metrics, re.M)
+    assert passes is not None and float(passes.group(1)) == 4.0
     assert inline.json()["choices"][0]["message"] == by_id.json()["choices"][0]["message"]
     assert inline.json()["usage"] == by_id.json()["usage"]
     texts = [a["item"]["content"][0]["text"] for a in added]
