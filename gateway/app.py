@@ -14,6 +14,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Mount, Route
 from starlette.staticfiles import StaticFiles
+from starlette.websockets import WebSocket
 
 from models.backend import Backend
 from models.engine_client import EngineClient
@@ -27,6 +28,7 @@ from .realtime import routes as realtime_routes
 from .security import LocalHostGuard
 from .services import Services
 from .startup import start_services, stop_services
+from .telephony.control import TelephonyApi
 from .webrtc.signalling import WebRtcApi
 
 WEB_DIR = Path(__file__).resolve().parent.parent / "web"  # the browser client, served at GET /
@@ -68,6 +70,7 @@ def create_app(
             await services.registry.drain(0, hand_off=n.hand_off if n else None)
             if n is not None:
                 await cluster.pop("node").stop()
+            await telephony_api.close()
             await webrtc_api.close()
             await app.state.completions.drain(0)
             stop_services(services)
@@ -108,12 +111,18 @@ def create_app(
 
     http_api = http_routes.HttpApi(svc)
     webrtc_api = WebRtcApi(svc, node)
+    telephony_api = TelephonyApi(svc)
+
+    async def sideband(ws: WebSocket) -> None:  # a phone call's, else a WebRTC call's
+        await telephony_api.sideband(ws, webrtc_api.sideband)
+
     routes = [
         Route("/health", health),
         Route("/ready", ready),
         Route("/v1/models", models),
         Route("/metrics", metrics),
-        *realtime_routes.routes(svc, lambda: cluster_sessions(node()), sideband=webrtc_api.sideband),
+        *realtime_routes.routes(svc, lambda: cluster_sessions(node()), sideband=sideband),
+        *telephony_api.routes(webrtc_api.hangup),  # first: it hands WebRTC call ids on
         *webrtc_api.routes(),
         *http_api.routes(),
         Mount("/", app=StaticFiles(directory=str(WEB_DIR), html=True, check_dir=False), name="web"),
@@ -121,4 +130,5 @@ def create_app(
     app = Starlette(routes=routes, lifespan=lifespan, middleware=[Middleware(LocalHostGuard, server=config.server)])
     app.state.completions = http_api.store
     app.state.webrtc = webrtc_api
+    app.state.telephony = telephony_api
     return app

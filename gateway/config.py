@@ -351,6 +351,21 @@ class WebRtcConfig(_Frozen):
         return self
 
 
+class TelephonyConfig(_Frozen):
+    """Phone calls: telephony media streams over WebSocket and OpenAI's call control (docs/TELEPHONY.md)."""
+
+    enabled: bool = False  # serve /v1/telephony/media-stream and /v1/realtime/calls/{id}/accept|reject|refer
+    # Twilio's auth token: the X-Twilio-Signature of each stream's upgrade is checked with it (None: not checked)
+    twilio_auth_token: str | None = None
+    # the URL the provider was told (wss://…): what it signed, when a proxy changes the Host the server sees
+    public_url: str | None = None
+    webhook_url: str | None = None  # realtime.call.incoming is POSTed here; None: default_session answers
+    webhook_secret: str | None = None  # Standard Webhooks secret ("whsec_…" base64, or raw) the webhook is signed with
+    accept_timeout_s: float = Field(default=10.0, gt=0, le=120)  # an incoming call not accepted by then is dropped
+    default_session: dict[str, Any] = {}  # the session.update a call gets when no webhook is configured
+    mark_ms: int = Field(default=100, ge=20, le=2000)  # a mark after this much audio: the playhead's resolution
+
+
 class McpServerConfig(_Frozen):
     """One MCP server the gateway's own configuration names (sessions refer to it by its label)."""
 
@@ -399,6 +414,7 @@ class Config(_Frozen):
     limits: LimitsConfig = LimitsConfig()
     files: FilesConfig = FilesConfig()
     webrtc: WebRtcConfig = WebRtcConfig()
+    telephony: TelephonyConfig = TelephonyConfig()
     tools: ToolsConfig = ToolsConfig()  # server-side tools (MCP), docs/TOOLS.md
     filters: tuple[str, ...] = ()  # "module:callable" chunk filters run on each chunk before it is sent
 

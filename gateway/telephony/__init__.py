@@ -1,0 +1,1 @@
+"""Phone calls: telephony media streams over WebSocket and OpenAI-style call control (docs/TELEPHONY.md)."""
