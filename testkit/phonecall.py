@@ -125,7 +125,8 @@ class PhoneCall:
         await self.ws.send(json.dumps({"event": "dtmf", "streamSid": self.stream_sid, "dtmf": {"digit": digit}}))
 
     def heard_pcm(self) -> np.ndarray:
-        return ulaw_decode(bytes(self.heard)).astype(np.float32) / 32768.0
+        pcm: np.ndarray = ulaw_decode(bytes(self.heard)).astype(np.float32) / 32768.0
+        return pcm
 
     async def wait(self, predicate: Any, within: float) -> None:
         """Until ``predicate()`` holds (checked on every 20 ms playout tick), or TimeoutError."""

@@ -127,7 +127,7 @@ class StreamCall:
             if e.get("type") == "response.done":
                 rid = e.get("response", {}).get("id")
                 if isinstance(rid, str):
-                    asyncio.get_running_loop().call_soon(lambda r=rid: self._stopped(self.playout.finished(r)))
+                    asyncio.get_running_loop().call_soon(self._finished, rid)
                 if self._cut:
                     asyncio.get_running_loop().call_soon(self._truncate_cut)
         live = self.live
@@ -137,6 +137,9 @@ class StreamCall:
         interrupts = voice is not None and voice.vad_config is not None and voice.vad_config.interrupt_response
         if interrupts and any(e.get("type") == "input_audio_buffer.speech_started" for e in events):
             self.clear_output()
+
+    def _finished(self, response_id: str) -> None:
+        self._stopped(self.playout.finished(response_id))
 
     def clear_output(self) -> None:
         """Cut playback here and at the provider (``clear``); items keep what the caller heard."""

@@ -104,8 +104,9 @@ def parse(raw: str | bytes) -> Inbound | FrameError | None:
             return digit
         return Dtmf(digit) if digit in DIGITS else FrameError("dtmf.digit must be one of 0-9 * # A-D")
     if kind == "start":
-        fmt = body.get("mediaFormat") if isinstance(body.get("mediaFormat"), dict) else {}
-        custom = body.get("customParameters") if isinstance(body.get("customParameters"), dict) else {}
+        fmt_v, custom_v = body.get("mediaFormat"), body.get("customParameters")
+        fmt: dict[str, Any] = fmt_v if isinstance(fmt_v, dict) else {}
+        custom: dict[str, Any] = custom_v if isinstance(custom_v, dict) else {}
         sid = _str(body, "streamSid", "start")
         if isinstance(sid, FrameError):
             sid = _str(msg, "streamSid", "start")  # Twilio puts it at the top level as well
