@@ -43,6 +43,7 @@ class PhoneCall:
         self.acked: list[str] = []  # marks echoed because their audio played
         self.clears = 0
         self.first_audio_at: float | None = None  # monotonic time of the first reply frame
+        self.frame_times: list[float] = []  # monotonic arrival time of each reply frame
         self._tasks = [asyncio.create_task(self._read()), asyncio.create_task(self._play())]
         self.closed = asyncio.Event()
         self._tick = asyncio.Event()  # set by each playout tick
@@ -74,8 +75,9 @@ class PhoneCall:
                 self.received.append(msg)
                 kind = msg.get("event")
                 if kind == "media":
+                    self.frame_times.append(time.monotonic())
                     if self.first_audio_at is None:
-                        self.first_audio_at = time.monotonic()
+                        self.first_audio_at = self.frame_times[0]
                     self.buffer += base64.b64decode(msg["media"]["payload"])
                 elif kind == "mark":
                     self.marks.append((len(self.buffer), msg["mark"]["name"]))
