@@ -82,7 +82,7 @@ async def one_turn(addr: str, text: str) -> tuple[float, list[float]]:
     ended = time.monotonic()
     await call.say(to_ulaw(silence(1.0)))  # the line stays open, as a phone's does
     try:
-        await call.wait(lambda: call.first_audio_at is not None, 60)
+        await call.wait(lambda: call.first_audio_at is not None, 180)  # the first turn loads Whisper and the voice
         await call.wait(lambda: not call.buffer and times and time.monotonic() - times[-1] > 1.0, 120)
     finally:
         await call.hang_up()

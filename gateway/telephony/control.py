@@ -35,7 +35,8 @@ from ..security import AuthRefused, check_origin, ws_auth
 from ..services import Services
 from ..session_registry import TooManySessions
 from . import twilio, webhooks
-from .stream import ANY_KEY, StreamCall, telephone_session
+from .call import ANY_KEY, PhoneCall, telephone_session
+from .stream import StreamLine, serve
 
 log = logging.getLogger("stream_omni.telephony")
 
@@ -51,7 +52,7 @@ def _error(status: int, code: str, message: str, param: str | None = None) -> JS
 class Pending:
     """A call between the webhook and the app's answer."""
 
-    call: StreamCall
+    call: PhoneCall
     answered: asyncio.Future[str] = field(default_factory=lambda: asyncio.get_running_loop().create_future())
     owner: str = ANY_KEY  # key digest of the app that accepted it (ANY_KEY: answered by the default session)
 
@@ -106,11 +107,11 @@ class TelephonyApi:
             await ws.close(CLOSE_POLICY, "no start message")
             return
         call_id = f"rtc_{secrets.token_hex(12)}"
-        call = StreamCall(ws, call_id, start, cfg.mark_ms, lambda: self._forget(call_id))
+        call = PhoneCall(StreamLine(ws, start), call_id, cfg.mark_ms, lambda: self._forget(call_id))
         pending = self.calls[call_id] = Pending(call)
-        reader = asyncio.create_task(call.read(), name="telephony-read")
+        reader = asyncio.create_task(serve(ws, call), name="telephony-read")
         if cfg.webhook_url is None:
-            refusal = self._answer(s, pending, ANY_KEY, telephone_session(dict(cfg.default_session)))
+            refusal = self._answer(s, pending, ANY_KEY, dict(cfg.default_session))
             if refusal is not None:
                 pending.answered.set_result(refusal)
         else:
@@ -166,6 +167,7 @@ class TelephonyApi:
         except TooManySessions as exc:
             return f"session_limit: {exc}"
         s.registry.add(live)
+        session = telephone_session(session, pending.call.line.codec)
         live.on_text(json.dumps({"type": "session.update", "session": session}))
         pending.owner = owner
         pending.call.attach(live)
@@ -228,7 +230,7 @@ class TelephonyApi:
         ev = parse_checked(json.dumps({"type": "session.update", "session": session}), ParseLimits.of(s.config.limits))
         if isinstance(ev, p.ProtocolError):
             return _error(400, ev.code, ev.message, ev.param)
-        refusal = self._answer(s, pending, request.state.key, telephone_session(session))
+        refusal = self._answer(s, pending, request.state.key, session)
         if refusal is not None:
             return _error(429, "session_limit", refusal)
         pending.answered.set_result("accepted")

@@ -1,223 +1,60 @@
-"""One telephony media-stream call (Twilio ``<Connect><Stream>``, Telnyx): a WebSocket serving a ``LiveSession``.
+"""A telephony media stream (Twilio ``<Connect><Stream>``, Telnyx) as a call's ``Line``: a WebSocket of JSON frames.
 
-Once the call is accepted the caller's µ-law goes into the session as ``audio/pcmu`` input (server VAD,
-Whisper, turn taking as on any socket); the reply's speech, synthesized as ``audio/pcmu``, goes back as
-paced 20 ms ``media`` frames with ``mark``s (``gateway.telephony.playout``). Barge-in sends ``clear`` and
-truncates each item cut at its last acknowledged mark: what the caller heard. Keypad presses become
-``input_audio_buffer.dtmf_event_received``. Events reach an app over the sideband socket (``?call_id=``).
+Out: ``media`` (base64 µ-law), ``mark``, ``clear``. In: ``media`` → the call's audio, ``mark`` → the
+playhead (the provider played up to it), ``dtmf``, ``stop`` (gateway.telephony.twilio parses them).
 """
 
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
-import time
-from collections.abc import Callable
-from typing import Any
 
 from starlette.websockets import WebSocket, WebSocketDisconnect
 
-from ..realtime import protocol as p
-from ..realtime.actions import Output
-from ..realtime.live_session import LiveSession
-from ..realtime.speech_out import PlayAudio
-from ..security import key_digest
 from . import twilio
-from .playout import FRAME_MS, Frame, MarkOut, Playout, Started, Stopped
+from .call import PhoneCall
 
 log = logging.getLogger("stream_omni.telephony")
 
-TELEPHONE_AUDIO = {"input": {"format": {"type": "audio/pcmu"}}, "output": {"format": {"type": "audio/pcmu"}}}
-ANY_KEY = key_digest(None)  # owner of a call answered by the default session: any of the server's keys
 
+class StreamLine:
+    codec = "audio/pcmu"  # Twilio streams carry µ-law only
 
-def telephone_session(session: dict[str, Any]) -> dict[str, Any]:
-    """``session`` with µ-law 8 kHz both ways: what a phone line carries, whatever else it asks for."""
-    audio = dict(session.get("audio") or {})
-    for side in ("input", "output"):
-        audio[side] = {**dict(audio.get(side) or {}), **TELEPHONE_AUDIO[side]}
-    return {**session, "audio": audio}
-
-
-class StreamCall:
-    def __init__(self, ws: WebSocket, call_id: str, start: twilio.Start, mark_ms: int, on_end: Callable[[], None]):
+    def __init__(self, ws: WebSocket, start: twilio.Start):
         self.ws = ws
-        self.call_id = call_id
         self.start = start
-        self.on_end = on_end
-        self.live: LiveSession | None = None
-        self.playout = Playout(mark_ms)
-        self.ended = asyncio.Event()
-        self._muted: str | None = None  # a response cut by barge-in: the rest of it is not played
-        self._cut: list[tuple[str, int]] = []  # items cut, truncated once their response has ended
-        self._send_lock = asyncio.Lock()
-        self._pacer: asyncio.Task[None] | None = None
-        self.frames_in = 0
+        self._lock = asyncio.Lock()  # the pacer and a clear never interleave their messages
 
-    # ------------------------------------------------------------------ attach
-
-    def attach(self, live: LiveSession) -> None:
-        """The call was accepted: ``live`` hears the caller and speaks on the stream from now on."""
-        self.live = live
-        live.session.audio_track = True  # the reply's audio goes on the stream, not as output_audio.delta
-        live.speaker.sink = self._play
-        live.taps.append(self._heard)
-        self._pacer = asyncio.create_task(self._pace(), name="telephony-pacer")
-
-    def _play(self, action: PlayAudio) -> None:
-        if action.response_id == self._muted:
-            return
-        if action.format != "audio/pcmu":  # the session was changed off the phone's format: not playable
-            log.warning("call %s: %s audio cannot go on a µ-law stream", self.call_id, action.format)
-            return
-        if not self.playout.push(action.audio, action.response_id, action.item_id):
-            log.warning("call %s: outbound audio queue full, a chunk of %s dropped", self.call_id, action.item_id)
-
-    async def _pace(self) -> None:
-        """One 20 ms frame per 20 ms of wall clock, without drift; a late tick sends the frames it owes."""
-        loop = asyncio.get_running_loop()
-        due = loop.time()
+    async def send(self, frames: list[bytes | str]) -> None:
         sid = self.start.stream_sid
-        while not self.ended.is_set():
-            due += FRAME_MS / 1000
-            if not self.playout.playing:
-                due = loop.time() + FRAME_MS / 1000  # idle: no backlog builds up
-            await asyncio.sleep(max(0.0, due - loop.time()))
-            behind = min(5, int((loop.time() - due) * 1000 // FRAME_MS))  # ticks missed (a busy loop)
-            for _ in range(1 + max(0, behind)):
-                out = self.playout.take()
-                if not out:
-                    break
-                msgs: list[str] = []
-                for o in out:
-                    if isinstance(o, Frame):
-                        msgs.append(twilio.media(sid, o.ulaw))
-                    elif isinstance(o, MarkOut):
-                        msgs.append(twilio.mark(sid, o.name))
-                    elif isinstance(o, Started):
-                        self._emit([p.server_event("output_audio_buffer.started", response_id=o.response_id)])
-                await self._send(msgs)
-            due += max(0, behind) * FRAME_MS / 1000
+        async with self._lock:
+            for f in frames:
+                await self.ws.send_text(twilio.media(sid, f) if isinstance(f, bytes) else twilio.mark(sid, f))
 
-    async def _send(self, msgs: list[str]) -> None:
-        async with self._send_lock:
-            for m in msgs:
-                with contextlib.suppress(Exception):  # a gone provider: the reader sees the close
-                    await self.ws.send_text(m)
+    async def clear(self) -> None:
+        async with self._lock:
+            await self.ws.send_text(twilio.clear(self.start.stream_sid))
 
-    def _emit(self, events: list[dict[str, Any]]) -> None:
-        live = self.live
-        if events and live is not None and not live.closed:
-            live.send(Output([live.outbox.stamp(e) for e in events], []))
+    async def close(self, reason: str) -> None:
+        await self.ws.close(1000, reason[:120])
 
-    def _open_response(self) -> str | None:
-        r = self.live.session.response if self.live is not None else None
-        return r.id if r is not None else None
 
-    def _stopped(self, stopped: list[Stopped]) -> None:
-        self._emit([p.server_event("output_audio_buffer.stopped", response_id=s.response_id) for s in stopped])
-
-    # ------------------------------------------------------------------ barge-in, truncation
-
-    def _heard(self, events: list[dict[str, Any]]) -> None:
-        """The session's events as they go out: a response that ended may have stopped playing, and
-        lets the items cut from it be truncated; the caller speaking over the reply cuts it."""
-        for e in events:
-            if e.get("type") == "response.done":
-                rid = e.get("response", {}).get("id")
-                if isinstance(rid, str):
-                    asyncio.get_running_loop().call_soon(self._finished, rid)
-                if self._cut:
-                    asyncio.get_running_loop().call_soon(self._truncate_cut)
-        live = self.live
-        if live is None or not self.playout.playing:
-            return
-        voice = live.media.voice
-        interrupts = voice is not None and voice.vad_config is not None and voice.vad_config.interrupt_response
-        if interrupts and any(e.get("type") == "input_audio_buffer.speech_started" for e in events):
-            self.clear_output()
-
-    def _finished(self, response_id: str) -> None:
-        self._stopped(self.playout.finished(response_id))
-
-    def clear_output(self) -> None:
-        """Cut playback here and at the provider (``clear``); items keep what the caller heard."""
-        cut = self.playout.clear()
-        r = self._open_response()
-        if r is not None:
-            self._muted = r
-        asyncio.get_running_loop().create_task(self._send([twilio.clear(self.start.stream_sid)]))
-        rid = cut.response_id or ""
-        self._emit([p.server_event("output_audio_buffer.cleared", response_id=rid)])
-        if cut.items:
-            self._cut.extend(cut.items)
-            asyncio.get_running_loop().call_soon(self._truncate_cut)
-
-    def _truncate_cut(self) -> None:
-        live = self.live
-        if live is None or live.closed:
-            return
-        r = live.session.response
-        waiting = [(item, ms) for item, ms in self._cut if r is not None and r.item_id == item]
-        for item, ms in self._cut:
-            if (item, ms) not in waiting:
-                live.send(live.session.truncate_heard(item, ms))
-        self._cut = waiting
-
-    # ------------------------------------------------------------------ inbound
-
-    def on_frame(self, ev: twilio.Inbound) -> bool:
-        """A provider message; False when the stream has ended."""
-        live = self.live
+async def serve(ws: WebSocket, call: PhoneCall) -> str:
+    """Read the provider's frames into ``call`` until the stream stops or closes; the reason."""
+    while True:
+        try:
+            raw = await ws.receive_text()
+        except (WebSocketDisconnect, RuntimeError):
+            return "stream closed"
+        ev = twilio.parse(raw)
+        if isinstance(ev, twilio.FrameError):
+            log.info("call %s: bad media-stream message: %s", call.call_id, ev.message)
+            continue  # a provider's odd message costs that message, not the call
         if isinstance(ev, twilio.Stop):
-            return False
-        if live is None or live.closed:
-            return True  # not accepted yet: the caller's audio before the answer is not heard
-        if isinstance(ev, twilio.Media):
-            if ev.track in ("inbound", "inbound_track"):
-                self.frames_in += 1
-                if live.svc.asr is not None:
-                    live.on_bytes(ev.payload)
+            return "stream stopped"
+        if isinstance(ev, twilio.Media) and ev.track in ("inbound", "inbound_track"):
+            call.on_audio(ev.payload)
         elif isinstance(ev, twilio.Mark):
-            self._stopped(self.playout.ack(ev.name, self._open_response()))
+            call.on_mark(ev.name)
         elif isinstance(ev, twilio.Dtmf):
-            event = p.server_event(
-                "input_audio_buffer.dtmf_event_received", event=ev.digit, received_at=int(time.time())
-            )
-            self._emit([event])
-        return True
-
-    async def read(self) -> str:
-        """Serve the stream until it stops or closes; the reason."""
-        while True:
-            try:
-                raw = await self.ws.receive_text()
-            except (WebSocketDisconnect, RuntimeError):
-                return "stream closed"
-            ev = twilio.parse(raw)
-            if isinstance(ev, twilio.FrameError):
-                log.info("call %s: bad media-stream message: %s", self.call_id, ev.message)
-                continue  # a provider's odd message costs that message, not the call
-            if ev is not None and not self.on_frame(ev):
-                return "stream stopped"
-
-    async def end(self, reason: str) -> None:
-        """Free everything: the pacer, the session (a phone call cannot be resumed), the socket."""
-        if self.ended.is_set():
-            return
-        self.ended.set()
-        log.info("call %s ended: %s", self.call_id, reason)
-        if self._pacer is not None:
-            self._pacer.cancel()
-            with contextlib.suppress(asyncio.CancelledError, Exception):
-                await self._pacer
-        live = self.live
-        if live is not None:
-            with contextlib.suppress(ValueError):
-                live.taps.remove(self._heard)
-            live.close("call_hangup")
-            live.svc.registry.detached(live)
-        with contextlib.suppress(Exception):
-            await self.ws.close(1000, reason[:120])
-        self.on_end()
+            call.on_dtmf(ev.digit)

@@ -11,7 +11,7 @@ from openai.types.webhooks import RealtimeCallIncomingWebhookEvent
 
 from gateway.telephony import twilio, webhooks
 from gateway.telephony.playout import FRAME_BYTES, Frame, MarkOut, Playout, Started, Stopped
-from gateway.telephony.stream import telephone_session
+from gateway.telephony.call import telephone_session
 
 SECRET = "whsec_" + base64.b64encode(b"a secret of thirty-two bytes!!!!").decode()
 
