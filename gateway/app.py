@@ -55,6 +55,7 @@ def create_app(
     async def lifespan(app: Starlette) -> AsyncIterator[None]:
         services = state["svc"] = await start_services(config, backend_loader, given_engine)
         app.state.services = services
+        await telephony_api.start()
         # what is loaded now (weights' wrappers, tokenizer, schemas: ≈ 0.5 M objects) lives as long
         # as the server: freeze it out of the cyclic GC's reach, or each full collection walks it
         # all (≈ 100–250 ms measured here) in the middle of some response's first token

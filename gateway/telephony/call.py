@@ -65,6 +65,7 @@ class PhoneCall:
         self._cut: list[tuple[str, int]] = []  # items cut, truncated once their response has ended
         self._pacer: asyncio.Task[None] | None = None
         self.frames_in = 0
+        self.hangup_hook: Callable[[], None] | None = None  # the line's own goodbye (SIP: a BYE, or a refusal)
 
     # ------------------------------------------------------------------ attach
 
@@ -195,6 +196,8 @@ class PhoneCall:
             return
         self.ended.set()
         log.info("call %s ended: %s", self.call_id, reason)
+        if self.hangup_hook is not None:
+            self.hangup_hook()
         if self._pacer is not None:
             self._pacer.cancel()
             with contextlib.suppress(asyncio.CancelledError, Exception):

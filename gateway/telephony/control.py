@@ -36,6 +36,7 @@ from ..services import Services
 from ..session_registry import TooManySessions
 from . import twilio, webhooks
 from .call import ANY_KEY, PhoneCall, telephone_session
+from .sip import Dialog, SipServer
 from .stream import StreamLine, serve
 
 log = logging.getLogger("stream_omni.telephony")
@@ -65,6 +66,18 @@ class TelephonyApi:
         self.services = services
         self.calls: dict[str, Pending] = {}  # call id → its call, until it ends
         self._webhooks: set[asyncio.Task[None]] = set()
+        self.sip: SipServer | None = None
+
+    async def start(self) -> None:
+        """Listen for SIP (UDP ``telephony.sip_port``) when configured."""
+        cfg = self.services().config.telephony
+        if not cfg.enabled or cfg.sip_port is None:
+            return
+        loop = asyncio.get_running_loop()
+        server = SipServer(cfg.sip_host, cfg.sip_allow, cfg.mark_ms, self._sip_incoming, self._forget)
+        await loop.create_datagram_endpoint(lambda: server, local_addr=(cfg.sip_host, cfg.sip_port))
+        self.sip = server
+        log.info("SIP: listening on udp %s:%s", cfg.sip_host, cfg.sip_port)
 
     def routes(self, hangup_fallback: Fallback) -> list[BaseRoute]:
         async def hangup(request: Request) -> Response:
@@ -108,26 +121,51 @@ class TelephonyApi:
             return
         call_id = f"rtc_{secrets.token_hex(12)}"
         call = PhoneCall(StreamLine(ws, start), call_id, cfg.mark_ms, lambda: self._forget(call_id))
-        pending = self.calls[call_id] = Pending(call)
         reader = asyncio.create_task(serve(ws, call), name="telephony-read")
-        if cfg.webhook_url is None:
-            refusal = self._answer(s, pending, ANY_KEY, dict(cfg.default_session))
-            if refusal is not None:
-                pending.answered.set_result(refusal)
-        else:
-            task = asyncio.create_task(self._announce(s, call_id, start))
-            self._webhooks.add(task)
-            task.add_done_callback(self._webhooks.discard)
-        done, _ = await asyncio.wait(
-            {reader, pending.answered}, timeout=cfg.accept_timeout_s, return_when="FIRST_COMPLETED"
-        )
-        if pending.answered.done() and pending.answered.result() == "accepted" and not reader.done():
-            await asyncio.wait({reader, asyncio.ensure_future(call.ended.wait())}, return_when="FIRST_COMPLETED")
-        reason = reader.result() if reader.done() and not reader.cancelled() else ""
-        if not reason:
-            reason = pending.answered.result() if pending.answered.done() else "not accepted within accept_timeout_s"
+        headers = [("X-Twilio-CallSid", start.call_sid), ("X-Twilio-StreamSid", start.stream_sid)]
+        headers += [(f"X-Twilio-Param-{k}", v) for k, v in start.custom.items()]
+        outcome = await self._decide(s, call, headers, reader)
+        if outcome == "accepted" and not reader.done():
+            ended = asyncio.ensure_future(call.ended.wait())  # a hangup ends it from the control API
+            await asyncio.wait({reader, ended}, return_when=asyncio.FIRST_COMPLETED)
+            ended.cancel()
+        reason = reader.result() if reader.done() and not reader.cancelled() else outcome
         reader.cancel()
         await call.end(reason)
+
+    async def _decide(
+        self, s: Services, call: PhoneCall, headers: list[tuple[str, str]], gone: asyncio.Future[Any]
+    ) -> str:
+        """Announce the call (webhook) or answer it with the default session; "accepted", "rejected <code>",
+        or why not (``gone``: the caller left first)."""
+        cfg = s.config.telephony
+        pending = self.calls[call.call_id] = Pending(call)
+        if cfg.webhook_url is None:
+            refusal = self._answer(s, pending, ANY_KEY, dict(cfg.default_session))
+            pending.answered.set_result(refusal or "accepted")
+        else:
+            task = asyncio.create_task(self._announce(s, call.call_id, headers))
+            self._webhooks.add(task)
+            task.add_done_callback(self._webhooks.discard)
+        await asyncio.wait({gone, pending.answered}, timeout=cfg.accept_timeout_s, return_when=asyncio.FIRST_COMPLETED)
+        if pending.answered.done():
+            return pending.answered.result()
+        return "caller left" if gone.done() else "not accepted within accept_timeout_s"
+
+    async def _sip_incoming(self, dialog: Dialog, call: PhoneCall, headers: list[tuple[str, str]]) -> None:
+        """A SIP INVITE: decided like any call; the dialog sends 200 or the refusal."""
+        gone = asyncio.ensure_future(call.ended.wait())
+        outcome = await self._decide(self.services(), call, headers, gone)
+        gone.cancel()
+        if outcome == "accepted":
+            dialog.answered.set_result((200, "OK"))
+            return
+        code = int(outcome.split()[1]) if outcome.startswith("rejected ") else 480
+        if not dialog.answered.done():
+            dialog.answered.set_result(
+                (code, "Declined" if code == 603 else "Rejected" if code != 480 else "Temporarily Unavailable")
+            )
+        await call.end(outcome)
 
     async def _await_start(self, ws: WebSocket) -> twilio.Start | None:
         try:
@@ -141,11 +179,9 @@ class TelephonyApi:
         except Exception:  # timeout, a close, a binary frame: no call
             return None
 
-    async def _announce(self, s: Services, call_id: str, start: twilio.Start) -> None:
+    async def _announce(self, s: Services, call_id: str, headers: list[tuple[str, str]]) -> None:
         """POST ``realtime.call.incoming`` (signed) to the app; its answer comes as an accept or reject."""
         cfg = s.config.telephony
-        headers = [("X-Twilio-CallSid", start.call_sid), ("X-Twilio-StreamSid", start.stream_sid)]
-        headers += [(f"X-Twilio-Param-{k}", v) for k, v in start.custom.items()]
         now = int(time.time())
         body = webhooks.call_incoming(f"evt_{secrets.token_hex(12)}", call_id, headers, now)
         sig = webhooks.signed_headers(cfg.webhook_secret or "", f"wh_{secrets.token_hex(12)}", now, body)
@@ -302,3 +338,5 @@ class TelephonyApi:
                 await pending.call.end("server shutdown")
         for task in list(self._webhooks):
             task.cancel()
+        if self.sip is not None:
+            self.sip.close()

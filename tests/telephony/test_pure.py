@@ -10,8 +10,8 @@ from openai import OpenAI
 from openai.types.webhooks import RealtimeCallIncomingWebhookEvent
 
 from gateway.telephony import twilio, webhooks
-from gateway.telephony.playout import FRAME_BYTES, Frame, MarkOut, Playout, Started, Stopped
 from gateway.telephony.call import telephone_session
+from gateway.telephony.playout import FRAME_BYTES, Frame, MarkOut, Playout, Started, Stopped
 
 SECRET = "whsec_" + base64.b64encode(b"a secret of thirty-two bytes!!!!").decode()
 
