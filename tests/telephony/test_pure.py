@@ -6,10 +6,11 @@ import base64
 import json
 import time
 
+import pytest
 from openai import OpenAI
 from openai.types.webhooks import RealtimeCallIncomingWebhookEvent
 
-from gateway.telephony import twilio, webhooks
+from gateway.telephony import rtp, sdp, twilio, webhooks
 from gateway.telephony.call import telephone_session
 from gateway.telephony.playout import FRAME_BYTES, Frame, MarkOut, Playout, Started, Stopped
 
@@ -121,3 +122,71 @@ def test_a_phone_session_is_ulaw_both_ways_whatever_else_it_sets():
     assert got["instructions"] == "be brief"
     assert got["audio"]["input"]["format"] == {"type": "audio/pcmu"}
     assert got["audio"]["output"]["format"] == {"type": "audio/pcmu"}
+
+
+# ---------------------------------------------------------------- SIP: SDP and RTP
+
+OFFER = "\r\n".join(
+    [
+        "v=0",
+        "o=- 1 1 IN IP4 127.0.0.1",
+        "s=-",
+        "c=IN IP4 127.0.0.1",
+        "t=0 0",
+        "m=audio 40000 RTP/AVP 9 8 0 101",
+        "a=rtpmap:9 G722/8000",
+        "a=rtpmap:8 PCMA/8000",
+        "a=rtpmap:0 PCMU/8000",
+        "a=rtpmap:101 telephone-event/8000",
+        "a=sendrecv",
+    ]
+)
+
+
+def test_an_offer_gets_ulaw_first_and_telephone_events():
+    offer = sdp.parse_offer(OFFER)
+    assert (offer.address, offer.port, offer.payload_type, offer.codec, offer.dtmf_type) == (
+        "127.0.0.1",
+        40000,
+        0,
+        "audio/pcmu",
+        101,
+    )
+    ans = sdp.answer(offer, "127.0.0.1", 41000, 7)
+    assert "m=audio 41000 RTP/AVP 0 101" in ans and "a=rtpmap:0 PCMU/8000" in ans and "a=sendrecv" in ans
+    alaw = sdp.parse_offer(OFFER.replace("9 8 0 101", "8 101"))
+    assert alaw.codec == "audio/pcma" and alaw.payload_type == 8
+    held = sdp.parse_offer(OFFER.replace("a=sendrecv", "a=sendonly"))
+    assert "a=recvonly" in sdp.answer(held, "127.0.0.1", 41000, 7)  # the caller holds: we only listen
+
+
+def test_an_offer_without_g711_is_refused_naming_what_was_offered():
+    with pytest.raises(sdp.SdpError, match="no PCMU or PCMA offered .offered: g722/8000"):
+        sdp.parse_offer(OFFER.replace("9 8 0 101", "9"))
+    with pytest.raises(sdp.SdpError, match="no audio m-line"):
+        sdp.parse_offer("v=0\r\nc=IN IP4 127.0.0.1\r\n")
+
+
+def test_rtp_round_trips_and_skips_rtcp():
+    data = rtp.build(0, 65535, 160, 1234, b"\xff" * 160, marker=True)
+    pkt = rtp.parse(data)
+    assert pkt == rtp.Packet(0, 65535, 160, 1234, True, b"\xff" * 160)
+    assert rtp.parse(bytes([0x80, 200]) + bytes(30)) is None  # an RTCP sender report
+    assert rtp.parse(b"\x00" * 12) is None  # not version 2
+
+
+def test_the_jitter_buffer_reorders_drops_late_and_skips_lost():
+    jb = rtp.JitterBuffer(depth=2)
+    assert jb.push(65534, b"a") == [b"a"]
+    assert jb.push(0, b"c") == []  # 65535 is missing: held
+    assert jb.push(65535, b"b") == [b"b", b"c"]  # reordered across the wrap
+    assert jb.push(65535, b"b") == [] and jb.late == 1  # a duplicate comes too late
+    assert jb.push(3, b"f") == [] and jb.push(4, b"g") == []
+    assert jb.push(5, b"h") == [b"f", b"g", b"h"] and jb.lost == 2  # 1 and 2 given up
+
+
+def test_a_key_press_is_reported_once_per_event():
+    dtmf = rtp.DtmfReceiver()
+    press = [rtp.Packet(101, n, 8000, 1, n == 0, bytes([11, 0x0A if n < 3 else 0x8A, 0, 160])) for n in range(6)]
+    assert [dtmf.push(p) for p in press] == ["#", None, None, None, None, None]
+    assert dtmf.push(rtp.Packet(101, 9, 9600, 1, True, bytes([1, 0x0A, 0, 160]))) == "1"
