@@ -256,11 +256,15 @@ class SipServer(asyncio.DatagramProtocol):
         self._reply(req, addr, 200, "OK")
         if not dialog.confirmed and not dialog.ended:
             dialog.ended = True
-            self._reply(dialog.invite, dialog.source, 487, "Request Terminated", dialog.tag)
             if not dialog.answered.done():
                 dialog.answered.set_result((487, "Request Terminated"))
-            if dialog.line.call is not None:
-                self._spawn(dialog.line.call.end("the caller cancelled"))
+            self._spawn(self._cancelled(dialog))
+
+    async def _cancelled(self, dialog: Dialog) -> None:
+        """The INVITE's 487 once the call is freed: a caller that sees it finds nothing left."""
+        if dialog.line.call is not None:
+            await dialog.line.call.end("the caller cancelled")
+        self._reply(dialog.invite, dialog.source, 487, "Request Terminated", dialog.tag)
 
     def _bye_out(self, dialog: Dialog) -> None:
         """The gateway hangs up: BYE to the caller (From and To swapped: we are the callee)."""

@@ -1,0 +1,118 @@
+"""A scripted SIP caller for tests: raw SIP over UDP on loopback (INVITE, ACK, CANCEL, BYE, OPTIONS) and RTP.
+
+Just enough of a user agent client to drive the gateway's SIP server through the cases a softphone
+will not do on cue: a CANCEL before the answer, RFC 4733 key presses, a BYE from the far side.
+"""
+
+# ruff: noqa: ASYNC109  (a per-call timeout is the point of these helpers)
+
+from __future__ import annotations
+
+import asyncio
+import secrets
+from typing import Any, cast
+
+from sipmessage import Message, Response
+
+from gateway.telephony import rtp
+
+
+class _Socket(asyncio.DatagramProtocol):
+    def __init__(self) -> None:
+        self.inbox: asyncio.Queue[bytes] = asyncio.Queue()
+        self.transport: asyncio.DatagramTransport | None = None
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        self.transport = cast(asyncio.DatagramTransport, transport)
+
+    def datagram_received(self, data: bytes, addr: Any) -> None:
+        self.inbox.put_nowait(data)
+
+
+class SipCaller:
+    def __init__(self, sip: _Socket, media: _Socket, server: tuple[str, int]):
+        self.sip, self.media, self.server = sip, media, server
+        self.call_id = secrets.token_hex(8)
+        self.tag = secrets.token_hex(4)
+        self.cseq = 1
+        self.to_tag = ""
+        self.requests: list[Message] = []  # requests the server sent us (a BYE)
+
+    @classmethod
+    async def open(cls, port: int) -> SipCaller:
+        loop = asyncio.get_running_loop()
+        _, sip = await loop.create_datagram_endpoint(_Socket, local_addr=("127.0.0.1", 0))
+        _, media = await loop.create_datagram_endpoint(_Socket, local_addr=("127.0.0.1", 0))
+        return cls(sip, media, ("127.0.0.1", port))
+
+    def _port(self, s: _Socket) -> int:
+        assert s.transport is not None
+        return int(s.transport.get_extra_info("sockname")[1])
+
+    def offer(self, formats: str = "0 101") -> str:
+        lines = ["v=0", "o=- 1 1 IN IP4 127.0.0.1", "s=-", "c=IN IP4 127.0.0.1", "t=0 0"]
+        lines += [f"m=audio {self._port(self.media)} RTP/AVP {formats}", "a=rtpmap:0 PCMU/8000"]
+        lines += ["a=rtpmap:9 G722/8000", "a=rtpmap:101 telephone-event/8000", "a=sendrecv"]
+        return "\r\n".join(lines) + "\r\n"
+
+    def send(self, method: str, body: str = "", cseq: int | None = None) -> None:
+        me = f"127.0.0.1:{self._port(self.sip)}"
+        to = f"<sip:assistant@{self.server[0]}:{self.server[1]}>" + (f";tag={self.to_tag}" if self.to_tag else "")
+        head = [
+            f"{method} sip:assistant@{self.server[0]}:{self.server[1]} SIP/2.0",
+            f"Via: SIP/2.0/UDP {me};branch=z9hG4bK{secrets.token_hex(6)}",
+            f"From: <sip:caller@{me}>;tag={self.tag}",
+            f"To: {to}",
+            f"Call-ID: {self.call_id}",
+            f"CSeq: {cseq or self.cseq} {method}",
+            f"Contact: <sip:caller@{me}>",
+            "Max-Forwards: 70",
+        ]
+        if body:
+            head.append("Content-Type: application/sdp")
+        head.append(f"Content-Length: {len(body.encode())}")
+        assert self.sip.transport is not None
+        self.sip.transport.sendto(("\r\n".join(head) + "\r\n\r\n" + body).encode(), self.server)
+
+    async def response(self, within: float = 10) -> Response:
+        """The next response (requests from the server are kept in ``requests``)."""
+        async with asyncio.timeout(within):
+            while True:
+                msg = Message.parse(await self.sip.inbox.get())
+                if isinstance(msg, Response):
+                    to = msg.headers.get("To") or ""
+                    if ";tag=" in to:
+                        self.to_tag = to.split(";tag=")[1].split(";")[0]
+                    return msg
+                self.requests.append(msg)
+
+    async def final(self, within: float = 20) -> Response:
+        while True:
+            r = await self.response(within)
+            if r.code >= 200:
+                return r
+
+    async def request(self, within: float = 10) -> Message:
+        """The next request the server sends (a BYE)."""
+        if self.requests:
+            return self.requests.pop(0)
+        async with asyncio.timeout(within):
+            while True:
+                msg = Message.parse(await self.sip.inbox.get())
+                if not isinstance(msg, Response):
+                    return msg
+
+    def key(self, digit: int, timestamp: int, seq: int) -> None:
+        """One RFC 4733 event as a phone sends it: start, then the end packet three times."""
+        assert self.media.transport is not None
+        dest = self.rtp_dest
+        for n, end in enumerate([False, True, True, True]):
+            payload = bytes([digit, 0x8A if end else 0x0A, 0, 160])
+            self.media.transport.sendto(rtp.build(101, seq + n, timestamp, 42, payload, n == 0), dest)
+
+    rtp_dest: tuple[str, int] = ("127.0.0.1", 0)
+
+    def close(self) -> None:
+        for s in (self.sip, self.media):
+            if s.transport is not None:
+                s.transport.close()
