@@ -66,6 +66,7 @@ class PhoneCall:
         self._pacer: asyncio.Task[None] | None = None
         self.frames_in = 0
         self.hangup_hook: Callable[[], None] | None = None  # the line's own goodbye (SIP: a BYE, or a refusal)
+        self.refer_hook: Callable[[str], bool] | None = None  # a transfer to a tel:/sip: URI, where the line can
 
     # ------------------------------------------------------------------ attach
 

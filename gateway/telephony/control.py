@@ -289,12 +289,21 @@ class TelephonyApi:
         got = await self._control(request)
         if isinstance(got, Response):
             return got
-        _, _, body = got
+        _, pending, body = got
         target = body.get("target_uri")
-        if not isinstance(target, str) or not target.startswith(("tel:", "sip:", "sips:")):
+        if (
+            not isinstance(target, str)
+            or not target.startswith(("tel:", "sip:", "sips:"))
+            or any(c in target for c in "<>\r\n")
+        ):
             return _error(400, "invalid_value", "target_uri must be a tel: or sip: URI", "target_uri")
-        msg = "a media-stream call cannot be transferred from here: use the provider's call API (Twilio: <Dial>)"
-        return _error(409, "refer_unsupported", msg)
+        refer = pending.call.refer_hook
+        if refer is None:
+            msg = "a media-stream call cannot be transferred from here: use the provider's call API (Twilio: <Dial>)"
+            return _error(409, "refer_unsupported", msg)
+        if not refer(target):
+            return _error(409, "call_not_answered", "a call is transferred once it is answered")
+        return Response(status_code=200)
 
     async def hangup(self, request: Request) -> Response:
         got = await self._control(request)

@@ -1,8 +1,8 @@
 """A SIP user agent server on UDP that takes calls into ``PhoneCall``s: INVITE (G.711 offer), 100/180/200,
-ACK, BYE, CANCEL, OPTIONS, re-INVITE (hold: the caller's direction and address change), and a BYE of
-our own when the gateway hangs up. Messages are parsed and built with ``sipmessage`` (BSD, typed);
-transactions and dialogs are the few this server needs, kept here. Callers outside
-``telephony.sip_allow`` get 403.
+ACK, BYE, CANCEL, OPTIONS, re-INVITE (hold: the caller's direction and address change), a BYE of our
+own when the gateway hangs up, and REFER (a transfer: the caller's phone calls the target). Messages
+are parsed and built with ``sipmessage`` (BSD, typed); transactions and dialogs are the few this
+server needs, kept here. Callers outside ``telephony.sip_allow`` get 403.
 
 RTP goes on its own UDP socket per call (``RtpLine``): 20 ms G.711 packets out as the call paces them
 (a mark is played as soon as it is sent: no buffer at the far end to wait for), the caller's packets
@@ -28,7 +28,7 @@ from .call import PhoneCall
 log = logging.getLogger("stream_omni.telephony")
 
 T1 = 0.5  # RFC 3261's round-trip estimate: a 200 to an INVITE is resent at T1, 2·T1, … until the ACK
-ALLOW = "INVITE, ACK, BYE, CANCEL, OPTIONS"
+ALLOW = "INVITE, ACK, BYE, CANCEL, OPTIONS, NOTIFY"
 Addr = tuple[str, int]
 
 
@@ -141,6 +141,9 @@ class SipServer(asyncio.DatagramProtocol):
             self._reply(msg, addr, 403, "Forbidden")
             return
         handler = {"INVITE": self._invite, "ACK": self._ack, "BYE": self._bye, "CANCEL": self._cancel}
+        if msg.method == "NOTIFY":  # the progress of a REFER (a sipfrag): the caller's phone hangs up when done
+            self._reply(msg, addr, 200, "OK")
+            return
         if msg.method == "OPTIONS":
             self._reply(msg, addr, 200, "OK", extra=[("Allow", ALLOW), ("Accept", "application/sdp")])
         elif msg.method in handler:
@@ -203,6 +206,7 @@ class SipServer(asyncio.DatagramProtocol):
         call_id = dialog.call_id = f"rtc_{secrets.token_hex(12)}"
         call = PhoneCall(line, call_id, self.mark_ms, lambda: self._ended(sip_call, call_id))
         call.hangup_hook = lambda: self._bye_out(dialog)
+        call.refer_hook = lambda target: self.refer(dialog, target)
         line.call = call
         self._reply(req, addr, 180, "Ringing", dialog.tag)
         headers = [(name, value) for name in ("From", "To", "Call-ID") for value in req.headers.getlist(name)]
@@ -276,10 +280,22 @@ class SipServer(asyncio.DatagramProtocol):
             code, phrase = dialog.answered.result() if done else (480, "Temporarily Unavailable")
             self._reply(dialog.invite, dialog.source, code, phrase, dialog.tag)
             return
+        self._send_in_dialog(dialog, "BYE")
+
+    def refer(self, dialog: Dialog, target: str) -> bool:
+        """Ask the caller's phone to call ``target`` instead (REFER, RFC 3515); False before the answer."""
+        if not dialog.confirmed or dialog.ended:
+            return False
+        self._send_in_dialog(dialog, "REFER", [("Refer-To", f"<{target}>"), ("Referred-By", self._contact())])
+        return True
+
+    def _send_in_dialog(self, dialog: Dialog, method: str, extra: list[tuple[str, str]] | None = None) -> None:
+        """A request of ours in the call's dialog (From and To swapped: we are the callee)."""
+        assert self.transport is not None
         inv = dialog.invite
         contact = inv.headers.get("Contact") or inv.headers.get("From") or ""
         target = contact[contact.find("<") + 1 : contact.find(">")] if "<" in contact else contact.split(";")[0]
-        req = Request("BYE", inv.uri.parse(target))
+        req = Request(method, inv.uri.parse(target))
         host, port = self.transport.get_extra_info("sockname")[:2]
         req.headers.add("Via", f"SIP/2.0/UDP {host}:{port};branch=z9hG4bK{secrets.token_hex(8)};rport")
         req.headers.add("Max-Forwards", "70")
@@ -288,7 +304,10 @@ class SipServer(asyncio.DatagramProtocol):
         req.headers.add("To", inv.headers.get("From") or "")
         req.headers.add("Call-ID", inv.headers.get("Call-ID") or "")
         dialog.cseq += 1
-        req.headers.add("CSeq", f"{dialog.cseq} BYE")
+        req.headers.add("CSeq", f"{dialog.cseq} {method}")
+        req.headers.add("Contact", self._contact())
+        for name, value in extra or []:
+            req.headers.add(name, value)
         req.headers.add("Content-Length", "0")
         self.transport.sendto(bytes(req), dialog.source)
 

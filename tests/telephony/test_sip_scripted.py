@@ -1,6 +1,6 @@
 """The SIP server's cases a softphone will not do on cue, with a scripted caller (``testkit.sipclient``):
 OPTIONS, a refused codec, a caller outside the allow-list, CANCEL before the answer, RFC 4733 keys,
-a reject and a hangup from the app through the ``openai`` SDK (a final status, a BYE)."""
+a refer, a reject and a hangup from the app through the ``openai`` SDK (REFER, a final status, a BYE)."""
 
 from __future__ import annotations
 
@@ -115,6 +115,9 @@ async def test_sdk_accept_keys_then_hangup_sends_a_bye_and_reject_sends_the_stat
         c.key(5, 9600, 104)
         keys = [(await side.until("input_audio_buffer.dtmf_event_received", 10))["event"] for _ in range(2)]
         assert keys == ["#", "5"]
+        await asyncio.to_thread(client.realtime.calls.refer, call_id, target_uri="tel:+15550199")
+        refer = await c.request(5)
+        assert refer.method == "REFER" and refer.headers.get("Refer-To") == "<tel:+15550199>"  # type: ignore[attr-defined]
         await asyncio.to_thread(client.realtime.calls.hangup, call_id)
         bye = await c.request(1.0)  # the gateway hangs up with a BYE, within 1 s
         assert bye.method == "BYE"  # type: ignore[attr-defined]
