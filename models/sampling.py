@@ -37,6 +37,10 @@ class SamplingParams:
         return self.temperature <= 0.0 or self.top_k == 1
 
 
+# the fields of a model's repetition guard (models.llm.EMBEDDED_SAMPLING): ``session.repetition_guard: off`` drops them
+REPETITION_GUARD_KEYS = ("dry_multiplier", "dry_base", "dry_allowed_length", "dry_penalty_last_n")
+
+
 def probs(logits: np.ndarray, params: SamplingParams) -> np.ndarray:
     """``logits [..., V]`` → probabilities after temperature, top-k, top-p and min-p (float64)."""
     x: np.ndarray = logits.astype(np.float64) / max(params.temperature, 1e-6)
