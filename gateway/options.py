@@ -53,16 +53,18 @@ class SamplingKnobs(BaseModel):
     and ``logit_bias``, vLLM's ``top_k`` / ``min_p`` / ``repetition_penalty``, llama.cpp's DRY
     (``models.penalties``). Unset fields keep the server's defaults (``Services.sampling_defaults``)."""
 
-    top_k: int | None = Field(None, ge=-1, le=1_000_000)  # keep the k most likely tokens (0 or -1: all)
-    min_p: float | None = Field(None, ge=0.0, le=1.0)  # drop tokens below min_p x the top one's probability
-    frequency_penalty: float | None = Field(None, ge=-2.0, le=2.0)  # per earlier occurrence in the output
-    presence_penalty: float | None = Field(None, ge=-2.0, le=2.0)  # once a token occurs in the output
-    repetition_penalty: float | None = Field(None, gt=0.0, le=10.0)  # 1: off; > 1 discourages prompt and output tokens
-    logit_bias: dict[str, float] | None = Field(None, max_length=MAX_LOGIT_BIAS)  # token id → -100..100
-    dry_multiplier: float | None = Field(None, ge=0.0, le=100.0)  # DRY's scale (0: off)
-    dry_base: float | None = Field(None, gt=1.0, le=100.0)  # DRY's growth per token past the allowed length
-    dry_allowed_length: int | None = Field(None, ge=1, le=1000)  # repeated runs this long go free
-    dry_penalty_last_n: int | None = Field(None, ge=-1, le=1_000_000)  # tokens searched (-1: all, 0: off)
+    top_k: int | None = Field(default=None, ge=-1, le=1_000_000)  # keep the k most likely tokens (0 or -1: all)
+    min_p: float | None = Field(default=None, ge=0.0, le=1.0)  # drop tokens below min_p x the top one's probability
+    frequency_penalty: float | None = Field(default=None, ge=-2.0, le=2.0)  # per earlier occurrence in the output
+    presence_penalty: float | None = Field(default=None, ge=-2.0, le=2.0)  # once a token occurs in the output
+    repetition_penalty: float | None = Field(
+        default=None, gt=0.0, le=10.0
+    )  # 1: off; > 1: prompt and output tokens less likely
+    logit_bias: dict[str, float] | None = Field(default=None, max_length=MAX_LOGIT_BIAS)  # token id → -100..100
+    dry_multiplier: float | None = Field(default=None, ge=0.0, le=100.0)  # DRY's scale (0: off)
+    dry_base: float | None = Field(default=None, gt=1.0, le=100.0)  # DRY's growth per token past the allowed length
+    dry_allowed_length: int | None = Field(default=None, ge=1, le=1000)  # repeated runs this long go free
+    dry_penalty_last_n: int | None = Field(default=None, ge=-1, le=1_000_000)  # tokens searched (-1: all, 0: off)
 
     @field_validator("logit_bias")
     @classmethod

@@ -16,6 +16,7 @@ def test_embedded_model_loads_offline_with_chat_template(real_backend):
     assert real_backend.decode(ids).rstrip().endswith("assistant")
     assert real_backend.eos_ids
 
+
 # greedy, as these tests compare texts: the embedded model's own default samples (temperature 0.2)
 GREEDY = {"session.temperature": 0.0}
 
