@@ -69,13 +69,24 @@ def test_frequency_penalty_cuts_real_repeats(backend):
 
 
 async def test_readme_realtime_example_at_temperature_0_answers_in_one_line(backend, server_factory):
-    """The README's example as written: the default config, a user message, ``response.create`` with
-    ``temperature: 0``. It completes (a loop would run to max_output_tokens: status incomplete)."""
+    """The README's example as written: the default config, the session's instructions, a user message,
+    ``response.create`` with ``temperature: 0``: Paris, in one line. Without the instructions the reply
+    still completes in one line (a loop would run to max_output_tokens: status incomplete)."""
     with server_factory(backend, **{"audio.enabled": False}) as addr:
         c = await RealtimeClient.connect(addr, query="model=SmolLM2-135M-Instruct")
         await c.until("session.created")
+        bare = await c.ask(README_QUESTION, temperature=0)
+        bare_text = c.text_of(bare["response"]["id"])
+        await c.close()
+        c = await RealtimeClient.connect(addr, query="model=SmolLM2-135M-Instruct")
+        await c.until("session.created")
+        await c.send(
+            {"type": "session.update", "session": {"type": "realtime", "instructions": "You are a helpful assistant."}}
+        )
+        await c.until("session.updated")
         done = await c.ask(README_QUESTION, temperature=0)
         text = c.text_of(done["response"]["id"])
         await c.close()
+    assert bare["response"]["status"] == "completed" and "\n" not in bare_text.strip(), bare_text
     assert done["response"]["status"] == "completed", text
-    assert text.strip() and "\n" not in text.strip(), text
+    assert text.strip() == "The capital of France is Paris.", text
