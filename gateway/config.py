@@ -135,8 +135,11 @@ class SpeculativeConfig(_Frozen):
 
 class SessionConfig(_Frozen):
     instructions: str | None = None  # default system prompt (None: the model's own default)
-    temperature: float = Field(default=0.0, ge=0, le=2)  # default sampling temperature (0: greedy); the wire bounds
-    top_p: float = Field(default=1.0, gt=0, le=1)  # default nucleus mass; the wire bounds
+    # default sampling temperature (0: greedy); null: the model's recommended (the embedded model's 0.2, else 0)
+    temperature: float | None = Field(default=None, ge=0, le=2)
+    top_p: float | None = Field(default=None, gt=0, le=1)  # default nucleus mass; null: the model's recommended (or 1)
+    # "model": the model's own repetition guard is on by default (the embedded model's DRY; docs/API.md); "off": none
+    repetition_guard: Literal["model", "off"] = "model"
     max_output_tokens: int = Field(default=512, ge=1, le=4 * _MIB)  # cap on tokens per response
     # what a client that names no modality gets: text, so that text clients written against this server
     # (reading output_text.delta) keep working; voice clients (Agents SDK, Pipecat, LiveKit) ask for audio

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, Protocol, cast
 
 from models.backend import Backend, KVState
@@ -18,7 +18,7 @@ from models.decode import DecodeJob
 from models.decode_ports import TokenConstraint
 from models.engine_client import EngineClient
 from models.remote import RemoteJob, RemoteModel
-from models.sampling import SamplingParams
+from models.sampling import REPETITION_GUARD_KEYS, SamplingParams
 from models.scheduler import SchedulerConfig
 from processors.asr import Transcriber
 from processors.audio import AudioLimits
@@ -30,7 +30,7 @@ from .files import FileStore
 from .filters import NamedFilter
 from .keylimits import KeyLimits
 from .metrics import Metrics
-from .options import model_refusal
+from .options import model_refusal, sampling_params
 from .session_registry import SessionRegistry
 
 # (drafter, verifier) for one response, or (None, None): see models.speculative
@@ -92,22 +92,33 @@ class Services:
         not, for every API's ``model_not_found``."""
         return model_refusal(self.model_ids, model, also)
 
-    def sampling(
-        self,
-        temperature: float | None = None,
-        top_p: float | None = None,
-        seed: int | None = None,
-        max_tokens: int | None = None,
-    ) -> SamplingParams:
-        """An HTTP request's sampling: what it leaves unset comes from the ``session`` config, and its
-        token cap never exceeds the server's (``session.max_output_tokens``). A Realtime response's
-        comes from its session's options (``realtime.session``), which start from the same config."""
+    @property
+    def sampling_defaults(self) -> SamplingParams:
+        """What a response that sets no sampling gets: the model's own recommended settings
+        (``sampling_defaults`` of the backend: the embedded model's card, a GGUF's or an HF
+        ``generation_config``'s), under the ``session`` config's ``temperature`` / ``top_p`` where
+        set, and without the model's repetition guard when ``session.repetition_guard`` is off."""
         s = self.config.session
-        return SamplingParams(
-            temperature=s.temperature if temperature is None else temperature,
-            top_p=s.top_p if top_p is None else top_p,
-            seed=seed,
-            max_tokens=s.max_output_tokens if max_tokens is None else min(max_tokens, s.max_output_tokens),
+        model: dict[str, Any] = dict(getattr(self.backend, "sampling_defaults", None) or {})
+        if s.repetition_guard == "off":
+            for key in REPETITION_GUARD_KEYS:
+                model.pop(key, None)
+        if s.temperature is not None:
+            model["temperature"] = s.temperature
+        if s.top_p is not None:
+            model["top_p"] = s.top_p
+        return replace(SamplingParams(), **model, max_tokens=s.max_output_tokens)
+
+    def sampling(self, req: object, max_tokens: int | None = None, top_logprobs: int | None = None) -> SamplingParams:
+        """An HTTP (or in-process) request's sampling: what ``req`` leaves unset comes from
+        ``sampling_defaults``, and its token cap never exceeds the server's (``session.max_output_tokens``).
+        A Realtime response's comes through the same builder from its session's options."""
+        cap = self.config.session.max_output_tokens
+        return sampling_params(
+            self.sampling_defaults,
+            req,
+            max_tokens=cap if max_tokens is None else min(max_tokens, cap),
+            top_logprobs=top_logprobs,
         )
 
     def scheduler_config(self, opts: dict[str, Any]) -> SchedulerConfig:

@@ -14,6 +14,7 @@ Sync code: it runs on the engine's thread.
 from __future__ import annotations
 
 import time
+import weakref
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -26,8 +27,20 @@ from .lifecycle import Done as Done
 from .lifecycle import JobEvents as JobEvents
 from .lifecycle import JobLifecycle, merge
 from .lifecycle import TokenLogprob as TokenLogprob
+from .penalties import active as penalties_active
+from .penalties import breaker_mask, check_bias, dry_active, penalize
 from .sampling import SamplingParams, choose, log_softmax
 from .scheduler import ChunkScheduler, SchedulerConfig
+
+_BREAKERS: weakref.WeakKeyDictionary[Any, np.ndarray] = weakref.WeakKeyDictionary()  # backend → DRY breaker mask
+
+
+def dry_breakers(backend: Backend) -> np.ndarray:
+    """The backend's DRY sequence breakers (``models.penalties.breaker_mask``), scanned once per backend."""
+    mask = _BREAKERS.get(backend)
+    if mask is None:
+        mask = _BREAKERS[backend] = breaker_mask(backend.vocab_size, lambda t: backend.decode([t]))
+    return mask
 
 
 class ContextOverflow(Exception):
@@ -84,16 +97,19 @@ class DecodeJob(JobLifecycle):
         self.state = state
         self.prompt_ids = prompt_ids
         self.params = params
+        check_bias(params, backend.vocab_size)
         self._start(ChunkScheduler(sched, backend.decode), clock)
         self.constraint = constraint  # grammar mask on every chosen token (json_schema, forced tool calls)
-        # beam search only refines greedy decoding, and does not follow a grammar
-        self.beam = sched.beam_width if params.greedy and constraint is None else 1
+        self.penalised = penalties_active(params)  # logits go through models.penalties before each choice
+        # beam search only refines plain greedy decoding: no grammar, no penalties over the history
+        self.beam = sched.beam_width if params.greedy and constraint is None and not self.penalised else 1
         self.drafter = drafter if sched.lookahead_tokens > 0 and self.beam == 1 else None
         self.verifier = verifier
         self.rng = np.random.default_rng(params.seed)
         self.generated: list[int] = []
-        self.top_logprobs = top_logprobs
-        self.track_logprobs = track_logprobs or self.beam > 1 or top_logprobs is not None
+        self.top_logprobs = top_logprobs if top_logprobs is not None else params.top_logprobs
+        self.track_logprobs = track_logprobs or self.beam > 1 or self.top_logprobs is not None
+        self._breakers: np.ndarray | None = None  # DRY's sequence breakers, on first use
         self.logprobs: list[float] = []  # log p of each generated token under the model (when tracked)
         self._pending_lp = 0.0
         self._pending_top: list[tuple[int, float]] = []
@@ -253,6 +269,8 @@ class DecodeJob(JobLifecycle):
         else:
             assert self._next_logits is not None
             row = self._next_logits
+            if self.penalised:
+                row = self._penalize(row, [])
             if self.constraint is not None:
                 row = self.constraint.mask(row, greedy=self.params.greedy)
             tok = choose(row, self.params, self.rng)
@@ -269,6 +287,8 @@ class DecodeJob(JobLifecycle):
         """The forward of the last shown token (and drafts after it) is done: accept what verifies."""
         if drafts:
             assert self.verifier is not None
+            if self.penalised:  # row i under the history that ends in drafts[:i]: exactly what plain decoding sees
+                rows = np.stack([self._penalize(rows[i], drafts[:i]) for i in range(len(rows))])
             if self.constraint is not None:  # row i under the grammar state after drafts[:i]
                 rows = rows.copy()  # (a view into the engine's batch)
                 self.constraint.mask_rows(rows, drafts, greedy=self.params.greedy)
@@ -293,6 +313,13 @@ class DecodeJob(JobLifecycle):
             self.verifier.record(0, 0, seconds)
         self._next_logits = rows[0]
         return JobEvents()
+
+    def _penalize(self, row: np.ndarray, drafts: list[int]) -> np.ndarray:
+        """``row`` penalised for the history it follows: the prompt, the generated tokens, then ``drafts``."""
+        if self._breakers is None and dry_active(self.params):
+            self._breakers = dry_breakers(self.backend)
+        generated = self.generated + drafts if drafts else self.generated
+        return penalize(row, self.params, self.prompt_ids, generated, self._breakers)
 
     def _lp(self, row: np.ndarray, tok: int) -> float:
         return float(log_softmax(row)[tok]) if self.track_logprobs else 0.0

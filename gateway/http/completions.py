@@ -160,10 +160,9 @@ def _job(svc: Services, req: CompletionRequest, ids: list[int]) -> DecodeJob:
             backend,
             backend.new_state(),
             ids,
-            svc.sampling(req.temperature, req.top_p, req.seed, req.max_tokens),
+            svc.sampling(req, req.max_tokens, top_logprobs=req.logprobs),
             svc.scheduler_config(sched),
             *svc.drafting(),
-            top_logprobs=req.logprobs,
         )
     except ContextOverflow as exc:
         raise ApiError(400, "context_length_exceeded", str(exc), "prompt") from None

@@ -1,8 +1,10 @@
 """The body of ``POST /v1/chat/completions``: size-limited read, then one pydantic validation.
 
-Field names and meanings follow OpenAI's Chat Completions API; fields this server does not
-implement and that change nothing when ignored (``user``, ``presence_penalty`` …) are ignored,
-ones whose effect it cannot honour (``n`` > 1, unknown content parts) are refused.
+Field names and meanings follow OpenAI's Chat Completions API. Every top-level key is either
+honoured, refused when set to what cannot be honoured (``n`` > 1), or in ``IGNORED`` (bookkeeping
+clients send that changes no output here, such as ``user``); any other key is a 400
+``unknown_parameter`` naming it, as OpenAI's "Unrecognized request argument supplied".
+docs/API.md keeps the table.
 """
 
 from __future__ import annotations
@@ -13,7 +15,7 @@ from typing import Annotated, Any, Literal, TypeVar
 from pydantic import BaseModel, ConfigDict, Field, StrictBool, ValidationError, model_validator
 from starlette.requests import Request
 
-from ..options import SchedulerOptions
+from ..options import SamplingKnobs, SchedulerOptions, Temperature, TopP
 from .errors import ApiError
 
 
@@ -137,19 +139,30 @@ class StreamOptions(_Strict):
     include_usage: bool = False  # a last chunk with ``usage`` and no choices
 
 
-class SamplingRequest(_Strict):
+# accepted and ignored: what clients send as bookkeeping (OpenAI stores, traces or bills by them); nothing here
+# is stored or billed, so the output is the same either way
+IGNORED = ("user", "metadata", "store", "service_tier", "prompt_cache_key", "safety_identifier")
+
+
+class SamplingRequest(SamplingKnobs, _Strict):
     """What chat and text completions share: the model, sampling, stop sequences, streaming."""
 
-    model_config = ConfigDict(extra="ignore", strict=True, allow_inf_nan=False)
+    model_config = ConfigDict(extra="forbid", strict=True, allow_inf_nan=False)
     model: str
-    temperature: float | None = Field(None, ge=0.0, le=2.0)
-    top_p: float | None = Field(None, gt=0.0, le=1.0)
+    temperature: Temperature | None = None
+    top_p: TopP | None = None
     seed: int | None = Field(None, ge=0, lt=2**63)
     stop: str | list[Annotated[str, Field(min_length=1)]] | None = Field(None, max_length=4)
     stream: StrictBool = False
     stream_options: StreamOptions | None = None
     n: int | None = Field(None, ge=1, le=1)
     scheduler: SchedulerOptions | None = None
+    user: str | None = None  # IGNORED
+    metadata: dict[str, Any] | None = None  # IGNORED
+    store: bool | None = None  # IGNORED
+    service_tier: str | None = None  # IGNORED
+    prompt_cache_key: str | None = None  # IGNORED (the prefix cache is automatic)
+    safety_identifier: str | None = None  # IGNORED
 
     def stop_sequences(self) -> tuple[str, ...]:
         if self.stop is None:
@@ -175,6 +188,18 @@ class ChatRequest(SamplingRequest):
     response_format: ResponseFormat | None = None
     modalities: list[Literal["text", "audio"]] | None = Field(None, min_length=1, max_length=2)
     audio: ChatAudio | None = None  # voice and format of a spoken answer (gateway.http.chat_audio)
+    logprobs: StrictBool = False  # each output token's logprob (choices[].logprobs.content)
+    top_logprobs: int | None = Field(None, ge=0, le=20)  # with that many alternatives (needs logprobs)
+
+    @model_validator(mode="after")
+    def _top_needs_logprobs(self) -> ChatRequest:
+        if self.top_logprobs is not None and not self.logprobs:
+            raise ValueError("top_logprobs needs logprobs: true")
+        return self
+
+    def report_logprobs(self) -> int | None:
+        """The ``top_logprobs`` a job reports (None: no logprobs)."""
+        return (self.top_logprobs or 0) if self.logprobs else None
 
     def token_cap(self) -> int | None:
         return self.max_completion_tokens if self.max_completion_tokens is not None else self.max_tokens
@@ -233,6 +258,9 @@ def parse(body: bytes, model: type[Body] = ChatRequest) -> Body:  # type: ignore
         if first["type"] in ("model_type", "model_attributes_type") and not first["loc"]:
             raise ApiError(400, "invalid_json", "the request body must be a JSON object") from None
         param = _param(tuple(first["loc"]))
+        if first["type"] == "extra_forbidden":
+            message = f"Unrecognized request argument supplied: {param}"  # OpenAI's words
+            raise ApiError(400, "unknown_parameter", message, param) from None
         code = "missing_required_parameter" if first["type"] == "missing" else "invalid_value"
         raise ApiError(400, code, f"{param or 'body'}: {first['msg']}", param) from None
     finally:

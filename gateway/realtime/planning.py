@@ -6,9 +6,9 @@ from __future__ import annotations
 from typing import Any, Protocol
 
 from models import toolcalls
-from models.sampling import SamplingParams
 from models.toolplan import ToolPlan
 
+from ..options import sampling_params
 from ..tools.state import McpState
 from . import functions, truncation
 from . import protocol as p
@@ -104,12 +104,7 @@ def plan(s: Host, ev: p.ResponseCreate, rid: str, extra: list[dict[str, str]]) -
     action = StartResponse(
         response_id=rid,
         messages=messages,
-        sampling=SamplingParams(
-            temperature=pick("temperature") or 0.0,
-            top_p=pick("top_p") or 1.0,
-            seed=pick("seed"),
-            max_tokens=max_tokens,
-        ),
+        sampling=sampling_params(s.defaults.sampling, o, opts, max_tokens=max_tokens),
         scheduler=sched,
         output_modalities=modalities,
         tools=tools,

@@ -16,7 +16,7 @@ from typing import Annotated, Any, Literal, get_args
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError, model_validator
 
-from ..options import SchedulerOptions
+from ..options import SamplingKnobs, SchedulerOptions
 from ..tools.wire import McpApprovalResponseItem, McpTool, NamedMcpTool
 
 MAX_JSON_DEPTH = 32  # a nesting limit far below any parser's recursion limit
@@ -74,8 +74,9 @@ class ResponseAudio(_Lenient):
     output: AudioOutput | None = None
 
 
-class SamplingOptions(_Lenient):
-    """Extension fields shared by session.update and response.create."""
+class SamplingOptions(SamplingKnobs, _Lenient):
+    """Extension fields shared by session.update and response.create (sampling beyond GA's fields:
+    ``gateway.options.SamplingKnobs``)."""
 
     temperature: float | None = Field(default=None, ge=0.0, le=2.0)
     top_p: float | None = Field(default=None, gt=0.0, le=1.0)

@@ -14,6 +14,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+from models.sampling import SamplingParams
+
 from ..keylimits import BoundLimits
 from ..options import SchedulerOptions, model_refusal
 from ..tools.session import McpOutput
@@ -50,8 +52,9 @@ class SessionDefaults:
     model: str  # served model id
     aliases: tuple[str, ...] = ()  # other ids accepted as session.model (config model.aliases)
     instructions: str | None = None  # system prompt when the client sets none
-    temperature: float = 0.0  # 0 → greedy
+    temperature: float = 0.0  # 0 → greedy (shown in the session; ``sampling`` is what responses start from)
     top_p: float = 1.0
+    sampling: SamplingParams = field(default_factory=SamplingParams)  # the server's sampling defaults
     max_output_tokens: int = 512  # per response, unless the client asks for fewer
     output_modalities: tuple[str, ...] = ("text",)
     scheduler: dict[str, Any] = field(default_factory=dict)  # SchedulerOptions defaults

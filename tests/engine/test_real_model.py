@@ -17,8 +17,12 @@ def test_embedded_model_loads_offline_with_chat_template(real_backend):
     assert real_backend.eos_ids
 
 
+# greedy, as these tests compare texts: the embedded model's own default samples (temperature 0.2)
+GREEDY = {"session.temperature": 0.0}
+
+
 async def test_real_model_answers_coherently_over_websocket(real_backend, server_factory):
-    with server_factory(real_backend) as addr:
+    with server_factory(real_backend, **GREEDY) as addr:
         c = await RealtimeClient.connect(addr, query="model=SmolLM2-135M-Instruct")
         await c.until("session.created")
         done = await c.ask("What is the capital of France? Answer in one sentence.", max_output_tokens=40)
@@ -62,7 +66,7 @@ async def test_default_drafting_on_transformers_is_exact_over_websocket(real_bac
     prompt = "Write a short poem about the sea."
     texts, metrics = {}, {}
     for drafter in ("none", "auto"):
-        with server_factory(real_backend, **{"speculative.drafter": drafter}) as addr:
+        with server_factory(real_backend, **GREEDY, **{"speculative.drafter": drafter}) as addr:
             c = await RealtimeClient.connect(addr, query="model=SmolLM2-135M-Instruct")
             await c.until("session.created")
             done = await c.ask(prompt, max_output_tokens=64)

@@ -73,8 +73,15 @@ def test_chaos_200_resumes_on_the_real_model(real_backend):
     rng = random.Random(19)  # fixed: a red run must be reproducible
     # short answers (96 tokens): resumes are what is under test; the cuts are dense enough that each
     # turn still carries ~60 of them, so 200 resumes take a few turns of model time
+    # greedy (the embedded model's own default samples): every turn must give the reference's text
     conf = load_config(
-        None, **{"audio.enabled": False, "server.grace_period_s": GRACE_S, "session.max_output_tokens": 96}
+        None,
+        **{
+            "audio.enabled": False,
+            "server.grace_period_s": GRACE_S,
+            "session.max_output_tokens": 96,
+            "session.temperature": 0.0,
+        },
     )
     with run_server(conf, real_backend) as addr:
         # 60 s per receive: the embedded model's first token took 7–40 s on a loaded 2-core box (a
