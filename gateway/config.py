@@ -384,6 +384,18 @@ class ToolsConfig(_Frozen):
     mcp_max_tools: int = Field(default=64, ge=1, le=512)  # tools taken from one server's listing
 
 
+class TracingConfig(_Frozen):
+    """OpenTelemetry traces of Realtime sessions over OTLP/HTTP (docs/OPERATING.md "Traces"); the
+    standard ``OTEL_*`` variables apply (endpoint, headers, ``OTEL_BSP_*``, ``OTEL_SDK_DISABLED``)."""
+
+    enabled: bool = False  # export spans (off: the SDK is not even imported)
+    # the collector's traces URL, e.g. http://otel-collector:4318/v1/traces; None: OTEL_EXPORTER_OTLP_*_ENDPOINT
+    endpoint: str | None = None
+    service_name: str = "stream-omni"  # service.name of the spans (OTEL_SERVICE_NAME wins when set)
+    capture_content: bool = False  # record transcripts in spans (off: no prompt, reply or audio content)
+    export_timeout_s: float = Field(default=10.0, gt=0, le=300)  # one export request (on the exporter's thread)
+
+
 class Config(_Frozen):
     server: ServerConfig = ServerConfig()
     model: ModelConfig = AutoLocalModel()  # one key set per backend (gateway/config_model.py)
@@ -400,6 +412,7 @@ class Config(_Frozen):
     files: FilesConfig = FilesConfig()
     webrtc: WebRtcConfig = WebRtcConfig()
     tools: ToolsConfig = ToolsConfig()  # server-side tools (MCP), docs/TOOLS.md
+    tracing: TracingConfig = TracingConfig()  # OpenTelemetry traces (off by default)
     filters: tuple[str, ...] = ()  # "module:callable" chunk filters run on each chunk before it is sent
 
     @model_validator(mode="after")
