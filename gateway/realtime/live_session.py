@@ -179,7 +179,7 @@ class LiveSession:
         elif isinstance(action, CheckUpdate):
             self.send(self.media.check_update(action.event) or self.session.apply_update(action.event))
         elif isinstance(action, ResolveItem):  # serialised behind earlier items by the media lock
-            self._spawn(self.timing.media(self._item_with_media(action.event, action.key), action.event))
+            self._spawn(self.timing.resolving(self._item_with_media(action.event, action.key), action.event))
         elif isinstance(action, CheckCapacity):
             self._check_capacity(action.event)
         else:  # MCP listings and calls (gateway.tools)

@@ -67,7 +67,7 @@ class SessionTiming:
     def adopted(self, spec: Speculation, response_id: str) -> None:
         self.timer.adopted(response_id, spec.submitted_at)
 
-    async def media(self, work: Awaitable[None], ev: p.ItemCreate) -> None:
+    async def resolving(self, work: Awaitable[None], ev: p.ItemCreate) -> None:
         """An item's media resolved (images described): an ``image processing`` span when it had images."""
         start = clock()
         await work
