@@ -232,6 +232,7 @@ class LiveSession:
             prompt = await chat_tokens(svc.backend, messages, svc) if svc.tokenizes else None
             if pending.cancelled or self.handles.get(rid) is not pending:
                 return
+            self.timing.submitted(rid)  # before the job exists: the engine may start it before submit returns
             job = svc.decode_job(
                 self.state,
                 messages,
@@ -241,7 +242,6 @@ class LiveSession:
                 constraint,
             )
             self.handles[rid] = svc.engine.submit(job, AsyncSink(asyncio.get_running_loop(), self.model_q, rid))
-            self.timing.submitted(rid)
             self.filters[rid] = ResponseFilter(svc.filters, self.session.id, rid)
         except ContextOverflow as exc:
             self.send(self.session.error("context_length_exceeded", str(exc)))

@@ -47,8 +47,11 @@ class SessionTiming:
 
     def _sent(self, events: list[dict[str, Any]]) -> None:
         now = clock()
-        voice = self.media.voice
-        self.timer.observe(events, now, voice.now_ms if voice is not None and voice.vad is not None else None)
+        vad = self.media.voice.vad if self.media.voice is not None else None
+        if vad is None:
+            self.timer.observe(events, now)
+        else:  # (a turn's own semantic_vad window is reset as it ends: the configured one is read)
+            self.timer.observe(events, now, vad.now_ms, vad.machine.silence_window_ms)
         if self.trace is not None:
             self.trace.observe(events, now)
 

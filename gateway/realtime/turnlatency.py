@@ -67,7 +67,7 @@ class VoiceMarks:
     item_id: str
     started_at: float | None = None  # speech_started went out
     stopped_at: float | None = None  # speech_stopped went out
-    settle_ms: float | None = None  # the audio clock's lead over the end of speech when the VAD closed the turn
+    settle_ms: float | None = None  # audio from the end of speech to where the VAD had analysed when it closed the turn
     transcribed_at: float | None = None  # its transcript went out
     passes: list[tuple[str, float, float]] = field(default_factory=list)  # Whisper passes: (kind, start, end)
 
@@ -81,8 +81,11 @@ class TurnTimer:
         self.turns: dict[str, VoiceMarks] = {}  # item id → a user turn being spoken or transcribed
         self._answered: VoiceMarks | None = None  # the latest transcribed turn no response claimed yet
 
-    def observe(self, events: list[dict[str, Any]], now: float, audio_now_ms: int | None = None) -> None:
-        """Events just sent; ``audio_now_ms``: how far the VAD has analysed the input (its clock)."""
+    def observe(
+        self, events: list[dict[str, Any]], now: float, audio_now_ms: int | None = None, silence_ms: int = 0
+    ) -> None:
+        """Events just sent; ``audio_now_ms``: how far the VAD has analysed the input (its clock);
+        ``silence_ms``: the silence that ends a turn (``speech_stopped``'s ``audio_end_ms`` includes it)."""
         for ev in events:
             kind = ev.get("type")
             if kind not in MARKED:
@@ -99,7 +102,7 @@ class TurnTimer:
                 t = self.turns.setdefault(ev["item_id"], VoiceMarks(ev["item_id"]))
                 t.stopped_at = now
                 if audio_now_ms is not None:
-                    t.settle_ms = float(max(audio_now_ms - int(ev.get("audio_end_ms", audio_now_ms)), 0))
+                    t.settle_ms = float(max(audio_now_ms - int(ev.get("audio_end_ms", audio_now_ms)), 0) + silence_ms)
             elif kind == _TRANSCRIBED:
                 t = self.turns.pop(ev["item_id"]) if ev["item_id"] in self.turns else VoiceMarks(ev["item_id"])
                 t.transcribed_at = now

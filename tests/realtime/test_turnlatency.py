@@ -16,11 +16,11 @@ def created(rid: str) -> dict[str, object]:
 
 
 def voice_turn(t: TurnTimer, item: str = "item_1") -> None:
-    """Speech from 10.0 s to 11.0 s; the VAD closes the turn at 11.2 s with 500 ms of audio past the
-    speech's end (its silence window); the transcript comes 300 ms later."""
+    """Speech, then the VAD closes the turn at 11.2 s after its 500 ms silence window (``audio_end_ms``
+    includes it), having analysed 20 ms past it by then; the transcript comes 300 ms later."""
     t.observe([ev("input_audio_buffer.speech_started", item_id=item, audio_start_ms=100)], 10.0)
     t.whisper_pass(item, "partial", 10.4, 10.6)
-    t.observe([ev("input_audio_buffer.speech_stopped", item_id=item, audio_end_ms=1600)], 11.2, audio_now_ms=2100)
+    t.observe([ev("input_audio_buffer.speech_stopped", item_id=item, audio_end_ms=2080)], 11.2, 2100, silence_ms=480)
     t.whisper_pass(item, "final", 11.2, 11.5)
     t.observe([ev("conversation.item.input_audio_transcription.completed", item_id=item, transcript="hi")], 11.5)
 
