@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import ipaddress
+import os
 import ssl
 from pathlib import Path
 from typing import Any, Literal
@@ -58,6 +59,7 @@ class ServerConfig(_Frozen):
     host: str = "127.0.0.1"  # bind address; with no api_keys only loopback is allowed
     port: int = Field(default=8000, ge=0, le=65535)  # TCP port (0: any free one)
     api_keys: tuple[str, ...] = ()  # accepted bearer keys; empty = no auth, loopback only
+    api_keys_env: str | None = None  # an env var whose comma-separated keys join api_keys (a container's Secret)
     allow_remote_without_keys: bool = False  # explicit opt-in to bind non-loopback with no keys
     allowed_origins: tuple[str, ...] = ()  # exact Origin allowlist; empty = the server's own origin
     allowed_hosts: tuple[str, ...] = ()  # with no api_keys: Host names served besides IPs, localhost and host
@@ -464,6 +466,12 @@ def load_config(path: str | Path | None = None, **overrides: Any) -> Config:
         if not isinstance(data, dict):
             raise ConfigError(f"config {path} must be a mapping")
     _merge(data, nest_overrides(overrides))
+    server = data.get("server")
+    if isinstance(server, dict) and isinstance(server.get("api_keys_env"), str):
+        keys = [k.strip() for k in os.environ.get(server["api_keys_env"], "").split(",") if k.strip()]
+        if not keys:
+            raise ConfigError(f"server.api_keys_env: the variable {server['api_keys_env']} holds no keys")
+        server["api_keys"] = [*(server.get("api_keys") or ()), *keys]
     try:
         return Config.model_validate(data)
     except ValidationError as exc:
