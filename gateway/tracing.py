@@ -222,8 +222,10 @@ class SessionTrace:
         if m.get("prefill_ms") is not None:
             prompt = {"gen_ai.usage.input_tokens": int(m.get("prompt_tokens", 0))}  # prefilled now (not cached)
             self._span("prefill", ctx, engine_at, prefilled, prompt)
+        # the job's own end (its e2e_s from submission): a spoken reply's response outlasts it by the speech
+        ended = submitted + float(m["e2e_s"]) if m.get("e2e_s") is not None else now
         out = {"gen_ai.usage.output_tokens": int(m.get("tokens", 0))}
-        self._span("decode", ctx, prefilled, max(now, prefilled), out)
+        self._span("decode", ctx, prefilled, max(min(ended, now), prefilled), out)
 
     def close(self, now: float) -> None:
         for key, value in tracing_attributes(self.options()).items():

@@ -127,3 +127,21 @@ class OtlpReceiver:
     def names(self) -> list[str]:
         with self._lock:
             return [s.name for s in self.spans]
+
+
+def tree(spans: list[Span], attributes: tuple[str, ...] = ()) -> str:
+    """The spans as an indented text tree: start (ms after the root's), duration, and chosen attributes."""
+    by_parent: dict[str, list[Span]] = {}
+    for s in spans:
+        by_parent.setdefault(s.parent_id, []).append(s)
+    lines: list[str] = []
+
+    def walk(s: Span, depth: int, t0: int) -> None:
+        shown = " ".join(f"{k}={s.attributes[k]!r}" for k in attributes if k in s.attributes)
+        lines.append(f"{(s.start_ns - t0) / 1e6:8.1f} ms {s.ms:8.1f} ms  {'  ' * depth}{s.name}  {shown}".rstrip())
+        for child in sorted(by_parent.get(s.span_id, []), key=lambda c: (c.start_ns, c.name)):
+            walk(child, depth + 1, t0)
+
+    for root in sorted(by_parent.get("", []), key=lambda r: r.start_ns):
+        walk(root, 0, root.start_ns)
+    return "\n".join(lines)

@@ -15,7 +15,7 @@ from gateway.config import TracingConfig
 from gateway.realtime.turnlatency import TurnLatency, stage_sum
 from gateway.tracing import start_tracing
 from testkit.fake_backend import FakeBackend
-from testkit.otlp import OtlpReceiver, Span
+from testkit.otlp import OtlpReceiver, Span, tree
 from testkit.server import free_port
 from testkit.speech import silence, speak
 from tests.conftest import requires_espeak
@@ -52,6 +52,16 @@ async def voice_turn(addr: str, speculation_ms: int = 0) -> tuple[RealtimeClient
     return c, await c.until("response.done")
 
 
+SHOWN = (
+    "gen_ai.conversation.id",
+    "gen_ai.usage.input_tokens",
+    "gen_ai.usage.output_tokens",
+    "stream_omni.asr.pass",
+    "stream_omni.tts.index",
+    "stream_omni.vad.settle_ms",
+)
+
+
 def children(spans: list[Span], parent: Span) -> list[Span]:
     return [s for s in spans if s.parent_id == parent.span_id]
 
@@ -64,6 +74,7 @@ async def test_a_voice_turn_is_one_trace_of_its_stages(server_factory, fast_expo
         await c.close()
         (session,) = await asyncio.to_thread(rx.wait_for, "session")  # ends as the session closes
     spans = rx.spans
+    print(tree(spans, SHOWN))  # docs/OPERATING.md "Traces" shows this (pytest -s)
     assert len({s.trace_id for s in spans}) == 1, "every span of the session is in one trace"
     assert session.parent_id == "" and session.resource["service.name"] == "stream-omni"
     conv = session.attributes["gen_ai.conversation.id"]
@@ -108,6 +119,7 @@ async def test_the_turn_latency_adds_up_to_the_measured_end_to_end(server_factor
         c, done = await voice_turn(addr)
         await c.close()
     lat = TurnLatency(**done["response"]["metrics"]["turn_latency"])
+    print(done["response"]["metrics"]["turn_latency"])  # docs/OPERATING.md "Turn latency" shows one (pytest -s)
     assert not lat.prepared
     assert all(v is not None for v in (lat.vad_settle_ms, lat.transcription_ms, lat.prefill_ms, lat.first_audio_ms))
     assert lat.vad_settle_ms >= 500  # server_vad's default silence window is what settles the turn
