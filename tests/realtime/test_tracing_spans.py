@@ -21,9 +21,7 @@ from testkit.server import free_port
 @pytest.fixture
 def traced() -> Iterator[tuple[Tracing, InMemorySpanExporter]]:
     def make(capture: bool = False) -> tuple[Tracing, InMemorySpanExporter]:
-        cfg = TracingConfig(
-            enabled=True, endpoint=f"http://127.0.0.1:{free_port()}/v1/traces", capture_content=capture
-        )
+        cfg = TracingConfig(enabled=True, endpoint=f"http://127.0.0.1:{free_port()}/v1/traces", capture_content=capture)
         t = Tracing(cfg, "smol")
         memory = InMemorySpanExporter()
         t.provider.add_span_processor(SimpleSpanProcessor(memory))
