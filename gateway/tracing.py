@@ -37,6 +37,15 @@ log = logging.getLogger("stream_omni.tracing")
 PROVIDER = "stream_omni"  # gen_ai.provider.name: the gateway serves its own models
 _MAX_META = 16  # session.tracing.metadata keys recorded (the rest are dropped)
 _MAX_VALUE = 512  # characters of one recorded metadata value
+_OBSERVED = frozenset(
+    {
+        "response.output_item.added",
+        "response.mcp_call.in_progress",
+        "response.mcp_call.completed",
+        "response.mcp_call.failed",
+        "conversation.item.input_audio_transcription.completed",
+    }
+)
 
 
 class Tracing:
@@ -128,6 +137,8 @@ class SessionTrace:
         """Events just sent: tool calls starting and ending (and transcripts, when content is kept)."""
         for ev in events:
             kind = ev.get("type", "")
+            if kind not in _OBSERVED:  # (text and audio deltas: one set lookup each)
+                continue
             if kind == "response.output_item.added" and ev.get("item", {}).get("type") == "mcp_call":
                 item = ev["item"]  # announced; it runs from in_progress (after any approval)
                 self._open_tools[item["id"]] = (ev.get("response_id", ""), item.get("name", ""), item["id"], now)
