@@ -57,6 +57,7 @@ async def run(addrs: dict[str, str], rounds: int, tokens: int) -> dict[str, dict
                 if i:  # the first round warms both
                     out[name]["tokens_per_s"].append(tps)
                     out[name]["e2e_ms"].append(e2e)
+            print(f"round {i}/{rounds}", flush=True)
     finally:
         for ws in socks.values():
             await ws.close()
