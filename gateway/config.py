@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import ipaddress
+import os
 import ssl
 from pathlib import Path
 from typing import Any, Literal
@@ -58,6 +59,7 @@ class ServerConfig(_Frozen):
     host: str = "127.0.0.1"  # bind address; with no api_keys only loopback is allowed
     port: int = Field(default=8000, ge=0, le=65535)  # TCP port (0: any free one)
     api_keys: tuple[str, ...] = ()  # accepted bearer keys; empty = no auth, loopback only
+    api_keys_env: str | None = None  # an env var whose comma-separated keys join api_keys (a container's Secret)
     allow_remote_without_keys: bool = False  # explicit opt-in to bind non-loopback with no keys
     allowed_origins: tuple[str, ...] = ()  # exact Origin allowlist; empty = the server's own origin
     allowed_hosts: tuple[str, ...] = ()  # with no api_keys: Host names served besides IPs, localhost and host
@@ -405,6 +407,18 @@ class ToolsConfig(_Frozen):
     mcp_max_tools: int = Field(default=64, ge=1, le=512)  # tools taken from one server's listing
 
 
+class TracingConfig(_Frozen):
+    """OpenTelemetry traces of Realtime sessions over OTLP/HTTP (docs/OPERATING.md "Traces"); the
+    standard ``OTEL_*`` variables apply (endpoint, headers, ``OTEL_BSP_*``, ``OTEL_SDK_DISABLED``)."""
+
+    enabled: bool = False  # export spans (off: the SDK is not even imported)
+    # the collector's traces URL, e.g. http://otel-collector:4318/v1/traces; None: OTEL_EXPORTER_OTLP_*_ENDPOINT
+    endpoint: str | None = None
+    service_name: str = "stream-omni"  # service.name of the spans (OTEL_SERVICE_NAME wins when set)
+    capture_content: bool = False  # record transcripts in spans (off: no prompt, reply or audio content)
+    export_timeout_s: float = Field(default=10.0, gt=0, le=300)  # one export request (on the exporter's thread)
+
+
 class Config(_Frozen):
     server: ServerConfig = ServerConfig()
     model: ModelConfig = AutoLocalModel()  # one key set per backend (gateway/config_model.py)
@@ -422,6 +436,7 @@ class Config(_Frozen):
     webrtc: WebRtcConfig = WebRtcConfig()
     telephony: TelephonyConfig = TelephonyConfig()
     tools: ToolsConfig = ToolsConfig()  # server-side tools (MCP), docs/TOOLS.md
+    tracing: TracingConfig = TracingConfig()  # OpenTelemetry traces (off by default)
     filters: tuple[str, ...] = ()  # "module:callable" chunk filters run on each chunk before it is sent
 
     @model_validator(mode="after")
@@ -473,6 +488,12 @@ def load_config(path: str | Path | None = None, **overrides: Any) -> Config:
         if not isinstance(data, dict):
             raise ConfigError(f"config {path} must be a mapping")
     _merge(data, nest_overrides(overrides))
+    server = data.get("server")
+    if isinstance(server, dict) and isinstance(server.get("api_keys_env"), str):
+        keys = [k.strip() for k in os.environ.get(server["api_keys_env"], "").split(",") if k.strip()]
+        if not keys:
+            raise ConfigError(f"server.api_keys_env: the variable {server['api_keys_env']} holds no keys")
+        server["api_keys"] = [*(server.get("api_keys") or ()), *keys]
     try:
         return Config.model_validate(data)
     except ValidationError as exc:

@@ -80,6 +80,7 @@ class Services:
     key_limits: KeyLimits | None = None  # responses and tokens per key and window (limits.key_*_per_window)
     # unredeemed ek_ keys (POST /v1/realtime/client_secrets): here, or in Redis with replicas (gateway.cluster)
     client_secrets: SecretVault = field(default_factory=lambda: MemoryVault(time.time))
+    tracing: Any = None  # gateway.tracing.Tracing: the app's span exporter; None: traces are off
     tokenizing: int = 0  # responses admitted whose prompt is being tokenized (gateway.tokenize): not yet submitted
 
     @property

@@ -25,6 +25,7 @@ from .realtime.bigframes import FrameParser, ParseLimits
 from .services import Services
 from .session_registry import SessionRegistry
 from .speech import load_speech
+from .tracing import start_tracing
 
 
 async def start_services(
@@ -89,6 +90,7 @@ async def start_services(
             capacity = await asyncio.to_thread(measure_capacity, asr)
         svc.asr_worker = AsrWorker(asr, capacity, metrics=svc.metrics)
         svc.metrics.voice_capacity.set(capacity)
+    svc.tracing = start_tracing(config.tracing, svc.model_ids[0])
     if config.limits.parse_processes > 0:  # no process starts before the first big frame
         svc.frame_parser = FrameParser(ParseLimits.of(config.limits), config.limits.parse_processes)
     return svc
@@ -113,3 +115,5 @@ def stop_services(svc: Services) -> None:
         svc.frame_parser.close()
     if svc.image_gen is not None:
         svc.image_gen.close()
+    if svc.tracing is not None:
+        svc.tracing.close()

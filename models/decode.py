@@ -115,6 +115,7 @@ class DecodeJob(JobLifecycle):
         self._pending_top: list[tuple[int, float]] = []
         self._held = JobEvents()  # ids and logprobs of steps that produced no chunk yet
         self.t_prefilled: float | None = None
+        self.t_admitted: float | None = None  # the engine first planned its prompt (queue wait ends here)
         self.prompt_tokens = 0  # tokens actually prefilled (cache reuse shows here)
         self.cached_tokens = 0
         self.drafted = 0
@@ -193,6 +194,7 @@ class DecodeJob(JobLifecycle):
         if self.finished or self.beam > 1:
             return None
         if self._next_logits is None and self._pending is None and self._feed is None and self._prompt_left is None:
+            self.t_admitted = self.clock()
             to_feed = sync_prefix(self.backend, self.state, self.prompt_ids)
             self.cached_tokens = len(self.prompt_ids) - len(to_feed)
             self.prompt_tokens = len(to_feed)
@@ -386,6 +388,7 @@ class DecodeJob(JobLifecycle):
     # -------------------------------------------------------------------------------------
 
     def _prefill(self) -> None:
+        self.t_admitted = self.clock()
         to_feed = sync_prefix(self.backend, self.state, self.prompt_ids)
         self.cached_tokens = len(self.prompt_ids) - len(to_feed)
         self.prompt_tokens = len(to_feed)
@@ -460,6 +463,11 @@ class DecodeJob(JobLifecycle):
         decode_s = max(now - start, 1e-9)
         return {
             "ttft_ms": None if self.t_first is None else round((self.t_first - self.t_start) * 1000, 2),
+            # submitted → the engine starting its prompt, and the prompt's forwards (turn latency, traces)
+            "queue_ms": None if self.t_admitted is None else round((self.t_admitted - self.t_start) * 1000, 2),
+            "prefill_ms": None
+            if self.t_prefilled is None or self.t_admitted is None
+            else round((self.t_prefilled - self.t_admitted) * 1000, 2),
             "tokens": n,
             "chunks": self.n_chunks,
             "prompt_tokens": self.prompt_tokens,

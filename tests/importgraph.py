@@ -41,7 +41,8 @@ LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
     ),
     # the voices' synthesis pool sits with the Realtime room whose speech settings it takes; HTTP uses it from above
     # server-side tools (MCP) are part of the Realtime session they run in; their Chat Completions use sits with HTTP
-    ("gateway.realtime", ("gateway.realtime", "gateway.speech", "gateway.tools")),
+    # traces are drawn from what the Realtime session timed (gateway.realtime.turnlatency)
+    ("gateway.realtime", ("gateway.realtime", "gateway.speech", "gateway.tools", "gateway.tracing")),
     ("gateway.http", ("gateway.http", "gateway.tools.chat")),
     ("gateway.cluster", ("gateway.cluster",)),
     ("wiring", ("gateway",)),  # app, startup, loading, inprocess, cli, server: everything else in gateway/

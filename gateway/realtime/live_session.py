@@ -58,6 +58,7 @@ from .session import Session
 from .speaker import Speaker
 from .speculation import AfterPrepare, Speculation, Tokenizing
 from .speech_out import PlayAudio, Speak, prefetch_text
+from .timing import SessionTiming
 
 log = logging.getLogger("stream_omni.live")
 
@@ -114,6 +115,7 @@ class LiveSession:
         self.attached: Attachment | None = None  # the Connection currently serving this session
         self.on_event: Callable[[], None] | None = None  # the attached connection's lag check
         self.taps: list[Callable[[list[dict[str, Any]]], None]] = []  # its sent events, to a WebRTC call (barge-in)
+        self.timing = SessionTiming(services.tracing, self.session, self.media, self.speaker, self.taps)
         self.closed = False
         self.received = 0  # client frames read from any of its sockets (session.resumed's received_events)
         keyed.bind(services, key, self.session, self.media, grant)  # before any task, and session.created
@@ -177,7 +179,7 @@ class LiveSession:
         elif isinstance(action, CheckUpdate):
             self.send(self.media.check_update(action.event) or self.session.apply_update(action.event))
         elif isinstance(action, ResolveItem):  # serialised behind earlier items by the media lock
-            self._spawn(self._item_with_media(action.event, action.key))
+            self._spawn(self.timing.resolving(self._item_with_media(action.event, action.key), action.event))
         elif isinstance(action, CheckCapacity):
             self._check_capacity(action.event)
         else:  # MCP listings and calls (gateway.tools)
@@ -230,6 +232,7 @@ class LiveSession:
             prompt = await prompt_tokens(svc, messages)
             if pending.cancelled or self.handles.get(rid) is not pending:
                 return
+            self.timing.submitted(rid)  # before the job exists: the engine may start it before submit returns
             job = svc.decode_job(
                 self.state,
                 messages,
@@ -323,6 +326,7 @@ class LiveSession:
         """The turn committed as predicted: the prepared job becomes response ``rid``."""
         self.svc.metrics.speculation.labels(outcome="committed").inc()
         job_id = spec.action.response_id
+        self.timing.adopted(spec, rid)
         self.handles[rid] = spec.handle
         self.filters[rid] = ResponseFilter(self.svc.filters, self.session.id, rid)  # seen like any reply
         if not spec.finished:
@@ -485,6 +489,7 @@ class LiveSession:
         self.handles.clear()
         self.media.close()
         self.speaker.close()
+        self.timing.close()
         self._pump.cancel()
         for t in list(self._tasks):
             t.cancel()

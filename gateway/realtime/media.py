@@ -96,6 +96,7 @@ class MediaInput:
         # stopped turns whose transcript is not out yet, oldest first: the shared worker may finish a
         # later turn's pass first (its pause pass ran while this one's waited), transcripts go out in order
         self._stopped_turns: deque[SpokenTurn] = deque()
+        self.on_pass: Callable[[str, str, float, float], None] | None = None  # (item, kind, queued, text in): timing
 
     # ------------------------------------------------------------------ configuration
 
@@ -345,8 +346,11 @@ class MediaInput:
             return
         ticket, fut = self.worker().submit(self.session.id, kind, audio)
         spoken.tickets[pass_id] = ticket
+        queued = time.perf_counter()
         try:
             text = await fut
+            if self.on_pass is not None:
+                self.on_pass(spoken.item_id, kind, queued, time.perf_counter())
         except PassShed:  # a partial dropped under load, or for a gating pass of this turn
             self._act(spoken, spoken.taker.shed(pass_id))
             return

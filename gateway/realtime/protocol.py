@@ -133,7 +133,7 @@ class SessionOptions(ToolOptions):
     output_modalities: list[Literal["text", "audio", "image"]] | None = None
     audio: AudioOptions | None = None
     truncation: Truncation | None = None  # None: "auto" (gateway.realtime.truncation)
-    # accepted and echoed, nothing to trace to: traces stay with the client
+    # accepted and echoed; with the server's tracing on, its fields land on the session's spans (gateway.tracing)
     tracing: Literal["auto"] | dict[str, Any] | None = None
     # accepted and echoed; the embedded Whisper gives no token logprobs (gateway.realtime.transcription)
     include: list[Literal["item.input_audio_transcription.logprobs"]] | None = Field(default=None, max_length=1)

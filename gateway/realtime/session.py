@@ -95,6 +95,8 @@ class Session(SpeechOutput, McpOutput, ItemEvents):
         self.dropped: set[str] = set()  # items truncated out of the model's context (still in the client's view)
         self.token_counts: dict[str, tuple[str, int]] = {}  # item id → (its text, its tokens), for truncation
         self.view_hook: Callable[[dict[str, Any]], None] | None = None  # fills in effective audio settings
+        # (response id, status, metrics) → the metrics response.done carries (the shell adds turn_latency)
+        self.finish_hook: Callable[[str, str, dict[str, Any] | None], dict[str, Any] | None] | None = None
         self.limiter: BoundLimits | None = None  # its key's response and token budgets (gateway.keylimits)
         self.locked: frozenset[str] = frozenset()  # session fields an ek_ key fixed (gateway.realtime.locks)
 
@@ -450,6 +452,8 @@ class Session(SpeechOutput, McpOutput, ItemEvents):
         if item is not None and kept is not None:  # exactly the delivered text (unless the client deleted it)
             kept.update(item)
         self.spoken_closed(r, item)
+        if self.finish_hook is not None:
+            metrics = self.finish_hook(r.id, status, metrics)
         events = final_events(r, item, status, details, metrics, usage)
         if self.limiter is not None:  # what the key has left, after this response's tokens
             left = self.limiter.charge(int(usage.get("total_tokens", 0)))

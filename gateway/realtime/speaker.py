@@ -53,6 +53,8 @@ class Speaker:
         self._ready: dict[_Key, asyncio.Future[Synthesis]] = {}  # prefetched syntheses
         self._clock = PlaybackClock(lead_s)
         self._wake = asyncio.Event()  # a cancel: a paced wait ends now
+        # (response, index, synthesis start, end, characters) of each chunk made: the session's traces
+        self.on_chunk: Callable[[str, int, float, float, int], None] | None = None
         self._task = asyncio.create_task(self._run(), name="speaker")
 
     def submit(self, action: Speak | PlayAudio) -> None:
@@ -96,6 +98,7 @@ class Speaker:
             await self._paced(action.response_id)
             if action.response_id in self._cancelled:
                 continue
+            started = time.perf_counter()
             try:
                 ready = self._ready.pop((action.text, action.settings), None)  # taken: forget() spares it
                 synth = await (
@@ -108,6 +111,8 @@ class Speaker:
                 synth = Synthesis(b"", ())
             if action.response_id in self._cancelled:
                 continue
+            if self.on_chunk is not None:
+                self.on_chunk(action.response_id, action.index, started, time.perf_counter(), len(action.text))
             self._clock.sent(
                 action.response_id, bytes_to_ms(action.settings.format, len(synth.audio)) / 1000, time.monotonic()
             )

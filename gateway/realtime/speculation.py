@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass, field
 
 from models.decode import JobEvents
@@ -18,6 +19,7 @@ class Speculation:
     action: StartResponse  # what it generates; its response_id is the job's own ("spec_…")
     handle: Handle
     events: list[JobEvents] = field(default_factory=list)  # held back until the turn commits
+    submitted_at: float = field(default_factory=time.perf_counter)  # its job reached the engine (turn latency)
 
     @property
     def finished(self) -> bool:

@@ -1,0 +1,150 @@
+"""Traces of a real voice turn, received by a real OTLP/HTTP receiver; the turn latency in response.done.
+
+espeak-ng speech in, server VAD, Whisper, a fake model that answers in words, the Piper voice out;
+spans exported by the OpenTelemetry SDK to ``testkit.otlp.OtlpReceiver`` on a loopback port.
+"""
+
+from __future__ import annotations
+
+import asyncio
+
+import numpy as np
+import pytest
+
+from gateway.config import TracingConfig
+from gateway.realtime.turnlatency import TurnLatency, stage_sum
+from gateway.tracing import start_tracing
+from testkit.fake_backend import FakeBackend
+from testkit.otlp import OtlpReceiver, Span, tree
+from testkit.server import free_port
+from testkit.speech import silence, speak
+from tests.conftest import requires_espeak
+from tests.media.test_realtime_voice import pcm24, stream
+from tests.wsclient import RealtimeClient
+
+TRACED = {"workflow_name": "kitchen-assistant", "group_id": "household-7", "metadata": {"room": "kitchen", "n": 3}}
+
+
+@pytest.fixture
+def fast_export(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The SDK's standard variable: batches leave every 50 ms instead of 5 s."""
+    monkeypatch.setenv("OTEL_BSP_SCHEDULE_DELAY", "50")
+
+
+def traced(endpoint: str, **more: object) -> dict[str, object]:
+    return {
+        "tracing.enabled": True,
+        "tracing.endpoint": endpoint,
+        "speculative.drafter": "none",
+        "server.grace_period_s": 0,  # the socket's close ends the session (and its span) at once
+        **more,
+    }
+
+
+async def voice_turn(addr: str, speculation_ms: int = 0) -> tuple[RealtimeClient, dict]:
+    c = await RealtimeClient.connect(addr, query="")
+    await c.until("session.created")
+    td = {"type": "server_vad", "transcription_interval_ms": 0, "speculation_ms": speculation_ms}
+    await c.update_session(
+        {"output_modalities": ["audio"], "audio": {"input": {"turn_detection": td}}, "tracing": TRACED}
+    )
+    await stream(c, pcm24(np.concatenate([silence(0.3), speak("Please open the kitchen window."), silence(1.2)])))
+    return c, await c.until("response.done")
+
+
+SHOWN = (
+    "gen_ai.conversation.id",
+    "gen_ai.usage.input_tokens",
+    "gen_ai.usage.output_tokens",
+    "stream_omni.asr.pass",
+    "stream_omni.tts.index",
+    "stream_omni.vad.settle_ms",
+)
+
+
+def children(spans: list[Span], parent: Span) -> list[Span]:
+    return [s for s in spans if s.parent_id == parent.span_id]
+
+
+@requires_espeak
+async def test_a_voice_turn_is_one_trace_of_its_stages(server_factory, fast_export):
+    with OtlpReceiver() as rx, server_factory(FakeBackend(answer_tokens=30), **traced(rx.endpoint)) as addr:
+        c, done = await voice_turn(addr)
+        assert done["response"]["status"] == "completed"
+        await c.close()
+        (session,) = await asyncio.to_thread(rx.wait_for, "session")  # ends as the session closes
+    spans = rx.spans
+    print(tree(spans, SHOWN))  # docs/OPERATING.md "Traces" shows this (pytest -s)
+    assert len({s.trace_id for s in spans}) == 1, "every span of the session is in one trace"
+    assert session.parent_id == "" and session.resource["service.name"] == "stream-omni"
+    conv = session.attributes["gen_ai.conversation.id"]
+    assert conv.startswith("conv_") and session.attributes["gen_ai.request.model"] == "fake"
+    assert session.attributes["stream_omni.tracing.workflow_name"] == "kitchen-assistant"
+    assert session.attributes["stream_omni.tracing.metadata.n"] == "3"
+
+    (turn,) = children(spans, session)
+    assert turn.name == "turn"
+    stages = {s.name: s for s in children(spans, turn)}
+    assert {"vad turn", "transcription", "whisper pass", f"chat {'fake'}"} <= set(stages)
+    vad, asr, chat = stages["vad turn"], stages["transcription"], stages["chat fake"]
+    # in the order they happened: speech, its transcript, the reply
+    assert turn.start_ns == vad.start_ns < vad.end_ns <= asr.start_ns < asr.end_ns <= chat.start_ns
+    assert chat.end_ns <= turn.end_ns <= session.end_ns
+    a = chat.attributes
+    assert a["gen_ai.operation.name"] == "chat" and a["gen_ai.conversation.id"] == conv
+    assert a["gen_ai.response.id"] == done["response"]["id"]
+    assert a["gen_ai.response.finish_reasons"] == ("completed",)
+    usage = done["response"]["usage"]  # the model's tokens (the audio's are the wire's convention on top)
+    assert a["gen_ai.usage.input_tokens"] == usage["input_tokens"]
+    assert a["gen_ai.usage.output_tokens"] == usage["output_token_details"]["text_tokens"] == 30
+    assert a["stream_omni.tracing.group_id"] == "household-7"
+
+    model = {s.name: s for s in children(spans, chat)}
+    assert {"queue", "prefill", "decode", "tts chunk"} <= set(model)
+    q, pre, dec = model["queue"], model["prefill"], model["decode"]
+    assert chat.start_ns <= q.start_ns <= q.end_ns <= pre.start_ns < pre.end_ns <= dec.start_ns < dec.end_ns
+    tts = sorted((s for s in children(spans, chat) if s.name == "tts chunk"), key=lambda s: s.start_ns)
+    assert [s.attributes["stream_omni.tts.index"] for s in tts] == list(range(len(tts)))
+    assert all(pre.end_ns <= s.start_ns < s.end_ns <= chat.end_ns for s in tts), [
+        (s.start_ns - pre.end_ns, s.ms, chat.end_ns - s.end_ns) for s in tts
+    ]
+    # no content unless asked: no transcript, prompt or reply text anywhere
+    said = "kitchen window"
+    assert not any(said in str(v).lower() for s in spans for v in s.attributes.values() if isinstance(v, str))
+
+
+@requires_espeak
+async def test_the_turn_latency_adds_up_to_the_measured_end_to_end(server_factory, fast_export):
+    with OtlpReceiver() as rx, server_factory(FakeBackend(answer_tokens=30), **traced(rx.endpoint)) as addr:
+        c, done = await voice_turn(addr)
+        await c.close()
+    lat = TurnLatency(**done["response"]["metrics"]["turn_latency"])
+    print(done["response"]["metrics"]["turn_latency"])  # docs/OPERATING.md "Turn latency" shows one (pytest -s)
+    assert not lat.prepared
+    assert all(v is not None for v in (lat.vad_settle_ms, lat.transcription_ms, lat.prefill_ms, lat.first_audio_ms))
+    assert lat.vad_settle_ms >= 500  # server_vad's default silence window is what settles the turn
+    assert lat.transcription_ms > 0 and lat.first_audio_ms > 0
+    # the stages are measured separately, so their sum is a real check on end-to-end
+    assert abs(stage_sum(lat) - lat.end_to_end_ms) <= 10, lat
+
+
+async def test_an_unreachable_collector_loses_spans_not_turns(tiny_backend, server_factory, fast_export):
+    dead = f"http://127.0.0.1:{free_port()}/v1/traces"  # nothing listens there
+    cfg = traced(dead, **{"tracing.export_timeout_s": 0.5})
+    with server_factory(tiny_backend, **cfg) as addr:  # the loop watch fails this test on any stall
+        c = await RealtimeClient.connect(addr)
+        await c.until("session.created")
+        for i in range(3):
+            await c.say(f"count to {i + 3}")
+            await c.send({"type": "response.create", "response": {"max_output_tokens": 8}})
+            done = await c.until("response.done", timeout=60)
+            assert done["response"]["status"] in ("completed", "incomplete")
+            assert done["response"]["metrics"]["turn_latency"]["end_to_end_ms"] > 0
+        assert addr.services.tracing is not None  # type: ignore[attr-defined]
+        await c.close()
+
+
+def test_tracing_is_off_unless_asked(monkeypatch: pytest.MonkeyPatch):
+    assert start_tracing(TracingConfig(), "m") is None
+    monkeypatch.setenv("OTEL_SDK_DISABLED", "true")  # the standard switch wins over the config
+    assert start_tracing(TracingConfig(enabled=True, endpoint="http://127.0.0.1:9/v1/traces"), "m") is None

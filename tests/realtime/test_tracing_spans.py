@@ -1,0 +1,102 @@
+"""The spans a session's trace draws from its marks: tool calls, images, content capture, session.tracing.
+
+The SDK's in-memory exporter sits beside the OTLP one (which points at a port nothing listens on);
+the timeline is a fake clock's. A real server's voice turn is tests/media/test_tracing.py.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import pytest
+from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+
+from gateway.config import TracingConfig
+from gateway.realtime.turnlatency import TurnTimer
+from gateway.tracing import Tracing, tracing_attributes
+from testkit.server import free_port
+
+
+@pytest.fixture
+def traced() -> Iterator[tuple[Tracing, InMemorySpanExporter]]:
+    def make(capture: bool = False) -> tuple[Tracing, InMemorySpanExporter]:
+        cfg = TracingConfig(enabled=True, endpoint=f"http://127.0.0.1:{free_port()}/v1/traces", capture_content=capture)
+        t = Tracing(cfg, "smol")
+        memory = InMemorySpanExporter()
+        t.provider.add_span_processor(SimpleSpanProcessor(memory))
+        made.append(t)
+        return t, memory
+
+    made: list[Tracing] = []
+    yield make  # type: ignore[misc]
+    for t in made:
+        t.close()
+
+
+def ev(kind: str, **fields: object) -> dict[str, object]:
+    return {"type": kind, **fields}
+
+
+def test_an_mcp_call_and_an_image_are_spans_of_their_response_and_session(traced):
+    tracing, memory = traced()
+    options = {"workflow_name": "support", "metadata": {"tier": "gold"}}
+    trace = tracing.session("sess_abc", lambda: options, 1.0)
+    timer = TurnTimer()
+    trace.image(1.1, 1.3, 2)
+    call = {"id": "mcp_1", "type": "mcp_call", "name": "lookup"}
+    sent = [
+        (1.5, [ev("response.created", response={"id": "resp_1"})]),
+        (1.6, [ev("response.output_item.added", response_id="resp_1", item=call)]),
+        (1.7, [ev("response.mcp_call.in_progress", item_id="mcp_1")]),
+        (1.9, [ev("response.mcp_call.completed", item_id="mcp_1")]),
+        (2.0, [ev("response.output_text.delta", response_id="resp_1")]),
+    ]
+    for now, events in sent:
+        timer.observe(events, now)
+        trace.observe(events, now)
+    metrics = {"queue_ms": 1.0, "prefill_ms": 10.0, "ttft_ms": 20.0, "tokens": 5, "prompt_tokens": 9, "e2e_s": 0.6}
+    trace.response("resp_1", "completed", metrics, timer.finish("resp_1", metrics), 2.2)
+    trace.close(3.0)
+    spans = {s.name: s for s in memory.get_finished_spans()}
+    session, chat = spans["session"], spans["chat smol"]
+    tool, image = spans["execute_tool lookup"], spans["image processing"]
+    assert image.parent.span_id == session.context.span_id and image.attributes["stream_omni.images"] == 2
+    assert chat.parent.span_id == session.context.span_id  # a text turn: no turn span
+    assert tool.parent.span_id == chat.context.span_id
+    assert tool.attributes["gen_ai.tool.name"] == "lookup" and tool.attributes["gen_ai.tool.call.id"] == "mcp_1"
+    assert (tool.end_time - tool.start_time) == pytest.approx(0.2e9, abs=1e3)  # in_progress → completed
+    assert chat.attributes["stream_omni.tracing.workflow_name"] == "support"
+    assert session.attributes["stream_omni.tracing.metadata.tier"] == "gold"
+    assert chat.attributes["gen_ai.usage.input_tokens"] == 9 and chat.attributes["gen_ai.usage.output_tokens"] == 5
+    assert {"queue", "prefill", "decode"} <= set(spans)
+
+
+def test_transcripts_are_recorded_only_when_content_capture_is_on(traced):
+    for capture in (False, True):
+        tracing, memory = traced(capture)
+        trace = tracing.session("sess_x", lambda: "auto", 0.0)
+        timer = TurnTimer()
+        sent = [
+            (0.1, [ev("input_audio_buffer.speech_started", item_id="item_1", audio_start_ms=0)]),
+            (0.9, [ev("input_audio_buffer.speech_stopped", item_id="item_1", audio_end_ms=800)]),
+            (1.2, [ev("conversation.item.input_audio_transcription.completed", item_id="item_1", transcript="hi")]),
+            (1.3, [ev("response.created", response={"id": "r"})]),
+            (1.4, [ev("response.content_part.added", response_id="r")]),
+        ]
+        for now, events in sent:
+            timer.observe(events, now)
+            trace.observe(events, now)
+        trace.response("r", "completed", {}, timer.finish("r", {}), 1.5)
+        (asr,) = [s for s in memory.get_finished_spans() if s.name == "transcription"]
+        assert ("stream_omni.transcript" in asr.attributes) is capture
+        assert not any("stream_omni.tracing" in k for s in memory.get_finished_spans() for k in s.attributes)
+
+
+def test_session_tracing_becomes_bounded_string_attributes():
+    many = {f"k{i}": i for i in range(40)}
+    attrs = tracing_attributes({"workflow_name": "w" * 5000, "group_id": 7, "metadata": many})
+    assert len(attrs["stream_omni.tracing.workflow_name"]) == 512
+    assert "stream_omni.tracing.group_id" not in attrs  # not a string: not recorded
+    assert sum(k.startswith("stream_omni.tracing.metadata.") for k in attrs) == 16
+    assert tracing_attributes("auto") == {} and tracing_attributes(None) == {}
