@@ -382,6 +382,8 @@ class ToolsConfig(_Frozen):
     mcp_max_output_tokens: int = Field(default=2048, ge=16, le=32768)  # of a result the model reads
     mcp_max_response_bytes: int = Field(default=4 * 1024 * 1024, ge=4096, le=64 * 1024 * 1024)  # one HTTP answer
     mcp_max_tools: int = Field(default=64, ge=1, le=512)  # tools taken from one server's listing
+    # tools one server's listing may hold, all pages together: past it paging stops and the listing fails
+    mcp_max_listed_tools: int = Field(default=256, ge=1, le=4096)
 
 
 class Config(_Frozen):

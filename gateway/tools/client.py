@@ -49,6 +49,7 @@ class Limits:
     connect_timeout_s: float = 5.0
     call_timeout_s: float = 20.0
     max_response_bytes: int = 4 * 1024 * 1024
+    max_listed_tools: int = 256  # tools one listing may hold, all pages together (more: the listing fails)
 
 
 def stdio_params(ep: Endpoint) -> StdioServerParameters:
@@ -161,6 +162,11 @@ class Connection:
                         "input_schema": t.input_schema,
                         "annotations": t.annotations.model_dump(exclude_none=True) if t.annotations else None,
                     }
+                )
+            if len(tools) > self.limits.max_listed_tools:  # no more pages of a listing past any use
+                raise CallFailed(
+                    "protocol_error",
+                    f"the server lists over {self.limits.max_listed_tools} tools (tools.mcp_max_listed_tools)",
                 )
             cursor = page.next_cursor
             if not cursor:

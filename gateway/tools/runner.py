@@ -13,10 +13,11 @@ import logging
 from typing import Any, Protocol
 
 from ..config import ToolsConfig
+from ..grammars import CompileBusy, off_loop
 from ..realtime import protocol as p
 from ..realtime.actions import Output
 from ..tokenize import on_tokenizer_thread
-from . import events, policy
+from . import events, listing, policy
 from .actions import CallTool, ListTools, Server
 from .client import CallFailed, Connection, Endpoint, Limits
 
@@ -37,7 +38,13 @@ class McpRunner:
         ``decode``), when it has one, to cap outputs in its tokens."""
         self.host, self.session, self.config = host, session, config
         self.tokenizer = tokenizer if hasattr(tokenizer, "encode") and hasattr(tokenizer, "decode") else None
-        self.limits = Limits(config.mcp_connect_timeout_s, config.mcp_call_timeout_s, config.mcp_max_response_bytes)
+        self.limits = Limits(
+            config.mcp_connect_timeout_s,
+            config.mcp_call_timeout_s,
+            config.mcp_max_response_bytes,
+            config.mcp_max_listed_tools,
+        )
+        self.listing_limits = listing.ListingLimits(config.mcp_max_tools)
         self.connections: dict[str, Connection] = {}
         self.tasks: dict[str, set[asyncio.Task[None]]] = {}  # response id (or "list") → its tasks
 
@@ -87,17 +94,23 @@ class McpRunner:
         try:
             conn = self.connection(a.server)
             try:
-                tools = await conn.list_tools()
+                listed = await conn.list_tools()
             except CallFailed:
                 self._drop(label, conn)
                 raise
+            # names, allowed_tools and the schema budget, then the schemas compiled: on the grammar thread
+            tools = await off_loop(listing.admit, listed, a.allowed, self.listing_limits)
         except CallFailed as exc:
             error = exc.message
+        except listing.ListingRefused as exc:
+            error = exc.message
+        except CompileBusy:
+            error = "the server is busy checking tool schemas; the listing is tried again shortly"
         except Exception as exc:  # whatever the server did, the session goes on
             log.warning("listing the tools of %s failed: %s", label, type(exc).__name__)
             error = "the server could not be listed"
         finally:
-            out = self.session.mcp_listed(label, a.item_id, tools, error)
+            out = self.session.mcp_listed(label, a.item_id, tools, error, a.allowed)
             self.host.send(out)
             go = self.session.settle(f"mcp-list-{label}")
             if go is not None:

@@ -38,6 +38,7 @@ class Listing:
     tools: list[dict[str, Any]]  # {name, description, input_schema, annotations}, as in the mcp_list_tools item
     at: float  # clock reading when it arrived
     failed: bool = False  # the listing failed: nothing offered until it is tried again
+    allowed: Any = None  # the entry's allowed_tools it was filtered by: another filter lists again
 
 
 @dataclass
@@ -112,26 +113,32 @@ class McpState:
         now = self.clock()
         return [
             s
-            for label, (s, _) in servers.items()
+            for label, (s, entry) in servers.items()
             if label not in self.listing
-            and (label not in self.listings or now - self.listings[label].at > self._ttl(self.listings[label]))
+            and (
+                label not in self.listings
+                or now - self.listings[label].at > self._ttl(self.listings[label])
+                or self.listings[label].allowed != entry.allowed_tools
+            )
         ]
 
     def _ttl(self, listing: Listing) -> float:
         return min(self.policy.list_ttl_s, RETRY_FAILED_S) if listing.failed else self.policy.list_ttl_s
 
-    def listed(self, label: str, tools: list[dict[str, Any]] | None) -> None:
+    def listed(self, label: str, tools: list[dict[str, Any]] | None, allowed: Any = None) -> None:
+        """``tools``: the listing as ``gateway.tools.listing.admit`` let it through (None: it failed)."""
         self.listing.pop(label, None)
         if tools is None:
-            self.listings[label] = Listing([], self.clock(), failed=True)
+            self.listings[label] = Listing([], self.clock(), failed=True, allowed=allowed)
         else:
-            self.listings[label] = Listing(tools[: self.policy.max_tools], self.clock())
+            self.listings[label] = Listing(tools[: self.policy.max_tools], self.clock(), allowed=allowed)
 
     # ------------------------------------------------------------ the model's view
 
     def offered(self, servers: dict[str, Entry], taken: set[str]) -> dict[str, tuple[Entry, Tool]]:
-        """Every listed tool the model may call, by name: allowed by its entry, its schema one the grammar
-        compiles, its name not taken by a function tool or an earlier server."""
+        """Every listed tool the model may call, by name: allowed by its entry, its name not taken by a
+        function tool or an earlier server. Schemas were checked off the loop when the listing came
+        (``gateway.tools.listing.admit``): nothing here compiles."""
         out: dict[str, tuple[Entry, Tool]] = {}
         for label, entry in servers.items():
             listing = self.listings.get(label)
@@ -140,10 +147,6 @@ class McpState:
                 if name in taken or name in out or not policy.tool_allowed(entry[1].allowed_tools, name):
                     continue
                 schema = t.get("input_schema") or {"type": "object", "properties": {}}
-                try:
-                    constrain.check_schema(schema, "input_schema")
-                except constrain.GrammarError:
-                    continue  # a schema that cannot constrain a call is not offered
                 out[name] = (entry, Tool(name, t.get("description") or "", schema))
         return out
 
