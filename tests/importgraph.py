@@ -36,6 +36,7 @@ LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
             "gateway.tokenize",
             "gateway.grammars",
             "gateway.session_registry",
+            "gateway.tools.seats",  # counts open MCP connections per key: Services holds one
             "gateway.services",
         ),
     ),
