@@ -177,6 +177,12 @@ class SpeechConfig(_Frozen):
     # playback, not one burst beside the decoding (docs/SPEECH.md); 0: as fast as the voice goes
     lead_s: float = Field(default=3.0, ge=0, le=3600)
     nice: int = Field(default=0, ge=0, le=19)  # > 0: TTS workers this far below the decode, plus a first-chunk thread
+    # /v1/audio/speech: requests of one API key synthesizing at once (more: 429)
+    http_max_concurrent_per_key: int = Field(default=2, ge=1, le=10_000)
+    # /v1/audio/speech: input characters one API key may have synthesized per minute (a bucket; past it: 429)
+    http_chars_per_min_per_key: int = Field(default=8192, ge=4096, le=100_000_000)
+    # /v1/audio/speech: the longest piece of text one synthesis takes (longer input is cut at spaces)
+    max_piece_chars: int = Field(default=200, ge=16, le=4096)
 
     @model_validator(mode="after")
     def _default_known(self) -> SpeechConfig:

@@ -33,6 +33,7 @@ LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
             "gateway.uploads",
             "gateway.workers",
             "gateway.tts_queue",
+            "gateway.speech_budget",
             "gateway.tokenize",
             "gateway.grammars",
             "gateway.session_registry",

@@ -101,6 +101,7 @@ class LiveSession:
             lambda r: self.send(self.session.on_speech(r)),
             services.config.audio.output.lead_s,
             lambda: services.engine.depth[0] > 0,
+            key,
         )
         self._ignored: set[str] = set()  # dropped speculations: their late events mean nothing
         self._alias: dict[str, str] = {}  # an adopted speculation's job id → the response it became
