@@ -347,6 +347,11 @@ class WebRtcConfig(_Frozen):
     # caller's 20 ms frames held before decoding: 0 decodes each as it arrives (the server only listens: a
     # late packet is dropped, a lost one skipped); aiortc's own playout buffer holds 4 (80 ms more per turn)
     jitter_prefetch_frames: int = Field(default=0, ge=0, le=8)
+    # ICE candidates one offer may hold (more: 400): each is an address the server sends STUN checks to
+    max_candidates: int = Field(default=16, ge=1, le=256)
+    # check an offer's private (RFC 1918, ULA) and mDNS .local candidates: callers on the server's LAN; false
+    # on a public server, so an offer cannot make it probe its own network (loopback, link-local: never)
+    allow_private_candidates: bool = True
 
     @model_validator(mode="after")
     def _port_range(self) -> WebRtcConfig:
