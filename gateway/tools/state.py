@@ -59,6 +59,7 @@ class McpState:
         self.policy = pol
         self.clock = clock
         self.secrets: dict[str, dict[str, str]] = {}  # label → headers (authorization included); memory only
+        self.bad_headers: dict[str, str] = {}  # label → why its client headers were refused (policy.check_headers)
         self.listings: dict[str, Listing] = {}
         self.listing: dict[str, str] = {}  # label → the mcp_list_tools item id of a listing in flight
         self.runs: dict[str, Run] = {}  # response id → its calls
@@ -74,6 +75,12 @@ class McpState:
         for t in tools:
             if isinstance(t, McpTool):
                 headers = dict(t.headers or {})
+                try:
+                    policy.check_headers(headers)
+                    self.bad_headers.pop(t.server_label, None)
+                except policy.PolicyError as exc:  # reported by servers(), naming the field
+                    self.bad_headers[t.server_label] = exc.message
+                    headers = {}
                 if t.authorization:
                     headers["Authorization"] = f"Bearer {t.authorization}"
                 self.secrets[t.server_label] = headers
@@ -91,6 +98,8 @@ class McpState:
                 continue
             if t.server_label in found:
                 raise ToolError(f"two mcp tools are labelled {t.server_label!r}", f"{where}.tools[{i}].server_label")
+            if t.server_label in self.bad_headers:
+                raise ToolError(self.bad_headers[t.server_label], f"{where}.tools[{i}].headers")
             if t.connector_id is not None:
                 raise ToolError("connectors are not served here; give a server_url", f"{where}.tools[{i}].connector_id")
             if t.server_url is None:
