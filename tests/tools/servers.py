@@ -137,8 +137,10 @@ def logged(app: Any, log: str) -> Any:
     out = open(log, "a", buffering=1)  # open for the server's life, a line per request
 
     async def wrapper(scope: dict[str, Any], receive: Any, send: Any) -> None:
-        if scope["type"] == "http":
-            out.write(f"{scope['method']} {scope['path']}\n")
+        if scope["type"] == "http":  # and whether it carried the secret a test gave the gateway
+            auth = dict(scope["headers"]).get(b"authorization", b"")
+            marked = " authorized" if auth == b"Bearer s3cret-mcp-token" else ""
+            out.write(f"{scope['method']} {scope['path']}{marked}\n")
         await app(scope, receive, send)
 
     return wrapper
