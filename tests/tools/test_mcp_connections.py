@@ -95,3 +95,18 @@ async def test_a_session_and_a_key_hold_at_most_their_caps(tiny_backend, server_
             if second is not None:
                 await second.__aexit__(None, None, None)
         assert await gauge_becomes(addr, 0) == 0  # a closed session gives its seats back
+
+
+async def test_twelve_updates_of_64_new_labels_stall_no_callback(tiny_backend, server_factory, mcp_http):
+    """The attack as it was measured: the server's loop watch fails this test on any callback over 100 ms."""
+    model = ToolScript(tiny_backend, "Hello there.")
+    with server_factory(model, **NO_AUDIO, **{"tools.mcp_allowed_urls": [mcp_http.url]}) as addr:
+        manager, conn, _ = await open_session(addr, labelled(mcp_http, "a0_", 64))
+        try:
+            for i in range(1, 12):
+                await conn.session.update(session={"type": "realtime", "tools": labelled(mcp_http, f"a{i}_", 64)})
+            ok, errors = await listings(conn, 12 * 64)
+            assert ok <= 12 * 16 and len(errors) >= 12 * 48
+            assert await gauge_becomes(addr, 16) <= 16
+        finally:
+            await manager.__aexit__(None, None, None)
