@@ -30,7 +30,13 @@ class ChatMcp:
         c = svc.config.tools
         self.allowed = allowed or {}
         self.svc, self.config = svc, c
-        limits = Limits(c.mcp_connect_timeout_s, c.mcp_call_timeout_s, c.mcp_max_response_bytes, c.mcp_max_listed_tools)
+        limits = Limits(
+            c.mcp_connect_timeout_s,
+            c.mcp_call_timeout_s,
+            c.mcp_max_response_bytes,
+            c.mcp_max_listed_tools,
+            c.mcp_max_list_bytes,
+        )
         self.connections: dict[str, Connection] = {}
         for label in labels:
             s = c.mcp_servers[label]

@@ -59,15 +59,11 @@ def admit(listed: list[dict[str, Any]], allowed: Any, limits: ListingLimits) -> 
         if len(kept) == limits.max_tools:
             break
     schemas = [(f"tool {t['name']!r}", t.get("input_schema") or NO_PARAMETERS) for t in kept]
-    for where, schema in schemas:  # each alone first: the error names the tool past a bound
-        try:
-            schema_budget.check([(where, schema)], limits.budget)
-        except schema_budget.TooComplex as exc:
-            raise ListingRefused(f"{exc.message} (input_schema)") from None
-    try:
+    try:  # one walk of them all, which stops at the first bound passed: its cost is the budget's, not the input's
         schema_budget.check(schemas, limits.budget)
     except schema_budget.TooComplex as exc:
-        raise ListingRefused(f"{exc.message}; the listing stops at {exc.param}") from None
+        named = exc.message if exc.param in exc.message else f"{exc.message} (at {exc.param})"
+        raise ListingRefused(f"{named} (input_schema)") from None
     out: list[dict[str, Any]] = []
     for t, (where, schema) in zip(kept, schemas, strict=True):
         try:

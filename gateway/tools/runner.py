@@ -56,6 +56,7 @@ class McpRunner:
             config.mcp_call_timeout_s,
             config.mcp_max_response_bytes,
             config.mcp_max_listed_tools,
+            config.mcp_max_list_bytes,
         )
         self.listing_limits = listing.ListingLimits(config.mcp_max_tools)
         self.connections: dict[str, Connection] = {}
