@@ -5,12 +5,20 @@ app's backend (which holds a real API key) and opens one Realtime session with i
 once, before it expires, and the session is bound to (and counted against) the key that minted it,
 with the session config fixed at minting. Only a hash of the value is kept, so a copy of the store
 (memory or Redis) holds nothing a client could connect with.
+
+The MCP ``headers`` and ``authorization`` a minting request gives its tools are not kept as they are
+either: each tool's are sealed (AES-GCM) under a key derived from the ``ek_`` value itself (``seal``), so
+the store holds ciphertext that only the holder of the ``ek_`` key can open, once, when it redeems it
+(``unseal``).
 """
 
 from __future__ import annotations
 
+import base64
+import binascii
 import hashlib
 import json
+import os
 import secrets
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -31,6 +39,60 @@ def is_ephemeral(credential: str | None) -> bool:
 def value_hash(value: str) -> str:
     """What the store keys a secret by (never the value itself)."""
     return hashlib.sha256(value.encode()).hexdigest()
+
+
+SEALED = "sealed"  # an mcp tool's headers and authorization, sealed under the ek_ value (seal / unseal)
+_SECRET_FIELDS = ("headers", "authorization")
+
+
+def _seal_key(value: str) -> bytes:
+    """The AES-256 key of a grant's secrets: from the ek_ value (256 random bits), not its store hash."""
+    return hashlib.sha256(b"stream-omni ek_ sealed mcp secrets\x00" + value.encode()).digest()
+
+
+def seal(session: dict[str, Any], value: str) -> dict[str, Any]:
+    """``session`` with each mcp tool's ``headers`` / ``authorization`` replaced by ``sealed``: nonce and
+    AES-GCM ciphertext (its label as associated data), base64."""
+    from cryptography.hazmat.primitives.ciphers.aead import AESGCM
+
+    tools = session.get("tools")
+    if not isinstance(tools, list):
+        return session
+    out = []
+    for t in tools:
+        secret = {k: t[k] for k in _SECRET_FIELDS if isinstance(t, dict) and t.get(k) is not None}
+        if secret:
+            nonce = os.urandom(12)
+            label = str(t.get("server_label", "")).encode()
+            box = AESGCM(_seal_key(value)).encrypt(nonce, json.dumps(secret).encode(), label)
+            t = {k: v for k, v in t.items() if k not in _SECRET_FIELDS}
+            t[SEALED] = base64.b64encode(nonce + box).decode("ascii")
+        out.append(t)
+    return {**session, "tools": out}
+
+
+def unseal(session: dict[str, Any], value: str) -> dict[str, Any]:
+    """``session`` with its sealed secrets opened by the ek_ ``value``; a seal that does not open (another
+    value, a tampered store) leaves that tool without secrets (its server then refuses the calls)."""
+    from cryptography.exceptions import InvalidTag
+    from cryptography.hazmat.primitives.ciphers.aead import AESGCM
+
+    tools = session.get("tools")
+    if not isinstance(tools, list):
+        return session
+    out = []
+    for t in tools:
+        if isinstance(t, dict) and SEALED in t:
+            t = dict(t)
+            sealed = t.pop(SEALED)
+            try:
+                raw = base64.b64decode(str(sealed), validate=True)
+                label = str(t.get("server_label", "")).encode()
+                t.update(json.loads(AESGCM(_seal_key(value)).decrypt(raw[:12], raw[12:], label)))
+            except (InvalidTag, ValueError, binascii.Error):
+                pass
+        out.append(t)
+    return {**session, "tools": out}
 
 
 @dataclass(frozen=True)
@@ -64,7 +126,7 @@ def mint(
     if not MIN_TTL_S <= ttl_s <= MAX_TTL_S:
         raise ValueError(f"ttl_s must be within [{MIN_TTL_S}, {MAX_TTL_S}], not {ttl_s}")
     value = PREFIX + (token or (lambda: secrets.token_urlsafe(32)))()
-    return value, Grant(parent, now + ttl_s, session, session_id)
+    return value, Grant(parent, now + ttl_s, seal(session, value), session_id)
 
 
 class VaultUnavailable(Exception):

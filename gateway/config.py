@@ -182,6 +182,12 @@ class SpeechConfig(_Frozen):
     # playback, not one burst beside the decoding (docs/SPEECH.md); 0: as fast as the voice goes
     lead_s: float = Field(default=3.0, ge=0, le=3600)
     nice: int = Field(default=0, ge=0, le=19)  # > 0: TTS workers this far below the decode, plus a first-chunk thread
+    # /v1/audio/speech: requests of one API key synthesizing at once (more: 429)
+    http_max_concurrent_per_key: int = Field(default=2, ge=1, le=10_000)
+    # /v1/audio/speech: input characters one API key may have synthesized per minute (a bucket; past it: 429)
+    http_chars_per_min_per_key: int = Field(default=8192, ge=4096, le=100_000_000)
+    # /v1/audio/speech: the longest piece of text one synthesis takes (longer input is cut at spaces)
+    max_piece_chars: int = Field(default=200, ge=16, le=4096)
 
     @model_validator(mode="after")
     def _default_known(self) -> SpeechConfig:
@@ -346,6 +352,11 @@ class WebRtcConfig(_Frozen):
     # caller's 20 ms frames held before decoding: 0 decodes each as it arrives (the server only listens: a
     # late packet is dropped, a lost one skipped); aiortc's own playout buffer holds 4 (80 ms more per turn)
     jitter_prefetch_frames: int = Field(default=0, ge=0, le=8)
+    # ICE candidates one offer may hold (more: 400): each is an address the server sends STUN checks to
+    max_candidates: int = Field(default=16, ge=1, le=256)
+    # check an offer's private (RFC 1918, ULA) and mDNS .local candidates: callers on the server's LAN; false
+    # on a public server, so an offer cannot make it probe its own network (loopback, link-local: never)
+    allow_private_candidates: bool = True
 
     @model_validator(mode="after")
     def _port_range(self) -> WebRtcConfig:
@@ -405,6 +416,13 @@ class ToolsConfig(_Frozen):
     mcp_max_output_tokens: int = Field(default=2048, ge=16, le=32768)  # of a result the model reads
     mcp_max_response_bytes: int = Field(default=4 * 1024 * 1024, ge=4096, le=64 * 1024 * 1024)  # one HTTP answer
     mcp_max_tools: int = Field(default=64, ge=1, le=512)  # tools taken from one server's listing
+    # tools one server's listing may hold, all pages together: past it paging stops and the listing fails
+    mcp_max_listed_tools: int = Field(default=256, ge=1, le=4096)
+    # one HTTP answer to a tools/list (a page of a listing): the MCP SDK parses it whole on the event loop
+    mcp_max_list_bytes: int = Field(default=256 * 1024, ge=4096, le=64 * 1024 * 1024)
+    # MCP connections one session holds open (one per server label its tools name; dropped labels are closed)
+    mcp_max_connections_per_session: int = Field(default=16, ge=1, le=1024)
+    mcp_max_connections_per_key: int = Field(default=64, ge=1, le=100_000)  # all sessions of one API key together
 
 
 class TracingConfig(_Frozen):

@@ -1,10 +1,14 @@
-"""Secrets out of every log line: query strings (resume tokens, ``?api_key=``) are redacted when a record is made.
+"""Secrets out of every log line: query strings, URL paths and MCP session ids are redacted when a record is made.
 
 uvicorn logs each WebSocket handshake as ``"WebSocket /v1/realtime?resume_token=…" [accepted]``
 at INFO, and exception messages (an httpx error, a URL in a ValueError) can carry a query too. A
 ``logging.Filter`` on one logger misses records that propagate from its children, and one on a
 handler misses handlers added later (a user's dictConfig, pytest's capture); the record factory
 sees every record of the process once, after the level check, so dropped DEBUG lines cost nothing.
+
+URL paths go too: the HTTP client logs every MCP request's URL at INFO (``HTTP Request: POST
+https://host/…``), and real MCP URLs often carry a token in the path (``/mcp/<key>/sse``); the scheme and
+host stay, which is what reading a log needs. The MCP SDK logs each server's session id at INFO.
 """
 
 from __future__ import annotations
@@ -18,14 +22,19 @@ REDACTED = "[redacted]"
 _QUERY = re.compile(r"\?[^\s\"'<>]+")
 # key=value pairs that name a secret, wherever they appear (a form body, a header echoed in an error)
 _SECRET_PAIR = re.compile(r"(?i)\b(api_key|apikey|access_token|resume_token|token|key|password|secret)=[^&\s\"'<>]+")
+# a URL's path (the host kept): from the first '/' after the host up to whitespace, a quote or a query
+_URL_PATH = re.compile(r"\b((?:https?|wss?)://[^/\s\"'<>?#]+)/[^\s\"'<>?#]+")
+_SESSION_ID = re.compile(r"(?i)\b(session id:\s*)[^\s\"'<>]+")
 _FORMATTER = logging.Formatter()
 
 
 def redact(text: str) -> str:
-    """``text`` with every query string and ``secret=value`` pair replaced by a marker."""
-    if "?" not in text and "=" not in text:
-        return text  # the common case: one scan, no regex
+    """``text`` with every query string, URL path, ``secret=value`` pair and session id replaced by a marker."""
+    if "?" not in text and "=" not in text and "://" not in text and "ession" not in text:
+        return text  # the common case: a few scans, no regex
+    text = _URL_PATH.sub(lambda m: f"{m.group(1)}/{REDACTED}", text)
     text = _QUERY.sub("?" + REDACTED, text)
+    text = _SESSION_ID.sub(lambda m: m.group(1) + REDACTED, text)
     return _SECRET_PAIR.sub(lambda m: f"{m.group(1)}={REDACTED}", text)
 
 

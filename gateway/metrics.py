@@ -52,6 +52,7 @@ class Metrics:
             registry=r,
         )
         self.sessions = Gauge("stream_omni:active_sessions", "Open realtime sessions", registry=r)
+        self.mcp_connections = Gauge("stream_omni:mcp_connections", "MCP server connections sessions hold", registry=r)
         # the soak (bench/soak.py) watches this return to its baseline after load: a leak shows here first
         self.loop_tasks = Gauge("stream_omni:event_loop_tasks", "asyncio tasks alive on the server loop", registry=r)
         self.running = Gauge("stream_omni:num_requests_running", "Responses decoding", registry=r)

@@ -32,6 +32,7 @@ from .keylimits import KeyLimits
 from .metrics import Metrics
 from .options import model_refusal, sampling_params
 from .session_registry import SessionRegistry
+from .tools.seats import KeySeats
 
 # (drafter, verifier) for one response, or (None, None): see models.speculative
 Drafting = tuple[Any, Any]
@@ -81,6 +82,7 @@ class Services:
     # unredeemed ek_ keys (POST /v1/realtime/client_secrets): here, or in Redis with replicas (gateway.cluster)
     client_secrets: SecretVault = field(default_factory=lambda: MemoryVault(time.time))
     tracing: Any = None  # gateway.tracing.Tracing: the app's span exporter; None: traces are off
+    mcp_seats: KeySeats = field(default_factory=KeySeats)  # open MCP connections per key (gateway.tools.runner)
     tokenizing: int = 0  # responses admitted whose prompt is being tokenized (gateway.tokenize): not yet submitted
 
     @property

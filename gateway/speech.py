@@ -4,7 +4,8 @@ Synthesis never runs on the event loop nor on the engine's decode thread: it run
 ``audio.output.workers`` threads of its own, each onnxruntime call on ``audio.output.threads``
 cores (onnxruntime and espeak-ng release the GIL while they compute; docs/SPEECH.md has the
 measurements behind threads rather than a process). Waiting syntheses are taken first chunks
-first (``gateway.tts_queue``), so a reply's first audio waits only for the syntheses running.
+first, then API keys in turn (``gateway.tts_queue``), so a reply's first audio waits only for the
+syntheses running, and no key's long ``/v1/audio/speech`` request holds the others' voices.
 
 With ``audio.output.nice`` the workers run that much below the decode's priority (``gateway.workers``):
 a reply's later chunks have seconds of lead (``gateway.realtime.pacing``), so they can wait for the
@@ -29,7 +30,8 @@ from processors.audio_formats import encode
 
 from .config import SpeechConfig
 from .realtime.speech_out import SpeechSettings
-from .tts_queue import SynthesisQueue
+from .speech_budget import SpeechBudget
+from .tts_queue import FIRST_CHUNKS, SynthesisQueue
 from .workers import yield_to_decoding
 
 log = logging.getLogger("stream_omni.speech")
@@ -44,9 +46,8 @@ class Synthesis:
 
 
 _Job = tuple[Future[Synthesis], str, SpeechSettings]
-# a reply's chunks that the normal-priority thread also takes: the first plays while the next two are made, and
-# by then the reply has the seconds of lead that let later chunks wait for a niced worker
-FIRST_CHUNKS = 3
+# FIRST_CHUNKS: a reply's chunks that the normal-priority thread also takes: the first plays while the next two
+# are made, and by then the reply has the seconds of lead that let later chunks wait for a niced worker
 
 
 @dataclass
@@ -56,6 +57,9 @@ class SpeechService:
     workers: int = 1  # synthesis threads
     nice: int = 0  # how far below the process's priority the workers run; > 0 adds a first-chunk thread
     on_first_chunk: Callable[[float], None] | None = None  # seconds a reply's first chunk took, queued → made
+    # /v1/audio/speech per key: requests at once and characters per minute (audio.output.http_*_per_key)
+    budget: SpeechBudget = field(default_factory=lambda: SpeechBudget(2, 8192))
+    max_piece_chars: int = 200  # the longest text one /v1/audio/speech synthesis takes (audio.output.max_piece_chars)
     _queue: SynthesisQueue[_Job] = field(default_factory=SynthesisQueue, init=False)
     _ready: threading.Condition = field(default_factory=threading.Condition, init=False)
     _closed: bool = field(default=False, init=False)
@@ -83,18 +87,21 @@ class SpeechService:
         ends = tuple(e * 1000.0 / spoken.rate for e in spoken.word_ends)
         return Synthesis(encode(spoken.audio, spoken.rate, settings.format), ends)
 
-    async def run(self, text: str, settings: SpeechSettings, rank: int = 0) -> Synthesis:
-        """``text`` synthesized on a worker; ``rank``: the chunk's index in its reply (first chunks go first).
+    async def run(
+        self, text: str, settings: SpeechSettings, rank: int = 0, owner: str = "", bulk: bool = False
+    ) -> Synthesis:
+        """``text`` synthesized on a worker; ``rank``: the chunk's index in its reply (first chunks go first);
+        ``owner``: the API key digest whose turn it takes; ``bulk``: a piece of an HTTP request (never urgent).
         Cancelling the awaiting task before a worker takes the job drops it unsynthesized."""
         fut: Future[Synthesis] = Future()
         with self._ready:
             if self._closed:
                 raise RuntimeError("speech service closed")
-            self._queue.put((fut, text, settings), rank)
+            self._queue.put((fut, text, settings), rank, owner, bulk, len(text))
             self._ready.notify_all()  # a first-chunk thread waits only for a reply's first chunks: wake every kind
         t0 = time.perf_counter()
         out = await asyncio.wrap_future(fut)
-        if rank == 0 and self.on_first_chunk is not None:
+        if rank == 0 and not bulk and self.on_first_chunk is not None:
             self.on_first_chunk(time.perf_counter() - t0)
         return out
 
@@ -140,4 +147,7 @@ def load_speech(config: SpeechConfig) -> SpeechService | None:
         log.warning("speech output is off: %s", exc.message)
         return None
     settings = SpeechSettings(config.format, config.voice, config.speed)
-    return SpeechService(voices, settings, config.workers, config.nice)
+    budget = SpeechBudget(config.http_max_concurrent_per_key, config.http_chars_per_min_per_key)
+    return SpeechService(
+        voices, settings, config.workers, config.nice, budget=budget, max_piece_chars=config.max_piece_chars
+    )

@@ -95,10 +95,17 @@ _AMBIGUOUS = frozenset({"in", "s", "m", "h", "g", "l", "v", "w", "min", "sec", "
 _SYMBOLS = {"&": "and", "+": "plus", "=": "equals", "@": "at", "#": "number", "~": "about"}
 
 
+MAX_NUMBER_DIGITS = 30  # past this a number is read digit by digit (num2words stops below 10**36)
+_DIGIT_NAMES = "zero one two three four five six seven eight nine".split()
+
+
 def _number(text: str) -> str:
     """'1,234.5' → 'one thousand, two hundred and thirty-four point five'; years read as years."""
     neg = text[:1] in "-−"
     digits = text.lstrip("-−").replace(",", "")
+    if len(digits) > MAX_NUMBER_DIGITS:
+        said = " ".join(_DIGIT_NAMES[int(c)] if c.isdigit() else "point" for c in digits)
+        return ("minus " if neg else "") + said
     value: float | int = float(digits) if "." in digits else int(digits)
     if not neg and "," not in text and isinstance(value, int) and 1100 <= value <= 2099 and len(digits) == 4:
         words = num2words(value, lang="en", to="year")
@@ -166,6 +173,8 @@ def _word(core: str) -> str:
     if m := _MONEY.match(core):
         return _money(m[1], m[2], m[3])
     if m := _ORDINAL.match(core):
+        if len(m[1]) > MAX_NUMBER_DIGITS:
+            return _number(m[1])
         return str(num2words(int(m[1]), lang="en", to="ordinal"))
     if _NUMBER.match(core):
         return _number(core)
@@ -249,3 +258,20 @@ class SpeechText:
 def spoken_text(pieces: list[Piece]) -> str:
     """The words of ``pieces`` as one string for the voice."""
     return " ".join(p.spoken for p in pieces if p.spoken)
+
+
+def bounded_pieces(text: str, max_chars: int) -> list[str]:
+    """``text`` in pieces of at most ``max_chars`` characters, cut at spaces where it can (a run of more
+    than ``max_chars`` without one is cut inside it), whitespace trimmed: one synthesis takes time in
+    proportion to its length, so text with no sentence end is not said as one unbounded synthesis."""
+    pieces: list[str] = []
+    rest = text.strip()
+    while len(rest) > max_chars:
+        cut = rest.rfind(" ", 0, max_chars + 1)
+        if cut <= 0:
+            cut = max_chars
+        pieces.append(rest[:cut].rstrip())
+        rest = rest[cut:].lstrip()
+    if rest:
+        pieces.append(rest)
+    return pieces

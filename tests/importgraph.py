@@ -33,9 +33,11 @@ LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
             "gateway.uploads",
             "gateway.workers",
             "gateway.tts_queue",
+            "gateway.speech_budget",
             "gateway.tokenize",
             "gateway.grammars",
             "gateway.session_registry",
+            "gateway.tools.seats",  # counts open MCP connections per key: Services holds one
             "gateway.services",
         ),
     ),

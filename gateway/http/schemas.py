@@ -110,6 +110,7 @@ class McpToolDef(_Strict):
     model_config = ConfigDict(extra="ignore", strict=True)
     type: Literal["mcp"]
     server_label: str = Field(min_length=1, max_length=64)
+    allowed_tools: list[str] | None = Field(default=None, max_length=512)  # only these are listed and offered
 
 
 class NamedFunction(_Strict):

@@ -8,13 +8,14 @@ the session object to answer with; ``bind`` applies it to the real session befor
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 from typing import Any
 
 from starlette.requests import HTTPConnection
 
 from ..client_secrets import Grant as Grant  # re-exported: LiveSession takes one
-from ..client_secrets import is_ephemeral
+from ..client_secrets import is_ephemeral, unseal
 from ..security import AuthRefused, offered_keys, ws_auth
 from ..services import Services
 from . import protocol as p
@@ -93,4 +94,5 @@ async def authenticate(s: Services, conn: HTTPConnection, resuming: bool) -> tup
         log.info("ek_ key refused: %s", grant)
         s.metrics.errors.labels(code="invalid_client_secret").inc()
         raise AuthRefused("invalid, expired or already used client secret")
+    grant = dataclasses.replace(grant, session=unseal(grant.session, ephemeral[0]))  # its MCP secrets opened
     return grant.parent, echo, grant

@@ -102,11 +102,20 @@ class LiveSession:
             lambda r: self.send(self.session.on_speech(r)),
             services.config.audio.output.lead_s,
             lambda: services.engine.depth[0] > 0,
+            key,
         )
         self._ignored: set[str] = set()  # dropped speculations: their late events mean nothing
         self._alias: dict[str, str] = {}  # an adopted speculation's job id → the response it became
         self.session.view_hook = self.media.describe
-        self.tools = McpRunner(self, self.session, services.config.tools, services.backend)  # MCP calls
+        self.tools = McpRunner(  # MCP calls
+            self,
+            self.session,
+            services.config.tools,
+            services.backend,
+            key,
+            services.mcp_seats,
+            services.metrics.mcp_connections,
+        )
         self._tasks: set[asyncio.Task[None]] = set()
         self._media_lock = asyncio.Lock()
         self.image_cancels: dict[str, list[threading.Event]] = {}  # response id → its image jobs
@@ -178,6 +187,7 @@ class LiveSession:
             self.media.clear()
         elif isinstance(action, CheckUpdate):
             self.send(self.media.check_update(action.event) or self.session.apply_update(action.event))
+            self.tools.prune()  # servers the update dropped are closed
         elif isinstance(action, ResolveItem):  # serialised behind earlier items by the media lock
             self._spawn(self.timing.resolving(self._item_with_media(action.event, action.key), action.event))
         elif isinstance(action, CheckCapacity):

@@ -40,11 +40,13 @@ class Speaker:
         deliver: Callable[[SpeechResult], None],
         lead_s: float = 0.0,
         decoding: Callable[[], bool] = lambda: True,
+        owner: str = "",
     ):
         """``service`` None: no voice is loaded (nothing is ever submitted then); ``lead_s``: how far a
         reply's synthesis may run ahead of real-time playback while ``decoding()`` (0: as fast as the
-        voice goes)."""
+        voice goes); ``owner``: the session's key digest, whose turn its later chunks take."""
         self.service = service
+        self.owner = owner
         self.decoding = decoding
         self.deliver = deliver  # the session's on_speech, from the event loop
         self.sink: Callable[[PlayAudio], None] | None = None  # a WebRTC call's outbound track, while it has one
@@ -102,7 +104,9 @@ class Speaker:
             try:
                 ready = self._ready.pop((action.text, action.settings), None)  # taken: forget() spares it
                 synth = await (
-                    ready if ready is not None else self.service.run(action.text, action.settings, action.index)
+                    ready
+                    if ready is not None
+                    else self.service.run(action.text, action.settings, action.index, owner=self.owner)
                 )
             except asyncio.CancelledError:
                 raise

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 
 @dataclass(frozen=True)
@@ -20,6 +21,7 @@ class ListTools:
 
     server: Server
     item_id: str
+    allowed: Any = None  # the entry's allowed_tools: only those are listed (and checked)
 
 
 @dataclass(frozen=True)

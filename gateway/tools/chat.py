@@ -12,11 +12,12 @@ import json
 import logging
 from typing import Any
 
-from models import constrain
 from models.toolcalls import ParsedCall, Tool
 
+from ..grammars import CompileBusy, off_loop
 from ..http.errors import ApiError
 from ..services import Services
+from . import listing
 from .client import CallFailed, Connection, Endpoint, Limits
 from .runner import capped
 
@@ -24,10 +25,18 @@ log = logging.getLogger("stream_omni.mcp")
 
 
 class ChatMcp:
-    def __init__(self, svc: Services, labels: list[str]):
+    def __init__(self, svc: Services, labels: list[str], allowed: dict[str, Any] | None = None):
+        """``allowed``: each label's ``allowed_tools`` (absent: all its tools)."""
         c = svc.config.tools
+        self.allowed = allowed or {}
         self.svc, self.config = svc, c
-        limits = Limits(c.mcp_connect_timeout_s, c.mcp_call_timeout_s, c.mcp_max_response_bytes)
+        limits = Limits(
+            c.mcp_connect_timeout_s,
+            c.mcp_call_timeout_s,
+            c.mcp_max_response_bytes,
+            c.mcp_max_listed_tools,
+            c.mcp_max_list_bytes,
+        )
         self.connections: dict[str, Connection] = {}
         for label in labels:
             s = c.mcp_servers[label]
@@ -42,17 +51,17 @@ class ChatMcp:
         for label, conn in self.connections.items():
             try:
                 listed = await conn.list_tools()
-            except CallFailed as exc:
+                limits = listing.ListingLimits(self.config.mcp_max_tools)
+                admitted = await off_loop(listing.admit, listed, self.allowed.get(label), limits)
+            except (CallFailed, listing.ListingRefused) as exc:
                 raise ApiError(
                     502, "mcp_list_tools_failed", f"listing the tools of {label!r} failed: {exc.message}"
                 ) from None
-            for t in listed[: self.config.mcp_max_tools]:
-                schema = t["input_schema"] or {"type": "object", "properties": {}}
+            except CompileBusy:
+                raise ApiError(503, "server_busy", "the server is busy checking tool schemas; retry shortly") from None
+            for t in admitted:
+                schema = t["input_schema"] or listing.NO_PARAMETERS
                 if t["name"] in taken or t["name"] in self.routes:
-                    continue
-                try:
-                    constrain.check_schema(schema, "input_schema")
-                except constrain.GrammarError:
                     continue
                 self.tools.append(Tool(t["name"], t["description"] or "", schema))
                 self.routes[t["name"]] = label
@@ -108,7 +117,9 @@ async def open_for(svc: Services, tools: list[Any] | None, stream: bool, taken: 
             )
     if stream:
         raise ApiError(400, "unsupported_value", "mcp tools answer with stream: false only", "stream")
-    mcp = ChatMcp(svc, list(dict.fromkeys(names)))
+    mcps = [t for t in tools or [] if getattr(t, "type", None) == "mcp"]
+    allowed = {t.server_label: getattr(t, "allowed_tools", None) for t in mcps}
+    mcp = ChatMcp(svc, list(dict.fromkeys(names)), allowed)
     try:
         await mcp.list_all(taken)
     except BaseException:

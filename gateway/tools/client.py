@@ -49,6 +49,8 @@ class Limits:
     connect_timeout_s: float = 5.0
     call_timeout_s: float = 20.0
     max_response_bytes: int = 4 * 1024 * 1024
+    max_listed_tools: int = 256  # tools one listing may hold, all pages together (more: the listing fails)
+    max_list_bytes: int = 256 * 1024  # one page of a listing (HTTP); the SDK parses it on the event loop
 
 
 def stdio_params(ep: Endpoint) -> StdioServerParameters:
@@ -75,7 +77,7 @@ def result_text(result: types.CallToolResult) -> str:
 class Connection:
     def __init__(self, ep: Endpoint, limits: Limits):
         self.ep, self.limits = ep, limits
-        self.guard = Guard(ep.allowed, limits.max_response_bytes)
+        self.guard = Guard(ep.allowed, limits.max_response_bytes, limits.max_list_bytes)
         self._ready: asyncio.Future[ClientSession] = asyncio.get_running_loop().create_future()
         self._closing = asyncio.Event()
         self._task: asyncio.Task[None] | None = None
@@ -161,6 +163,11 @@ class Connection:
                         "input_schema": t.input_schema,
                         "annotations": t.annotations.model_dump(exclude_none=True) if t.annotations else None,
                     }
+                )
+            if len(tools) > self.limits.max_listed_tools:  # no more pages of a listing past any use
+                raise CallFailed(
+                    "protocol_error",
+                    f"the server lists over {self.limits.max_listed_tools} tools (tools.mcp_max_listed_tools)",
                 )
             cursor = page.next_cursor
             if not cursor:

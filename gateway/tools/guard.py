@@ -1,6 +1,8 @@
 """The SSRF guard of client-supplied MCP servers: an HTTP transport that checks every request it sends
 (redirects included) against the allow-list, resolves the host itself, checks each address, and connects
-to the address it checked (so a second DNS answer cannot differ). It also caps every answer's size.
+to the address it checked (so a second DNS answer cannot differ). It also caps every answer's size, a
+``tools/list`` answer's to ``max_list_bytes``: the MCP SDK parses each answer whole on the event loop
+(a 1 MB listing page is about 100 ms of it), and a listing within the schema budget is far smaller.
 """
 
 from __future__ import annotations
@@ -21,9 +23,10 @@ class Refused(httpx2.TransportError):
 class Guard:
     """What one server's connection may reach; remembers why it refused, for the client's error."""
 
-    def __init__(self, allowed: tuple[str, ...] | None, max_response_bytes: int):
-        self.allowed = allowed  # None: a configured server (trusted), only the size cap applies
+    def __init__(self, allowed: tuple[str, ...] | None, max_response_bytes: int, max_list_bytes: int | None = None):
+        self.allowed = allowed  # None: a configured server (trusted), only the size caps apply
         self.max_response_bytes = max_response_bytes
+        self.max_list_bytes = max_list_bytes if max_list_bytes is not None else max_response_bytes
         self.refusal: str | None = None
         self.refused = asyncio.Event()  # set with refusal: a pending operation stops waiting
 
@@ -58,15 +61,15 @@ class Guard:
 
 
 class _Capped(httpx2.AsyncByteStream):
-    def __init__(self, inner: httpx2.AsyncByteStream, guard: Guard):
-        self.inner, self.guard = inner, guard
+    def __init__(self, inner: httpx2.AsyncByteStream, guard: Guard, cap: int, key: str):
+        self.inner, self.guard, self.cap, self.key = inner, guard, cap, key
 
     async def __aiter__(self) -> AsyncIterator[bytes]:
         seen = 0
         async for chunk in self.inner:
             seen += len(chunk)
-            if seen > self.guard.max_response_bytes:
-                raise self.guard.refuse(f"the server's answer is over {self.guard.max_response_bytes} bytes")
+            if seen > self.cap:
+                raise self.guard.refuse(f"the server's answer is over {self.cap} bytes ({self.key})")
             yield chunk
 
     async def aclose(self) -> None:
@@ -84,13 +87,25 @@ class GuardedTransport(httpx2.AsyncBaseTransport):
             request.url = request.url.copy_with(host=address)
             if request.url.scheme == "https":
                 request.extensions = {**request.extensions, "sni_hostname": host}
+        cap, key = self.guard.max_response_bytes, "tools.mcp_max_response_bytes"
+        if _is_listing(request):
+            cap, key = self.guard.max_list_bytes, "tools.mcp_max_list_bytes"
         response = await self.inner.handle_async_request(request)
         assert isinstance(response.stream, httpx2.AsyncByteStream)
-        response.stream = _Capped(response.stream, self.guard)
+        response.stream = _Capped(response.stream, self.guard, cap, key)
         return response
 
     async def aclose(self) -> None:
         await self.inner.aclose()
+
+
+def _is_listing(request: httpx2.Request) -> bool:
+    """A JSON-RPC ``tools/list`` request (the SDK posts each message as one JSON body)."""
+    try:
+        body = request.content
+    except httpx2.RequestNotRead:
+        return False
+    return b'"tools/list"' in body[:4096]
 
 
 def client(guard: Guard, headers: dict[str, str], timeout_s: float) -> httpx2.AsyncClient:

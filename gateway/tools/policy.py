@@ -5,10 +5,11 @@ and how much of a tool's output reaches the model. No I/O: resolved addresses co
 from __future__ import annotations
 
 import ipaddress
+import re
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
-from urllib.parse import urlsplit
+from urllib.parse import unquote, urlsplit
 
 DEFAULT_PORTS = {"http": 80, "https": 443}
 SECRET_FIELDS = ("headers", "authorization")
@@ -47,7 +48,31 @@ def split(url: str) -> Target:
         raise PolicyError("server_url must not carry user info")
     if parts.fragment:
         raise PolicyError("server_url must not carry a fragment")
-    return Target(scheme, parts.hostname.lower(), port or DEFAULT_PORTS[scheme], parts.path or "/")
+    return Target(scheme, parts.hostname.lower(), port or DEFAULT_PORTS[scheme], _normal_path(parts.path))
+
+
+def _normal_path(path: str) -> str:
+    """``path`` with its dot segments resolved (RFC 3986 5.2.4, as the HTTP client sends it), so the
+    allow-list compares what is requested. An encoded dot segment (``%2e%2e``) or slash (``%2f``) is
+    refused: a server may decode it after the check and climb out of the allowed prefix."""
+    out: list[str] = []
+    segments = path.split("/")[1:] if path.startswith("/") else path.split("/")
+    for seg in segments:
+        lowered = seg.lower()
+        if seg not in (".", "..") and unquote(seg) in (".", ".."):
+            raise PolicyError("server_url must not carry percent-encoded dot segments")
+        if "%2f" in lowered or "%5c" in lowered:
+            raise PolicyError("server_url must not carry percent-encoded slashes")
+        if seg == ".":
+            continue
+        if seg == "..":
+            if out:
+                out.pop()
+            continue
+        out.append(seg)
+    if segments and segments[-1] in (".", ".."):
+        out.append("")  # "/a/b/.." is "/a/"
+    return "/" + "/".join(out)
 
 
 def _host_matches(rule: str, host: str) -> bool:
@@ -120,6 +145,37 @@ def check_address(address: str, rule_host: str) -> None:
     if literal is not None and literal == ip:
         return
     raise PolicyError("the server resolves to an internal address, which only an address entry may allow")
+
+
+# ---------------------------------------------------------------- client headers
+
+# what the HTTP client and the MCP SDK set themselves: the connection to the checked address, the framing of
+# each message, and the MCP session. A client's Host would steer a shared ingress to another virtual host.
+FORBIDDEN_HEADERS = frozenset(
+    {
+        "host", "content-length", "transfer-encoding", "connection", "keep-alive", "upgrade", "te", "trailer",
+        "expect", "proxy-authorization", "proxy-authenticate", "proxy-connection", "content-type", "accept",
+        "accept-encoding", "content-encoding", "mcp-session-id", "mcp-protocol-version", "last-event-id",
+        "cookie", "forwarded", "x-forwarded-for", "x-forwarded-host", "x-forwarded-proto", "x-real-ip",
+    }
+)  # fmt: skip
+_TOKEN = re.compile(r"^[!#$%&'*+.^_`|~0-9A-Za-z-]{1,128}$")  # an HTTP field name (RFC 9110 token)
+MAX_HEADERS = 16
+
+
+def check_headers(headers: dict[str, str]) -> None:
+    """``PolicyError`` naming the first client-supplied header a server request may not carry: a name that is
+    not an HTTP token, one the gateway sets itself (``FORBIDDEN_HEADERS``), or a value with a control
+    character. What is left (``Authorization``, an API-key header of the server's own) is what MCP needs."""
+    if len(headers) > MAX_HEADERS:
+        raise PolicyError(f"at most {MAX_HEADERS} headers")
+    for name, value in headers.items():
+        if not _TOKEN.match(name):
+            raise PolicyError(f"header name {name[:40]!r} is not an HTTP field name")
+        if name.lower() in FORBIDDEN_HEADERS:
+            raise PolicyError(f"header {name!r} is set by the gateway, not by a client")
+        if any(ord(c) < 0x20 and c != "\t" or ord(c) == 0x7F for c in value) or len(value) > 8192:
+            raise PolicyError(f"header {name!r} has a control character or is over 8192 characters")
 
 
 # ---------------------------------------------------------------- approvals

@@ -13,12 +13,14 @@ import logging
 from typing import Any, Protocol
 
 from ..config import ToolsConfig
+from ..grammars import CompileBusy, off_loop
 from ..realtime import protocol as p
 from ..realtime.actions import Output
 from ..tokenize import on_tokenizer_thread
-from . import events, policy
+from . import events, listing, policy
 from .actions import CallTool, ListTools, Server
 from .client import CallFailed, Connection, Endpoint, Limits
+from .seats import KeySeats
 
 log = logging.getLogger("stream_omni.mcp")
 
@@ -32,12 +34,31 @@ class Host(Protocol):
 
 
 class McpRunner:
-    def __init__(self, host: Host, session: Any, config: ToolsConfig, tokenizer: Any = None):
-        """``session``: the sans-I/O ``Session`` (its ``mcp_*`` methods); ``tokenizer``: the model's (``encode``,
-        ``decode``), when it has one, to cap outputs in its tokens."""
+    def __init__(
+        self,
+        host: Host,
+        session: Any,
+        config: ToolsConfig,
+        tokenizer: Any = None,
+        key: str = "",
+        seats: KeySeats | None = None,
+        gauge: Any = None,
+    ):
+        """``session``: the sans-I/O ``Session`` (its ``mcp_*`` methods and options); ``tokenizer``: the
+        model's (``encode``, ``decode``), when it has one, to cap outputs in its tokens; ``key``: the
+        session's key digest, whose connections ``seats`` counts over all its sessions; ``gauge``: set to
+        that total (``stream_omni:mcp_connections``)."""
         self.host, self.session, self.config = host, session, config
+        self.key, self.seats, self.gauge = key, seats if seats is not None else KeySeats(), gauge
         self.tokenizer = tokenizer if hasattr(tokenizer, "encode") and hasattr(tokenizer, "decode") else None
-        self.limits = Limits(config.mcp_connect_timeout_s, config.mcp_call_timeout_s, config.mcp_max_response_bytes)
+        self.limits = Limits(
+            config.mcp_connect_timeout_s,
+            config.mcp_call_timeout_s,
+            config.mcp_max_response_bytes,
+            config.mcp_max_listed_tools,
+            config.mcp_max_list_bytes,
+        )
+        self.listing_limits = listing.ListingLimits(config.mcp_max_tools)
         self.connections: dict[str, Connection] = {}
         self.tasks: dict[str, set[asyncio.Task[None]]] = {}  # response id (or "list") → its tasks
 
@@ -60,20 +81,58 @@ class McpRunner:
         return Endpoint(server.label, server.url, headers, self.config.mcp_allowed_urls)
 
     def connection(self, server: Server) -> Connection:
-        """The label's open connection; a new one when it died, or its server changed."""
+        """The label's open connection; a new one when it died, or its server changed, within the
+        session's and the key's connection caps (``CallFailed`` past them)."""
         ep = self.endpoint(server)
         conn = self.connections.get(server.label)
-        if conn is None or conn.dead or conn.ep != ep:
-            if conn is not None:
-                self._spawn_close(conn)
-            conn = self.connections[server.label] = Connection(ep, self.limits)
+        if conn is not None and not conn.dead and conn.ep == ep:
+            return conn
+        if conn is not None:
+            self._drop(server.label, conn)
+        self.prune()
+        c = self.config
+        if len(self.connections) >= c.mcp_max_connections_per_session:
+            raise CallFailed(
+                "http_error",
+                f"this session has {len(self.connections)} MCP connections open"
+                " (tools.mcp_max_connections_per_session)",
+            )
+        if not self.seats.take(self.key, c.mcp_max_connections_per_key):
+            raise CallFailed(
+                "http_error", "this API key has too many MCP connections open (tools.mcp_max_connections_per_key)"
+            )
+        conn = self.connections[server.label] = Connection(ep, self.limits)
+        self._count()
         return conn
 
+    def in_use(self) -> set[str]:
+        """Labels the session's tools name, and those a running response's calls go through."""
+        tools = getattr(getattr(self.session, "options", None), "tools", None) or []
+        labels = {t.server_label for t in tools if getattr(t, "type", None) == "mcp"}
+        for run in self.session.mcp.runs.values():
+            labels.update(server.label for server, _ in run.routes.values())
+        labels.update(self.session.mcp.listing)  # a listing in flight
+        return labels
+
+    def prune(self) -> None:
+        """Close the connections of labels nothing names any more (a session.update dropped them)."""
+        keep = self.in_use()
+        for label, conn in list(self.connections.items()):
+            if label not in keep:
+                self._drop(label, conn)
+
     def _drop(self, label: str, conn: Connection) -> None:
-        """After a timeout or a broken answer the connection is not trusted again."""
+        """Closed: after a timeout or a broken answer the connection is not trusted again, and a label
+        no longer named needs none."""
         if self.connections.get(label) is conn:
             del self.connections[label]
+            self.seats.give(self.key)
+            self._count()
         self._spawn_close(conn)
+
+    def _count(self) -> None:
+        if self.gauge is not None:
+            self.gauge.set(self.seats.total)
 
     def _spawn_close(self, conn: Connection) -> None:
         task = asyncio.create_task(conn.close(), name="mcp-close")
@@ -87,17 +146,23 @@ class McpRunner:
         try:
             conn = self.connection(a.server)
             try:
-                tools = await conn.list_tools()
+                listed = await conn.list_tools()
             except CallFailed:
                 self._drop(label, conn)
                 raise
+            # names, allowed_tools and the schema budget, then the schemas compiled: on the grammar thread
+            tools = await off_loop(listing.admit, listed, a.allowed, self.listing_limits)
         except CallFailed as exc:
             error = exc.message
+        except listing.ListingRefused as exc:
+            error = exc.message
+        except CompileBusy:
+            error = "the server is busy checking tool schemas; the listing is tried again shortly"
         except Exception as exc:  # whatever the server did, the session goes on
             log.warning("listing the tools of %s failed: %s", label, type(exc).__name__)
             error = "the server could not be listed"
         finally:
-            out = self.session.mcp_listed(label, a.item_id, tools, error)
+            out = self.session.mcp_listed(label, a.item_id, tools, error, a.allowed)
             self.host.send(out)
             go = self.session.settle(f"mcp-list-{label}")
             if go is not None:
@@ -136,6 +201,9 @@ class McpRunner:
             for task in list(tasks):
                 task.cancel()
         conns, self.connections = list(self.connections.values()), {}
+        for _ in conns:
+            self.seats.give(self.key)
+        self._count()
         await asyncio.gather(*(c.close() for c in conns), return_exceptions=True)
 
 

@@ -79,15 +79,19 @@ class McpOutput:
             item_id = events.new_id()
             self.mcp.listing[server.label] = item_id
             self.item_pending(f"mcp-list-{server.label}")
-            out.extend(self._out(*events.list_started(item_id), actions=[ListTools(server, item_id)]))
+            allowed = servers[server.label][1].allowed_tools
+            out.extend(self._out(*events.list_started(item_id), actions=[ListTools(server, item_id, allowed)]))
         return out
 
-    def mcp_listed(self, label: str, item_id: str, tools: list[dict[str, Any]] | None, error: str | None) -> Output:
-        """A listing finished (``tools``) or failed (``error``, fit for the client). The caller then
-        settles ``mcp-list-<label>`` to release a response that waited for it."""
+    def mcp_listed(
+        self, label: str, item_id: str, tools: list[dict[str, Any]] | None, error: str | None, allowed: Any = None
+    ) -> Output:
+        """A listing finished (``tools``, as ``gateway.tools.listing.admit`` let them through, for the
+        entry's ``allowed`` tools) or failed (``error``, fit for the client). The caller then settles
+        ``mcp-list-<label>`` to release a response that waited for it."""
         if self.mcp.listing.get(label) != item_id:
             return Output()  # superseded
-        self.mcp.listed(label, tools)
+        self.mcp.listed(label, tools, allowed)
         item = events.list_item(item_id, label, list(self.mcp.listings[label].tools))
         prev = self.conversation.last_id
         self.conversation.append(item)

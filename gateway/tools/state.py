@@ -38,6 +38,7 @@ class Listing:
     tools: list[dict[str, Any]]  # {name, description, input_schema, annotations}, as in the mcp_list_tools item
     at: float  # clock reading when it arrived
     failed: bool = False  # the listing failed: nothing offered until it is tried again
+    allowed: Any = None  # the entry's allowed_tools it was filtered by: another filter lists again
 
 
 @dataclass
@@ -58,6 +59,7 @@ class McpState:
         self.policy = pol
         self.clock = clock
         self.secrets: dict[str, dict[str, str]] = {}  # label → headers (authorization included); memory only
+        self.bad_headers: dict[str, str] = {}  # label → why its client headers were refused (policy.check_headers)
         self.listings: dict[str, Listing] = {}
         self.listing: dict[str, str] = {}  # label → the mcp_list_tools item id of a listing in flight
         self.runs: dict[str, Run] = {}  # response id → its calls
@@ -73,6 +75,12 @@ class McpState:
         for t in tools:
             if isinstance(t, McpTool):
                 headers = dict(t.headers or {})
+                try:
+                    policy.check_headers(headers)
+                    self.bad_headers.pop(t.server_label, None)
+                except policy.PolicyError as exc:  # reported by servers(), naming the field
+                    self.bad_headers[t.server_label] = exc.message
+                    headers = {}
                 if t.authorization:
                     headers["Authorization"] = f"Bearer {t.authorization}"
                 self.secrets[t.server_label] = headers
@@ -90,6 +98,8 @@ class McpState:
                 continue
             if t.server_label in found:
                 raise ToolError(f"two mcp tools are labelled {t.server_label!r}", f"{where}.tools[{i}].server_label")
+            if t.server_label in self.bad_headers:
+                raise ToolError(self.bad_headers[t.server_label], f"{where}.tools[{i}].headers")
             if t.connector_id is not None:
                 raise ToolError("connectors are not served here; give a server_url", f"{where}.tools[{i}].connector_id")
             if t.server_url is None:
@@ -112,26 +122,32 @@ class McpState:
         now = self.clock()
         return [
             s
-            for label, (s, _) in servers.items()
+            for label, (s, entry) in servers.items()
             if label not in self.listing
-            and (label not in self.listings or now - self.listings[label].at > self._ttl(self.listings[label]))
+            and (
+                label not in self.listings
+                or now - self.listings[label].at > self._ttl(self.listings[label])
+                or self.listings[label].allowed != entry.allowed_tools
+            )
         ]
 
     def _ttl(self, listing: Listing) -> float:
         return min(self.policy.list_ttl_s, RETRY_FAILED_S) if listing.failed else self.policy.list_ttl_s
 
-    def listed(self, label: str, tools: list[dict[str, Any]] | None) -> None:
+    def listed(self, label: str, tools: list[dict[str, Any]] | None, allowed: Any = None) -> None:
+        """``tools``: the listing as ``gateway.tools.listing.admit`` let it through (None: it failed)."""
         self.listing.pop(label, None)
         if tools is None:
-            self.listings[label] = Listing([], self.clock(), failed=True)
+            self.listings[label] = Listing([], self.clock(), failed=True, allowed=allowed)
         else:
-            self.listings[label] = Listing(tools[: self.policy.max_tools], self.clock())
+            self.listings[label] = Listing(tools[: self.policy.max_tools], self.clock(), allowed=allowed)
 
     # ------------------------------------------------------------ the model's view
 
     def offered(self, servers: dict[str, Entry], taken: set[str]) -> dict[str, tuple[Entry, Tool]]:
-        """Every listed tool the model may call, by name: allowed by its entry, its schema one the grammar
-        compiles, its name not taken by a function tool or an earlier server."""
+        """Every listed tool the model may call, by name: allowed by its entry, its name not taken by a
+        function tool or an earlier server. Schemas were checked off the loop when the listing came
+        (``gateway.tools.listing.admit``): nothing here compiles."""
         out: dict[str, tuple[Entry, Tool]] = {}
         for label, entry in servers.items():
             listing = self.listings.get(label)
@@ -140,10 +156,6 @@ class McpState:
                 if name in taken or name in out or not policy.tool_allowed(entry[1].allowed_tools, name):
                     continue
                 schema = t.get("input_schema") or {"type": "object", "properties": {}}
-                try:
-                    constrain.check_schema(schema, "input_schema")
-                except constrain.GrammarError:
-                    continue  # a schema that cannot constrain a call is not offered
                 out[name] = (entry, Tool(name, t.get("description") or "", schema))
         return out
 

@@ -1,12 +1,28 @@
-"""Checks on an SDP offer before any media work, and the public-address rewrite of an answer (pure)."""
+"""Checks on an SDP offer before any media work, and the public-address rewrite of an answer (pure).
+
+An offer's ICE candidates are addresses the server's ICE agent will send STUN checks to, so they are
+screened here, before aiortc sees the offer: more than ``max_candidates`` refuse the offer (a browser
+offers a handful); loopback, link-local, unspecified, multicast and reserved addresses, and host names
+other than mDNS ``.local`` ones, are taken out of it unseen; private ones too unless ``allow_private``.
+"""
 
 from __future__ import annotations
 
+import ipaddress
 import re
 from dataclasses import dataclass
 
 MAX_SDP_BYTES = 64 * 1024  # a browser's offer is 2-6 KB; this is ample and bounds the parse
 DATA_CHANNEL_PROTOCOLS = ("UDP/DTLS/SCTP", "DTLS/SCTP")
+MAX_PTIME_MS = 1000  # the longest a=maxptime read: RTP packets are 10-120 ms
+
+
+@dataclass(frozen=True)
+class CandidatePolicy:
+    """Which of an offer's ICE candidates the server's ICE agent may check (``webrtc.*_candidates``)."""
+
+    max_candidates: int = 16  # candidate lines one offer may hold (more: the offer is refused)
+    allow_private: bool = True  # private (RFC 1918, ULA) and mDNS .local candidates: for callers on the LAN
 
 
 class OfferError(ValueError):
@@ -54,13 +70,50 @@ def _sections(text: str) -> list[_Media]:
                 m.rtpmap[pt] = codec.strip().lower()
             elif value in ("sendrecv", "sendonly", "recvonly", "inactive"):
                 m.direction = value
-            elif value.startswith("maxptime:") and value[len("maxptime:") :].strip().isdigit():
-                m.maxptime = int(value[len("maxptime:") :])
+            elif value.startswith("maxptime:"):
+                ms = value[len("maxptime:") :].strip()
+                if not ms.isdigit() or len(ms) > 4 or not 0 < int(ms) <= MAX_PTIME_MS:
+                    raise OfferError(f"SDP a=maxptime on line {n} must be a whole number of ms, 1 to {MAX_PTIME_MS}")
+                m.maxptime = int(ms)
     return media
 
 
-def check_offer(text: str) -> Offer:
-    """The offer, or ``OfferError``: not SDP, no audio, no data channel, or no Opus."""
+_CANDIDATE = re.compile(r"^a=candidate:\S+ \d{1,3} \S+ \d{1,10} (\S+) \d{1,5} typ \S+")
+
+
+def _candidate_refused(address: str, policy: CandidatePolicy) -> bool:
+    """Whether the ICE agent must not send to ``address`` (an offer's candidate)."""
+    try:
+        ip = ipaddress.ip_address(address)
+    except ValueError:  # a name: only an mDNS one, resolved on the LAN, and only where the LAN is allowed
+        return not (policy.allow_private and address.lower().endswith(".local"))
+    if isinstance(ip, ipaddress.IPv6Address) and ip.ipv4_mapped is not None:
+        ip = ip.ipv4_mapped
+    if ip.is_loopback or ip.is_link_local or ip.is_unspecified or ip.is_multicast or ip.is_reserved:
+        return True
+    return not ip.is_global and not policy.allow_private
+
+
+def screen_candidates(sdp: str, policy: CandidatePolicy) -> str:
+    """``sdp`` without the candidates the ICE agent must not check; ``OfferError`` past ``max_candidates``."""
+    lines = sdp.split("\n")
+    candidates = [i for i, line in enumerate(lines) if line.startswith("a=candidate:")]
+    if len(candidates) > policy.max_candidates:
+        raise OfferError(
+            f"SDP offer has {len(candidates)} ICE candidates, over the {policy.max_candidates} served"
+            " (webrtc.max_candidates)"
+        )
+    dropped = set()
+    for i in candidates:
+        m = _CANDIDATE.match(lines[i].rstrip("\r"))
+        if m is None or _candidate_refused(m.group(1), policy):
+            dropped.add(i)
+    return "\n".join(line for i, line in enumerate(lines) if i not in dropped)
+
+
+def check_offer(text: str, candidates: CandidatePolicy | None = None) -> Offer:
+    """The offer (its candidates screened by ``candidates``), or ``OfferError``: not SDP, no audio, no data
+    channel, no Opus, a bad a=maxptime, too many candidates."""
     if len(text.encode()) > MAX_SDP_BYTES:
         raise OfferError(f"SDP offer is larger than {MAX_SDP_BYTES} bytes")
     body = text.strip()
@@ -78,12 +131,17 @@ def check_offer(text: str) -> Offer:
         raise OfferError("SDP offer has more than one audio m-line: one Opus track each way is served")
     if not any(m.kind == "application" and m.proto in DATA_CHANNEL_PROTOCOLS for m in media):
         raise OfferError("SDP offer has no data channel: create the 'oai-events' channel before the offer")
-    opus = [pt for pt in audio[0].formats if audio[0].rtpmap.get(pt, "").startswith("opus/48000")]
+    opus = [
+        pt
+        for pt in audio[0].formats
+        if audio[0].rtpmap.get(pt, "").startswith("opus/48000") and pt.isdigit() and len(pt) <= 3 and int(pt) <= 127
+    ]
     if not opus:
         offered = sorted({c.split("/")[0] for c in audio[0].rtpmap.values()}) or audio[0].formats
         raise OfferError(f"SDP offer's audio has no Opus (offered: {', '.join(offered)}); only opus/48000 is served")
+    body = screen_candidates(body.replace("\r\n", "\n"), candidates or CandidatePolicy())
     return Offer(
-        sdp=body.replace("\r\n", "\n").replace("\n", "\r\n") + "\r\n",
+        sdp=body.replace("\n", "\r\n") + "\r\n",
         opus_payload=int(opus[0]),
         audio_direction=audio[0].direction,
         maxptime_ms=audio[0].maxptime,

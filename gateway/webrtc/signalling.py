@@ -37,7 +37,7 @@ from ..services import Services
 from ..session_registry import TooManySessions
 from .pacing import OutboundAudio
 from .peer import Call
-from .sdp import MAX_SDP_BYTES, OfferError, check_offer
+from .sdp import MAX_SDP_BYTES, CandidatePolicy, OfferError, check_offer
 
 log = logging.getLogger("stream_omni.webrtc")
 
@@ -97,7 +97,7 @@ class WebRtcApi:
         try:
             key, grant = await self._admit_offer(s, request, resuming=token is not None)
             sdp, session = await self._read_offer(s, request)
-            offer = check_offer(sdp)
+            offer = check_offer(sdp, CandidatePolicy(cfg.max_candidates, cfg.allow_private_candidates))
         except _Refused as refused:
             return refused.response
         except OfferError as exc:

@@ -45,7 +45,9 @@ class TimedService:
         self.seconds = seconds
         self.started: dict[str, float] = {}
 
-    async def run(self, text: str, settings: SpeechSettings, rank: int = 0) -> Synthesis:
+    async def run(
+        self, text: str, settings: SpeechSettings, rank: int = 0, owner: str = "", bulk: bool = False
+    ) -> Synthesis:
         self.started[text] = time.monotonic()
         await asyncio.sleep(0)
         return Synthesis(b"\0\0" * int(24_000 * self.seconds[text]), ())  # audio/pcm: 24 kHz int16

@@ -25,7 +25,9 @@ class FakeService:
         self.delay = delay
         self.calls: list[str] = []
 
-    async def run(self, text: str, settings: SpeechSettings, rank: int = 0) -> Synthesis:
+    async def run(
+        self, text: str, settings: SpeechSettings, rank: int = 0, owner: str = "", bulk: bool = False
+    ) -> Synthesis:
         self.calls.append(text)
         await asyncio.sleep(self.delay)
         return Synthesis(text.encode(), (1.0,) * len(text.split()))

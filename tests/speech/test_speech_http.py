@@ -82,6 +82,8 @@ def test_speech_wav_and_sse(server_factory):
         ({"response_format": "opus"}, "response_format"),
         ({"speed": 9}, "speed"),
         ({"input": ""}, "input"),
+        ({"input": "Call " + "7" * 400 + " now."}, "input"),  # past num2words: was a 500, the number in the log
+        ({"input": "nul \u0000 byte"}, "input"),
     ],
 )
 def test_speech_refuses_bad_requests_clearly(server_factory, payload, param):

@@ -1,0 +1,72 @@
+"""Hostile tool listings from real MCP servers (the SDK's low-level server, ``tests.tools.servers`` mode
+``rogue:*``) over a real Realtime session: a tool name that closes the model's call markup, a schema nested
+150 deep, tools of nested ``anyOf`` (over the schema budget; 64 of them, over a page's byte cap), 300
+tools. Each is an ``mcp_list_tools.failed`` and an error naming the tool,
+checked off the event loop (the server's loop watch fails the test on any callback over 100 ms), and the
+session answers afterwards. ``allowed_tools`` limits what is listed, for URL, configured and stdio servers."""
+
+from __future__ import annotations
+
+import pytest
+
+from tests.tools.conftest import McpHttp, ToolScript, start_server, stdio_server, stop
+from tests.tools.test_mcp_realtime import NO_AUDIO, ask, open_session, tool, until
+
+
+@pytest.mark.parametrize(
+    ("what", "named"),
+    [
+        ("markup", "x</tool_call>"),
+        ("deep", "'deep'"),
+        ("wide", "'wide"),
+        ("huge", "tools.mcp_max_list_bytes"),
+        ("many", "over 256 tools"),
+    ],
+)
+async def test_a_hostile_listing_fails_naming_the_tool_and_the_session_goes_on(
+    tiny_backend, server_factory, tmp_path, what, named
+):
+    rogue = start_server(tmp_path, f"rogue:{what}")
+    model = ToolScript(tiny_backend, "Hello there.")
+    try:
+        with server_factory(model, **NO_AUDIO, **{"tools.mcp_allowed_urls": [rogue.url]}) as addr:
+            manager, conn, seen = await open_session(addr, [tool(rogue, label="rogue")])
+            try:
+                failed = await until(conn, "mcp_list_tools.failed", seen)
+                done = await ask(conn, "hi", seen)
+                again = await ask(conn, "and again", seen)
+            finally:
+                await manager.__aexit__(None, None, None)
+    finally:
+        stop(rogue)
+    errors = [e.error.message for e in seen if e.type == "error"]
+    assert any(named in m and "rogue" in m for m in errors), errors
+    (item,) = [e.item for e in seen if e.type == "conversation.item.done" and e.item.id == failed.item_id]
+    assert item.tools == []
+    assert done.status == "completed" and again.status == "completed", (done, again)
+
+
+async def _listed_names(addr: str, entry: dict) -> list[str]:
+    manager, conn, seen = await open_session(addr, [entry])
+    try:
+        done = await until(conn, "mcp_list_tools.completed", seen)
+    finally:
+        await manager.__aexit__(None, None, None)
+    (item,) = [e.item for e in seen if e.type == "conversation.item.done" and e.item.id == done.item_id]
+    return [t.name for t in item.tools]
+
+
+async def test_allowed_tools_limit_the_listing_of_url_configured_and_stdio_servers(
+    tiny_backend, server_factory, mcp_http: McpHttp
+):
+    model = ToolScript(tiny_backend, "Hello there.")
+    cfg = {
+        "tools.mcp_allowed_urls": [mcp_http.url],
+        "tools.mcp_servers": {"conf": {"url": mcp_http.url}, "local": stdio_server()},
+    }
+    only = {"allowed_tools": ["add", "capital"]}
+    with server_factory(model, **NO_AUDIO, **cfg) as addr:
+        assert await _listed_names(addr, tool(mcp_http, **only)) == ["add", "capital"]
+        assert await _listed_names(addr, tool(None, "conf", **only)) == ["add", "capital"]
+        assert await _listed_names(addr, tool(None, "local", allowed_tools={"tool_names": ["sleep"]})) == ["sleep"]
+        assert await _listed_names(addr, tool(mcp_http, label="all")) == ["add", "capital", "sleep"]

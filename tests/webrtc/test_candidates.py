@@ -1,0 +1,97 @@
+"""An offer's ICE candidates are addresses the server would send STUN to: screened before aiortc sees the
+offer (``gateway.webrtc.sdp.screen_candidates``), pure, and end to end with a real aiortc offer on loopback
+whose extra candidate is a UDP socket of the test's own that must hear nothing. No packet leaves 127.0.0.0/8:
+what must not be contacted is shown by the pure screen, never by trying it."""
+
+from __future__ import annotations
+
+import asyncio
+import re
+import socket
+
+import pytest
+from aiortc import RTCPeerConnection, RTCSessionDescription
+
+from gateway.webrtc.sdp import CandidatePolicy, OfferError, check_offer, screen_candidates
+from testkit.rtcclient import PlayTrack, post_offer
+from tests.webrtc.test_pure import OFFER
+
+REFUSED_ALWAYS = [
+    "127.0.0.1", "127.8.9.10", "::1", "::ffff:127.0.0.1", "169.254.169.254", "fe80::1", "0.0.0.0", "::",
+    "224.0.0.251", "ff02::1", "240.0.0.1", "metadata.internal", "evil.example.com",
+]  # fmt: skip
+PRIVATE = ["10.0.0.5", "172.16.3.4", "192.168.1.2", "fd00::1", "100.64.0.1", "laptop-1234.local"]
+PUBLIC = ["8.8.8.8", "2001:4860:4860::8888"]
+
+
+def candidate(address: str, port: int = 40000, n: int = 1) -> str:
+    return f"a=candidate:{n} 1 udp 2130706431 {address} {port} typ host"
+
+
+def kept(addresses: list[str], policy: CandidatePolicy) -> list[str]:
+    sdp = OFFER + "".join(candidate(a, n=i) + "\n" for i, a in enumerate(addresses))
+    return re.findall(r"^a=candidate:\S+ \d+ \S+ \d+ (\S+) ", screen_candidates(sdp, policy), re.M)
+
+
+def test_loopback_link_local_and_names_are_never_kept_and_private_ones_only_where_allowed():
+    everything = REFUSED_ALWAYS + PRIVATE + PUBLIC
+    assert kept(everything, CandidatePolicy(max_candidates=64)) == PRIVATE + PUBLIC
+    assert kept(everything, CandidatePolicy(max_candidates=64, allow_private=False)) == PUBLIC
+
+
+def test_an_offer_over_the_candidate_cap_is_refused_naming_the_key():
+    many = OFFER + "".join(candidate(f"8.8.{i // 250}.{i % 250}", n=i) + "\n" for i in range(750))
+    with pytest.raises(OfferError, match=r"750 ICE candidates.*webrtc\.max_candidates"):
+        check_offer(many)
+    assert check_offer(OFFER + candidate("8.8.8.8") + "\n", CandidatePolicy(1)).sdp.count("a=candidate") == 1
+
+
+@pytest.mark.parametrize(
+    "sdp",
+    [
+        OFFER.replace("a=sendrecv\n", "a=sendrecv\na=maxptime:" + "9" * 4300 + "\n"),
+        OFFER.replace("a=sendrecv\n", "a=sendrecv\na=maxptime:0\n"),
+        OFFER.replace("111 0", "9" * 5000 + " 0").replace("rtpmap:111", "rtpmap:" + "9" * 5000),
+    ],
+)
+def test_huge_numbers_in_an_offer_are_an_offer_error_not_a_crash(sdp):
+    with pytest.raises(OfferError, match="maxptime|Opus"):
+        check_offer(sdp)
+
+
+async def test_a_real_offer_is_answered_and_its_loopback_candidate_never_hears_a_stun_check(
+    tiny_backend, server_factory
+):
+    canary = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+    canary.bind(("127.0.0.1", 0))
+    canary.setblocking(False)
+    port = canary.getsockname()[1]
+    pc = RTCPeerConnection()
+    try:
+        pc.addTrack(PlayTrack())
+        channel = pc.createDataChannel("oai-events")
+        opened = asyncio.Event()
+        channel.on("open", opened.set)
+        await pc.setLocalDescription(await pc.createOffer())
+        sdp = pc.localDescription.sdp
+        first = re.search(r"^a=candidate:.*$", sdp, re.M)
+        assert first is not None
+        planted = candidate("127.0.0.1", port, 99) + "\r\n" + candidate("::ffff:127.0.0.1", port, 98) + "\r\n"
+        sdp = sdp[: first.start()] + planted + sdp[first.start() :]
+        with server_factory(tiny_backend, **{"audio.enabled": False}) as addr:
+            resp = await post_offer(addr, sdp)
+            assert resp.status_code == 201, resp.text
+            await pc.setRemoteDescription(RTCSessionDescription(sdp=resp.text, type="answer"))
+            await asyncio.wait_for(opened.wait(), 20)  # the call connects on the offer's real candidate
+            loop = asyncio.get_running_loop()
+            heard = None
+            try:  # checks start as soon as the answer is made; the planted one is the highest priority
+                heard = await asyncio.wait_for(loop.sock_recv(canary, 2048), 3)
+            except TimeoutError:
+                pass
+            assert heard is None, "the server sent a STUN check to a loopback candidate"
+            r = await post_offer(addr, sdp.replace("a=sendrecv", "a=sendrecv\r\na=maxptime:" + "9" * 4300))
+            assert r.status_code == 400 and "a=maxptime" in r.json()["error"]["message"]
+    finally:
+        await pc.close()
+        canary.close()
