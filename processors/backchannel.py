@@ -60,6 +60,11 @@ def words(text: str) -> list[str]:
     return out
 
 
+def acknowledges(word: str) -> bool:
+    """An acknowledgement: a listed word, or a hum Whisper spells its own way ("Mm", "Nmm", "Mhmm")."""
+    return word in ACKNOWLEDGEMENTS or word in _JOINED or re.fullmatch(r"[mnh]*m[mnh]*", word) is not None
+
+
 def classify(text: str | None, speech_ms: int, max_ms: int = MAX_MS) -> Overlap:
     """What speech of ``speech_ms`` over a reply is, given its transcript so far (None: not in yet)."""
     if speech_ms > max_ms:
@@ -69,7 +74,7 @@ def classify(text: str | None, speech_ms: int, max_ms: int = MAX_MS) -> Overlap:
     heard = words(text)
     if not heard:
         return "false_start"
-    if len(heard) <= MAX_WORDS and all(w in ACKNOWLEDGEMENTS or w in _JOINED for w in heard):
+    if len(heard) <= MAX_WORDS and all(acknowledges(w) for w in heard):
         return "backchannel"
     return "interruption"
 

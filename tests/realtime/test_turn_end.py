@@ -6,7 +6,7 @@ import pytest
 
 from processors.backchannel import HeldBargeIn, classify, keeps_reply, words
 from processors.turn_end import EAGERNESS_WINDOWS, EndOfTurn, Windows, server_vad_windows, windows_for
-from processors.vad import ServerVadConfig
+from processors.vad import EAGERNESS_SILENCE_MS, ServerVadConfig
 
 MEDIUM = EAGERNESS_WINDOWS["medium"]
 
@@ -27,7 +27,8 @@ def paused_with(p: float | None, text: str | None, windows: Windows = MEDIUM) ->
 def test_a_turn_ends_early_only_when_the_model_and_the_transcript_both_say_complete():
     assert paused_with(0.9, "Please open the kitchen window.").window_ms == MEDIUM.complete_ms == 200
     assert paused_with(0.9, "please open the window").window_ms == MEDIUM.complete_ms  # no punctuation: unknown
-    assert paused_with(0.9, None).window_ms == MEDIUM.unsure_ms  # the transcript is not in yet
+    # the transcript is not in yet (Whisper is late on a loaded box): today's window for the eagerness
+    assert paused_with(0.9, None).window_ms == MEDIUM.pending_ms == EAGERNESS_SILENCE_MS["medium"]
     assert paused_with(None, "Please open the kitchen window.").window_ms == MEDIUM.unsure_ms  # the model is not
     assert paused_with(0.2, "I'd like to book.").window_ms == MEDIUM.unsure_ms  # Whisper's period on a pause
 
@@ -65,16 +66,19 @@ def test_a_new_pause_replaces_the_last_ones_signals():
 
 def test_eagerness_orders_the_windows_and_auto_is_medium():
     hi, med, lo = (EAGERNESS_WINDOWS[e] for e in ("high", "medium", "low"))
-    for field in ("complete_ms", "unsure_ms", "continuing_ms"):
+    for field in ("complete_ms", "pending_ms", "unsure_ms", "continuing_ms"):
         assert getattr(hi, field) < getattr(med, field) < getattr(lo, field)
     assert EAGERNESS_WINDOWS["auto"] == med
     assert (hi.continuing_ms, med.continuing_ms, lo.continuing_ms) == (2_000, 4_000, 8_000)  # OpenAI's limits
     assert med.unsure_ms > 900  # the longest mid-sentence pause the bench speaks
+    for w in (hi, med, lo):
+        assert w.complete_ms < w.pending_ms < w.unsure_ms < w.continuing_ms
 
 
 def test_server_vad_with_a_model_keeps_its_silence_unless_both_say_complete():
     w = server_vad_windows(500)
-    assert w == Windows(200, 500, 500)
+    assert w == Windows(200, 500, 500, 500)
+    assert paused_with(0.9, None, w).window_ms == 500
     assert paused_with(0.9, "Open the window.", w).window_ms == 200
     assert paused_with(0.1, "Open the window.", w).window_ms == 500
     assert server_vad_windows(120).complete_ms == 120  # never longer than the configured silence
@@ -98,7 +102,20 @@ def test_turn_detection_model_and_backchannel_defaults_and_bad_values():
 
 
 @pytest.mark.parametrize(
-    "text", ["Mm-hmm.", "Yeah.", "Okay.", "Right.", "Uh-huh", "Oh, okay, I see.", "Got it.", "Yeah, yeah.", "Mhm"]
+    "text",
+    [
+        "Mm-hmm.",
+        "Yeah.",
+        "Okay.",
+        "Right.",
+        "Uh-huh",
+        "Oh, okay, I see.",
+        "Got it.",
+        "Yeah, yeah.",
+        "Mhm",
+        "Nmm.",
+        "MM",
+    ],
 )
 def test_acknowledgements_are_backchannels(text):
     assert classify(text, 500) == "backchannel"
