@@ -110,7 +110,8 @@ def features(audio: np.ndarray) -> np.ndarray:
         truncation=True,
         do_normalize=True,
     ).input_features
-    return np.asarray(out, dtype=np.float32)
+    arr: np.ndarray = np.asarray(out, dtype=np.float32)
+    return arr
 
 
 class SmartTurn:
