@@ -208,6 +208,16 @@ async def over_reply(addr: str, td: dict[str, Any], speech16: Any, text: str) ->
     return {"text": text, "cancelled": cancelled, **status}
 
 
+async def group(addr: str, td: dict[str, Any], clips: list[tuple[str, str, Any]]) -> list[dict[str, Any]]:
+    """Speakers at once, their starts 250 ms apart."""
+
+    async def one(k: int, voice: str, text: str, audio: Any) -> dict[str, Any]:
+        await asyncio.sleep(0.25 * k)
+        return await turn(addr, td, audio, text) | {"voice": voice}
+
+    return list(await asyncio.gather(*(one(k, *c) for k, c in enumerate(clips))))
+
+
 def pct(xs: list[float], q: float) -> float | None:
     if not xs:
         return None
@@ -221,25 +231,37 @@ def main() -> None:
     ap.add_argument("--configs", default="all", help="comma-separated indexes into CONFIGS, or all")
     ap.add_argument("--name", default="turns", help="results file name under bench/results/")
     ap.add_argument("--limit", type=int, default=None, help="only the first N sentences of each set (a smoke run)")
+    ap.add_argument("--n", type=int, default=1, help="speakers at once: above 1, only complete turns, N at a time")
     args = ap.parse_args()
     lim = slice(args.limit)
     voices = args.voices.split(",")
     chosen = CONFIGS if args.configs == "all" else [CONFIGS[int(i)] for i in args.configs.split(",")]
     complete = [(v, t, clip(v, t)) for v in voices for t in COMPLETE[lim]]
     paused = []
-    for k, (v, (a, b)) in enumerate((v, p) for v in voices for p in PAUSED):
+    for k, (v, (a, b)) in enumerate((v, p) for v in voices for p in PAUSED[lim]):
         ms = PAUSES_MS[k % len(PAUSES_MS)]
         paused.append((v, ms, f"{a} {b}", clip(v, f"{a} {b}", ms, len(a.split()))))
     backs = [(v, t, clip(v, t)) for v in voices for t in BACKCHANNELS[lim]]
-    overrides = {"session.max_output_tokens": 1000, "speculative.drafter": "none"}
+    overrides: dict[str, Any] = {"session.max_output_tokens": 1000, "speculative.drafter": "none"}
+    if args.n > 1:
+        overrides["audio.max_concurrent_turns"] = args.n  # every speaker seated: the latency, not admission
     rows, raw = [], {}
     with server_process(overrides) as addr:
         asyncio.run(turn(addr, CONFIGS[0][1], complete[0][2], complete[0][1]))  # warm-up
         for label, td in chosen:  # interleaved per clip would be fairer to load bursts; configs are short
             t0 = time.perf_counter()
-            runs_c = [asyncio.run(turn(addr, td, a, t)) | {"voice": v} for v, t, a in complete]
-            runs_p = [asyncio.run(turn(addr, td, a, t)) | {"voice": v, "pause_ms": ms} for v, ms, t, a in paused]
-            runs_b = [asyncio.run(over_reply(addr, td, a, t)) | {"voice": v} for v, t, a in backs]
+            runs_p: list[dict[str, Any]] = []
+            runs_b: list[dict[str, Any]] = []
+            if args.n > 1:
+                runs_c = [
+                    r
+                    for k in range(0, len(complete), args.n)
+                    for r in asyncio.run(group(addr, td, complete[k : k + args.n]))
+                ]
+            else:
+                runs_c = [asyncio.run(turn(addr, td, a, t)) | {"voice": v} for v, t, a in complete]
+                runs_p = [asyncio.run(turn(addr, td, a, t)) | {"voice": v, "pause_ms": ms} for v, ms, t, a in paused]
+                runs_b = [asyncio.run(over_reply(addr, td, a, t)) | {"voice": v} for v, t, a in backs]
             ended = runs_c + [r for r in runs_p if r["turns"] == 1]
             stop = [r["eos_to_stop_ms"] for r in ended]
             stop_audio = [r["eos_to_stop_audio_ms"] for r in ended]
@@ -250,6 +272,7 @@ def main() -> None:
                     "eos→turn end p50/p90 ms": f"{pct(stop, 0.5):.0f} / {pct(stop, 0.9):.0f}",
                     "(audio clock) p50/p90": f"{pct(stop_audio, 0.5):.0f} / {pct(stop_audio, 0.9):.0f}",
                     "eos→first audio p50/p90 ms": f"{pct(audio, 0.5):.0f} / {pct(audio, 0.9):.0f}",
+                    "first audio max ms": round(max(audio)),
                     "false cut-offs": f"{sum(r['turns'] > 1 for r in runs_p)}/{len(runs_p)}",
                     "backchannel cancels": f"{sum(r['cancelled'] for r in runs_b)}/{len(runs_b)}",
                     "mean WER": round(sum(r["wer"] for r in runs_c) / len(runs_c), 3),
@@ -259,7 +282,9 @@ def main() -> None:
             raw[label] = {"complete": runs_c, "paused": runs_p, "backchannels": runs_b}
             print(rows[-1], flush=True)
         metrics = _model_cost(addr)
-    md = f"# bench turns — {machine()}\n\nWebSocket, N = 1, voices {', '.join(voices)}: {len(complete)} complete "
+    md = (
+        f"# bench turns — {machine()}\n\nWebSocket, N = {args.n}, voices {', '.join(voices)}: {len(complete)} complete "
+    )
     md += f"turns, {len(paused)} paused turns (pauses {'/'.join(map(str, PAUSES_MS))} ms), {len(backs)} backchannels "
     md += "over a streaming text reply. Times from the end of speech: p50 / p90 over complete and uncut paused turns. "
     md += "Replies spoken (Piper), max 16 tokens, the embedded model.\n\n" + markdown_table(rows, list(rows[0]))

@@ -26,7 +26,7 @@ MAX_MS = 700  # speech longer than this over a reply interrupts it, whatever it 
 # single words that acknowledge without taking the turn (after lowercasing, hyphens and punctuation
 # dropped: "Mm-hmm." → "mmhmm", "Uh-huh" → "uhhuh", "O.K." → "ok")
 ACKNOWLEDGEMENTS = frozenset(
-    "mm mmm mhm mmhm mmhmm hm hmm hmmm uhhuh uhuh aha ah oh ooh wow yeah yea yep yup yes ya okay ok k "
+    "mm mmm mhm mmhm mmhmm hm hmm hmmm uh huh um er ah uhhuh uhuh aha oh ooh wow yeah yea yep yup yes ya okay ok k "
     "kay right alright sure cool nice great good fine true exactly indeed totally absolutely gotcha "
     "interesting really".split()
 )

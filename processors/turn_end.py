@@ -12,13 +12,13 @@ turn in progress, from two signals about the speech before the current pause:
 | model | transcript | window |
 |---|---|---|
 | complete (p ≥ threshold) | finished or unknown | ``complete_ms`` (short: the turn ends now) |
-| complete | not in yet | ``pending_ms`` (today's window for the eagerness) |
 | incomplete, or not in yet | not continuing | ``unsure_ms`` |
 | any | continuing | ``continuing_ms`` (the eagerness limit) |
 
 The short window waits for both signals on purpose. The reply cannot start before the transcript
 is in anyway (it is the reply's prompt), so ending the turn before the text costs nothing in time
-to first audio; and the model alone cuts people off: on 10 Piper sentences cut at a mid-sentence
+to first audio (the turn ends the moment the text comes, if the model said complete); and the
+model alone cuts people off: on 10 Piper sentences cut at a mid-sentence
 word it said "complete" (p ≥ 0.5) at 6 ("Can you tell me", "What is the" among them).
 When speech resumes, the pause's signals are forgotten (the next pause asks again).
 
@@ -42,18 +42,16 @@ class Windows:
     """Silence that ends a turn, by what the signals say."""
 
     complete_ms: int  # the model says complete and the transcript does not disagree
-    pending_ms: int  # the model says complete, the transcript is not in yet (a loaded box: Whisper is late)
     unsure_ms: int  # the model says incomplete, or a signal is not in yet
     continuing_ms: int  # the transcript ends on a conjunction, article, filler or comma
 
 
 # semantic_vad's eagerness ("auto" = medium). unsure_ms is above the longest mid-sentence pause the
-# bench speaks (900 ms) at medium; continuing_ms is OpenAI's maximum timeout for the eagerness; pending_ms
-# is the transcript heuristic's window (processors.vad.EAGERNESS_SILENCE_MS), as if there were no model.
+# bench speaks (900 ms) at medium; continuing_ms is OpenAI's maximum timeout for the eagerness.
 EAGERNESS_WINDOWS = {
-    "high": Windows(complete_ms=150, pending_ms=250, unsure_ms=600, continuing_ms=2_000),
-    "medium": Windows(complete_ms=200, pending_ms=500, unsure_ms=1_000, continuing_ms=4_000),
-    "low": Windows(complete_ms=300, pending_ms=1_000, unsure_ms=1_500, continuing_ms=8_000),
+    "high": Windows(complete_ms=150, unsure_ms=600, continuing_ms=2_000),
+    "medium": Windows(complete_ms=200, unsure_ms=1_000, continuing_ms=4_000),
+    "low": Windows(complete_ms=300, unsure_ms=1_500, continuing_ms=8_000),
 }
 EAGERNESS_WINDOWS["auto"] = EAGERNESS_WINDOWS["medium"]
 SERVER_VAD_COMPLETE_MS = 200  # server_vad with a model: the short window, at most silence_duration_ms
@@ -62,7 +60,7 @@ SERVER_VAD_COMPLETE_MS = 200  # server_vad with a model: the short window, at mo
 def server_vad_windows(silence_duration_ms: int) -> Windows:
     """``server_vad`` with a model: ``silence_duration_ms`` unless both signals say complete."""
     silence = silence_duration_ms
-    return Windows(min(SERVER_VAD_COMPLETE_MS, silence), silence, silence, silence)
+    return Windows(min(SERVER_VAD_COMPLETE_MS, silence), silence, silence)
 
 
 def windows_for(semantic: bool, eagerness: str, silence_duration_ms: int) -> Windows:
@@ -95,9 +93,9 @@ class EndOfTurn:
         w = self.windows
         if self.ending == "continuing":
             return w.continuing_ms
-        if self.probability is None or self.probability < self.threshold:
+        if self.probability is None or self.ending is None or self.probability < self.threshold:
             return w.unsure_ms
-        return w.pending_ms if self.ending is None else w.complete_ms
+        return w.complete_ms
 
     @property
     def complete(self) -> bool:

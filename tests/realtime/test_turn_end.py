@@ -27,8 +27,9 @@ def paused_with(p: float | None, text: str | None, windows: Windows = MEDIUM) ->
 def test_a_turn_ends_early_only_when_the_model_and_the_transcript_both_say_complete():
     assert paused_with(0.9, "Please open the kitchen window.").window_ms == MEDIUM.complete_ms == 200
     assert paused_with(0.9, "please open the window").window_ms == MEDIUM.complete_ms  # no punctuation: unknown
-    # the transcript is not in yet (Whisper is late on a loaded box): today's window for the eagerness
-    assert paused_with(0.9, None).window_ms == MEDIUM.pending_ms == EAGERNESS_SILENCE_MS["medium"]
+    # the transcript is not in yet: a late Whisper pass on a loaded box must not let the model alone cut
+    # (a bench run at load 12 with a shorter window here cut 3 of 12 paused turns, all in this case)
+    assert paused_with(0.9, None).window_ms == MEDIUM.unsure_ms
     assert paused_with(None, "Please open the kitchen window.").window_ms == MEDIUM.unsure_ms  # the model is not
     assert paused_with(0.2, "I'd like to book.").window_ms == MEDIUM.unsure_ms  # Whisper's period on a pause
 
@@ -66,18 +67,18 @@ def test_a_new_pause_replaces_the_last_ones_signals():
 
 def test_eagerness_orders_the_windows_and_auto_is_medium():
     hi, med, lo = (EAGERNESS_WINDOWS[e] for e in ("high", "medium", "low"))
-    for field in ("complete_ms", "pending_ms", "unsure_ms", "continuing_ms"):
+    for field in ("complete_ms", "unsure_ms", "continuing_ms"):
         assert getattr(hi, field) < getattr(med, field) < getattr(lo, field)
     assert EAGERNESS_WINDOWS["auto"] == med
     assert (hi.continuing_ms, med.continuing_ms, lo.continuing_ms) == (2_000, 4_000, 8_000)  # OpenAI's limits
     assert med.unsure_ms > 900  # the longest mid-sentence pause the bench speaks
-    for w in (hi, med, lo):
-        assert w.complete_ms < w.pending_ms < w.unsure_ms < w.continuing_ms
+    for e, w in (("high", hi), ("medium", med), ("low", lo)):  # around the heuristic's window, either side
+        assert w.complete_ms < EAGERNESS_SILENCE_MS[e] < w.unsure_ms < w.continuing_ms
 
 
 def test_server_vad_with_a_model_keeps_its_silence_unless_both_say_complete():
     w = server_vad_windows(500)
-    assert w == Windows(200, 500, 500, 500)
+    assert w == Windows(200, 500, 500)
     assert paused_with(0.9, None, w).window_ms == 500
     assert paused_with(0.9, "Open the window.", w).window_ms == 200
     assert paused_with(0.1, "Open the window.", w).window_ms == 500
