@@ -5,7 +5,7 @@ the wall clock) into one `stream-omni serve` on the embedded default, one sessio
 
 - complete turns (one sentence, then silence);
 - paused turns: a sentence with a mid-sentence pause of 300, 500, 700 or 900 ms (a false cut-off
-  is a turn that ended at the pause: two ``speech_stopped`` instead of one);
+  is a ``speech_stopped`` before the end of the speech: the turn ended at the pause);
 - backchannels: "Mm-hmm.", "Yeah."… spoken while a long text reply streams (a cancel is a
   ``response.done`` cancelled with ``turn_detected``).
 
@@ -153,7 +153,9 @@ async def turn(addr: str, td: dict[str, Any], speech16: Any, text: str) -> dict[
                     marks["stop"] = time.perf_counter()
                 if kind == "conversation.item.input_audio_transcription.completed":
                     transcript = ev["transcript"]
-                if kind == "response.done" and "eos" in marks and ev["response"]["status"] != "cancelled":
+                # the reply to the whole utterance: a turn cut at the pause was answered before the rest
+                final = bool(stops) and stops[-1] >= eos_audio_ms
+                if kind == "response.done" and final and ev["response"]["status"] != "cancelled":
                     done.set()
                     return
 
@@ -164,6 +166,7 @@ async def turn(addr: str, td: dict[str, Any], speech16: Any, text: str) -> dict[
     return {
         "text": text,
         "turns": len(stops),
+        "cut": any(stop < eos_audio_ms for stop in stops),  # a turn ended before the speech did
         "eos_to_stop_ms": (marks["stop"] - e) * 1000,
         "eos_to_stop_audio_ms": stops[-1] - eos_audio_ms,
         "eos_to_first_audio_ms": (marks["response.output_audio.delta"] - e) * 1000,
@@ -262,7 +265,7 @@ def main() -> None:
                 runs_c = [asyncio.run(turn(addr, td, a, t)) | {"voice": v} for v, t, a in complete]
                 runs_p = [asyncio.run(turn(addr, td, a, t)) | {"voice": v, "pause_ms": ms} for v, ms, t, a in paused]
                 runs_b = [asyncio.run(over_reply(addr, td, a, t)) | {"voice": v} for v, t, a in backs]
-            ended = runs_c + [r for r in runs_p if r["turns"] == 1]
+            ended = runs_c + [r for r in runs_p if not r["cut"]]
             stop = [r["eos_to_stop_ms"] for r in ended]
             stop_audio = [r["eos_to_stop_audio_ms"] for r in ended]
             audio = [r["eos_to_first_audio_ms"] for r in ended]
@@ -273,7 +276,7 @@ def main() -> None:
                     "(audio clock) p50/p90": f"{pct(stop_audio, 0.5):.0f} / {pct(stop_audio, 0.9):.0f}",
                     "eos→first audio p50/p90 ms": f"{pct(audio, 0.5):.0f} / {pct(audio, 0.9):.0f}",
                     "first audio max ms": round(max(audio)),
-                    "false cut-offs": f"{sum(r['turns'] > 1 for r in runs_p)}/{len(runs_p)}",
+                    "false cut-offs": f"{sum(r['cut'] for r in runs_p)}/{len(runs_p)}",
                     "backchannel cancels": f"{sum(r['cancelled'] for r in runs_b)}/{len(runs_b)}",
                     "mean WER": round(sum(r["wer"] for r in runs_c) / len(runs_c), 3),
                     "minutes": round((time.perf_counter() - t0) / 60, 1),
