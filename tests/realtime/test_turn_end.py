@@ -149,3 +149,20 @@ def test_a_held_barge_in_counts_speech_to_its_pause_not_the_silence_after():
     stopped = HeldBargeIn("item", start_ms=0, max_ms=700)
     stopped.stopped(600)  # no pause was reported: the turn's end bounds it
     assert stopped.verdict(5_000, "Yeah.") == "backchannel"
+
+
+def test_webrtc_playback_is_cut_at_speech_or_with_backchannels_judged_at_the_cancel():
+    from gateway.webrtc.peer import _barges_in
+
+    started = {"type": "input_audio_buffer.speech_started"}
+    cancelled = {
+        "type": "response.done",
+        "response": {"status": "cancelled", "status_details": {"reason": "turn_detected"}},
+    }
+    by_client = {
+        "type": "response.done",
+        "response": {"status": "cancelled", "status_details": {"reason": "client_cancelled"}},
+    }
+    assert _barges_in(started, judged=False) and not _barges_in(cancelled, judged=False)
+    assert not _barges_in(started, judged=True) and _barges_in(cancelled, judged=True)
+    assert not _barges_in(by_client, judged=True)  # a client's own cancel is not a barge-in (as before)
