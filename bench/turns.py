@@ -136,6 +136,7 @@ async def turn(addr: str, td: dict[str, Any], speech16: Any, text: str) -> dict[
     marks: dict[str, float] = {}
     stops: list[int] = []
     transcript = ""
+    errors: list[str] = []
     done = asyncio.Event()
     async with websockets.connect(f"ws://{addr}/v1/realtime", max_size=None) as ws:
         session = {"output_modalities": ["audio"], "max_output_tokens": 16, "audio": {"input": {"turn_detection": td}}}
@@ -153,6 +154,8 @@ async def turn(addr: str, td: dict[str, Any], speech16: Any, text: str) -> dict[
                     marks["stop"] = time.perf_counter()
                 if kind == "conversation.item.input_audio_transcription.completed":
                     transcript = ev["transcript"]
+                if kind == "error" or (kind == "response.done" and ev["response"]["status"] == "failed"):
+                    errors.append(str(ev.get("error", ev["response"].get("status_details"))))
                 # the reply to the whole utterance: a turn cut at the pause was answered before the rest
                 final = bool(stops) and stops[-1] >= eos_audio_ms
                 if kind == "response.done" and final and ev["response"]["status"] != "cancelled":
@@ -161,9 +164,13 @@ async def turn(addr: str, td: dict[str, Any], speech16: Any, text: str) -> dict[
 
         task = asyncio.create_task(reader())
         await _stream(ws, pcm, eos_byte, marks, done)
-        await asyncio.wait_for(task, 60)
+        try:
+            await asyncio.wait_for(task, 60)
+        except TimeoutError:  # no reply to the whole utterance: counted, not fatal
+            return {"text": text, "failed": True, "turns": len(stops), "errors": errors, "transcript": transcript}
     e = marks["eos"]
     return {
+        "failed": False,
         "text": text,
         "turns": len(stops),
         "cut": any(stop < eos_audio_ms for stop in stops),  # a turn ended before the speech did
@@ -265,6 +272,9 @@ def main() -> None:
                 runs_c = [asyncio.run(turn(addr, td, a, t)) | {"voice": v} for v, t, a in complete]
                 runs_p = [asyncio.run(turn(addr, td, a, t)) | {"voice": v, "pause_ms": ms} for v, ms, t, a in paused]
                 runs_b = [asyncio.run(over_reply(addr, td, a, t)) | {"voice": v} for v, t, a in backs]
+            failed = [r for r in runs_c + runs_p if r["failed"]]
+            runs_c = [r for r in runs_c if not r["failed"]]
+            runs_p = [r for r in runs_p if not r["failed"]]
             ended = runs_c + [r for r in runs_p if not r["cut"]]
             stop = [r["eos_to_stop_ms"] for r in ended]
             stop_audio = [r["eos_to_stop_audio_ms"] for r in ended]
@@ -278,11 +288,12 @@ def main() -> None:
                     "first audio max ms": round(max(audio)),
                     "false cut-offs": f"{sum(r['cut'] for r in runs_p)}/{len(runs_p)}",
                     "backchannel cancels": f"{sum(r['cancelled'] for r in runs_b)}/{len(runs_b)}",
+                    "no reply": len(failed),
                     "mean WER": round(sum(r["wer"] for r in runs_c) / len(runs_c), 3),
                     "minutes": round((time.perf_counter() - t0) / 60, 1),
                 }
             )
-            raw[label] = {"complete": runs_c, "paused": runs_p, "backchannels": runs_b}
+            raw[label] = {"complete": runs_c, "paused": runs_p, "backchannels": runs_b, "no_reply": failed}
             print(rows[-1], flush=True)
         metrics = _model_cost(addr)
     md = (
