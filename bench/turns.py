@@ -299,8 +299,12 @@ def main() -> None:
     md = (
         f"# bench turns — {machine()}\n\nWebSocket, N = {args.n}, voices {', '.join(voices)}: {len(complete)} complete "
     )
-    md += f"turns, {len(paused)} paused turns (pauses {'/'.join(map(str, PAUSES_MS))} ms), {len(backs)} backchannels "
-    md += "over a streaming text reply. Times from the end of speech: p50 / p90 over complete and uncut paused turns. "
+    if args.n > 1:
+        md += f"turns, {args.n} speakers at once (starts 250 ms apart), capacity {args.n} seats. "
+    else:
+        md += f"turns, {len(paused)} paused turns (pauses {'/'.join(map(str, PAUSES_MS))} ms), {len(backs)} "
+        md += "backchannels over a streaming text reply. "
+    md += "Times from the end of speech: p50 / p90 over complete and uncut paused turns. "
     md += "Replies spoken (Piper), max 16 tokens, the embedded model.\n\n" + markdown_table(rows, list(rows[0]))
     md += f"\n\nEnd-of-turn model on /metrics after the run: {metrics}\n"
     write(args.name, {"machine": machine(), "rows": rows, "runs": raw, "model": metrics}, md)
