@@ -97,8 +97,8 @@ class Metrics:
         self.voice_stage = Histogram(
             "stream_omni:voice_stage_seconds",
             "Voice pipeline stages: vad (one frame through the VAD), asr_wait (a pass queued → started), "
-            "asr_run (one Whisper call, all passes batched in it), tts_first_chunk (a reply's first "
-            "chunk, queued for synthesis → made); the LLM's first token is "
+            "asr_run (one Whisper call, all passes batched in it), end_of_turn (one end-of-turn model call), "
+            "tts_first_chunk (a reply's first chunk, queued for synthesis → made); the LLM's first token is "
             "stream_omni:time_to_first_token_seconds",
             ["stage"],
             registry=r,
@@ -109,6 +109,21 @@ class Metrics:
         )
         self.voice_shed = Counter(
             "stream_omni:voice_partials_shed", "Partial transcript passes dropped under load", registry=r
+        )
+        # the end-of-turn model (gateway.realtime.endpointing) and speech over replies (backchannels)
+        self.turn_model_seconds = Counter(
+            "stream_omni:voice_turn_model_seconds", "Compute time of the end-of-turn model (every call)", registry=r
+        )
+        self.turn_model_cost = Gauge(
+            "stream_omni:voice_turn_model_cost",
+            "End-of-turn model compute seconds per second of voice input heard (all sessions, since start)",
+            registry=r,
+        )
+        self.voice_overlaps = Counter(
+            "stream_omni:voice_overlaps",
+            "Speech over a reply by outcome: backchannel and false_start keep the reply, interruption cancels it",
+            ["outcome"],
+            registry=r,
         )
 
     def observe_response(self, m: dict[str, Any]) -> None:

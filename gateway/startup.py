@@ -22,6 +22,7 @@ from .keylimits import KeyLimits
 from .loading import default_loader, image_limits, load_audio, load_speculator, load_vision, make_engine
 from .realtime.asr_worker import AsrWorker, blocking_transcriber, measure_capacity
 from .realtime.bigframes import FrameParser, ParseLimits
+from .realtime.endpointing import load_runner
 from .services import Services
 from .session_registry import SessionRegistry
 from .speech import load_speech
@@ -90,6 +91,7 @@ async def start_services(
             capacity = await asyncio.to_thread(measure_capacity, asr)
         svc.asr_worker = AsrWorker(asr, capacity, metrics=svc.metrics)
         svc.metrics.voice_capacity.set(capacity)
+        svc.turn_model = await asyncio.to_thread(load_runner, svc.metrics)  # None: semantic_vad uses the transcript
     svc.tracing = start_tracing(config.tracing, svc.model_ids[0])
     if config.limits.parse_processes > 0:  # no process starts before the first big frame
         svc.frame_parser = FrameParser(ParseLimits.of(config.limits), config.limits.parse_processes)
@@ -111,6 +113,8 @@ def stop_services(svc: Services) -> None:
         svc.speech.close()
     if svc.asr_worker is not None:
         svc.asr_worker.close()
+    if svc.turn_model is not None:
+        svc.turn_model.close()
     if svc.frame_parser is not None:
         svc.frame_parser.close()
     if svc.image_gen is not None:

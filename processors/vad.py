@@ -60,6 +60,8 @@ PAUSE_PASS_MS = 64
 EAGERNESS = ("low", "medium", "high", "auto")
 # semantic_vad: eagerness → the silence window before the partial transcript is known ("auto" is "medium")
 EAGERNESS_SILENCE_MS = {"low": 1000, "medium": 500, "high": 250, "auto": 500}
+TURN_MODELS = ("smart_turn", "none")  # turn_detection.model: the end-of-turn model (processors.smart_turn)
+BACKCHANNEL_MS = 700  # semantic_vad's default backchannel_ms (processors.backchannel.MAX_MS)
 
 
 @dataclass(frozen=True)
@@ -76,6 +78,8 @@ class ServerVadConfig:
     speculation_ms: int = 200  # extension: silence after which the reply is prepared unseen (0: off)
     transcription_interval_ms: int = 500  # extension: a partial transcript per this much new speech (0: off)
     idle_timeout_ms: int | None = None  # silence after a response.done that prompts a response (GA: 5..30 s)
+    model: str = "none"  # extension: "smart_turn" ends the turn by the end-of-turn model (semantic_vad's default)
+    backchannel_ms: int = 0  # extension: shorter acknowledgements over a reply keep it going (0: any speech cuts)
 
     @property
     def neg_threshold(self) -> float:
@@ -93,6 +97,8 @@ class ServerVadConfig:
             "interrupt_response": self.interrupt_response,
             "speculation_ms": self.speculation_ms,
             "transcription_interval_ms": self.transcription_interval_ms,
+            "model": self.model,
+            "backchannel_ms": self.backchannel_ms,
         }
         if self.idle_timeout_ms is not None:
             common["idle_timeout_ms"] = self.idle_timeout_ms
@@ -119,7 +125,13 @@ class ServerVadConfig:
             "transcription_interval_ms": _number(raw, "transcription_interval_ms", 500, 0, 60_000, int),
             "idle_timeout_ms": _number(raw, "idle_timeout_ms", None, 5_000, 30_000, int),
         }
-        if kind == "semantic_vad":
+        semantic = kind == "semantic_vad"
+        model = raw.get("model") or ("smart_turn" if semantic else "none")
+        if model not in TURN_MODELS:
+            raise AudioError("invalid_value", f"turn_detection.model must be smart_turn or none, got {model!r}")
+        ext["model"] = model
+        ext["backchannel_ms"] = _number(raw, "backchannel_ms", BACKCHANNEL_MS if semantic else 0, 0, 5_000, int)
+        if semantic:
             eagerness = raw.get("eagerness") or "auto"
             if eagerness not in EAGERNESS:
                 raise AudioError(

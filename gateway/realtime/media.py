@@ -14,14 +14,16 @@ import secrets
 import time
 from collections import deque
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, Protocol
 
 import numpy as np
 
 from processors.audio import TARGET_RATE, AudioError, b64decode_strict, decode_base64_pcm16
 from processors.audio_formats import g711_to_pcm16
+from processors.backchannel import HeldBargeIn, keeps_reply
 from processors.g711 import G711_RATE
+from processors.turn_end import EndOfTurn, windows_for
 from processors.vad import ServerVadConfig
 
 from ..services import Services
@@ -57,6 +59,7 @@ class SpokenTurn:
     audio: np.ndarray | None = None  # float32 [n] at 16 kHz, set at speech_stopped
     tickets: dict[int, int] = field(default_factory=dict)  # pass id → the worker's ticket, while queued or running
     completed: Completed | None = None  # its transcript, held until every earlier turn's is out
+    end: EndOfTurn | None = None  # its silence window from the end-of-turn model (turn_detection.model)
 
 
 def _seconds(audio: np.ndarray | None) -> float:
@@ -97,6 +100,7 @@ class MediaInput:
         # later turn's pass first (its pause pass ran while this one's waited), transcripts go out in order
         self._stopped_turns: deque[SpokenTurn] = deque()
         self.on_pass: Callable[[str, str, float, float], None] | None = None  # (item, kind, queued, text in): timing
+        self._held: HeldBargeIn | None = None  # speech over a reply not cancelled yet: a backchannel?
 
     # ------------------------------------------------------------------ configuration
 
@@ -192,21 +196,33 @@ class MediaInput:
         if not manual and (events or voice.in_speech) and not self._seated(event_id):
             voice.clear()  # speech with no seat: not heard, and no speech_started for it
             return
+        if not manual and self.svc.turn_model is not None:
+            self.svc.turn_model.heard(len(raw) / (1 if self.g711 else 2) / voice.buffer.rate)
         for ev in events:
             spoken = self._spoken
             if isinstance(ev, Turn):
                 self._stopped(ev)
             elif isinstance(ev, SpeechPaused):
+                if self._held is not None:
+                    self._held.paused(ev.silence_start_ms)
                 if spoken is not None:
+                    self._probe(spoken)
                     self._act(spoken, spoken.taker.paused(voice.now_ms, ev.silence_start_ms))
                     self._unblock(spoken)
             elif isinstance(ev, SpeechResumed):
+                if self._held is not None:
+                    self._held.resumed()
                 if spoken is not None:
+                    if spoken.end is not None:
+                        spoken.end.resumed()
+                        self._window(spoken, spoken.end.window_ms)
                     self._act(spoken, spoken.taker.resumed())
             else:
                 self._speech_started(ev.audio_start_ms)
         if self._spoken is not None and voice.in_speech:
             self._act(self._spoken, self._spoken.taker.heard(voice.now_ms))
+        if self._held is not None and voice.in_speech and self._held.verdict(voice.now_ms) == "interruption":
+            self._interrupt()
 
     def worker(self) -> AsrWorker:
         """The app's shared Whisper worker."""
@@ -252,19 +268,78 @@ class MediaInput:
     def _speech_started(self, start_ms: int) -> None:
         self._current_item = f"item_{secrets.token_hex(8)}"
         self.send(self.session.speech_started(self._current_item, start_ms))
-        cfg = self.voice.vad_config if self.voice else None
+        voice = self.voice
+        cfg = voice.vad_config if voice else None
+        self._held = None  # an earlier overlap's turn is over; this one is judged afresh
         if self.session.response is not None and cfg is not None and cfg.interrupt_response:
-            self.send(self.session.cancel("turn_detected"))  # barge-in: priority path
+            if cfg.backchannel_ms > 0 and voice is not None:  # a backchannel must not cut the reply: judge it first
+                self._held = HeldBargeIn(self._current_item, voice.now_ms, cfg.backchannel_ms)
+            else:
+                self.send(self.session.cancel("turn_detected"))  # barge-in: priority path
         if cfg is not None:
             self._abandon()
+            modelled = cfg.model == "smart_turn" and self.svc.turn_model is not None
             turn_cfg = TurnConfig(
                 interval_ms=cfg.transcription_interval_ms,
                 speculate=cfg.speculation_ms > 0,  # the VAD reports no pause as long as the window itself
                 respond=cfg.create_response,
-                eagerness=cfg.eagerness if cfg.semantic else None,
+                eagerness=cfg.eagerness if cfg.semantic and not modelled else None,
                 prepare_after_ms=cfg.speculation_ms,
+                pause_text=modelled,
             )
-            self._spoken = SpokenTurn(self._current_item, TurnTaker(turn_cfg, start_ms))
+            spoken = SpokenTurn(self._current_item, TurnTaker(turn_cfg, start_ms))
+            if modelled:
+                spoken.end = EndOfTurn(windows_for(cfg.semantic, cfg.eagerness, cfg.silence_duration_ms))
+            self._spoken = spoken
+            if spoken.end is not None:
+                self._window(spoken, spoken.end.window_ms)
+
+    def _window(self, spoken: SpokenTurn, ms: int) -> None:
+        """The turn in progress now ends after ``ms`` of silence (semantic_vad, the end-of-turn model)."""
+        vad = self.voice.vad if self.voice else None
+        if vad is not None and spoken is self._spoken:
+            vad.machine.silence_target_ms = ms
+
+    def _probe(self, spoken: SpokenTurn) -> None:
+        """A pause began: ask the end-of-turn model about the turn so far, off the loop."""
+        vad = self.voice.vad if self.voice else None
+        if spoken.end is None or vad is None or self.svc.turn_model is None:
+            return
+        probe = spoken.end.paused()
+        self._window(spoken, spoken.end.window_ms)
+        self._spawn(self._score(spoken, probe.probe, vad.turn_audio()))
+
+    async def _score(self, spoken: SpokenTurn, probe: int, audio: np.ndarray) -> None:
+        try:
+            p_complete = await self.svc.turn_model.score(audio)
+        except Exception as exc:  # the model failing leaves the turn on its longer window
+            log.error("end-of-turn model failed: %s", type(exc).__name__)
+            return
+        if spoken.end is not None and not spoken.taker.done:
+            self._window(spoken, spoken.end.scored(probe, p_complete))
+
+    def _interrupt(self) -> None:
+        """The speech over the reply is an interruption: cancel the reply now (barge-in)."""
+        self._held = None
+        self.svc.metrics.voice_overlaps.labels(outcome="interruption").inc()
+        self.send(self.session.cancel("turn_detected"))
+
+    def _judge(self, item_id: str, a: Completed) -> Completed:
+        """A held overlap's turn is complete: a backchannel or a false start keeps the reply and is not
+        answered; anything else interrupts it (if it has not already) and is answered as usual."""
+        held = self._held
+        if held is None or held.item_id != item_id:
+            return a
+        self._held = None
+        kind = held.verdict(held.start_ms, a.transcript or "")  # its speech ended at its pause or stop
+        if not keeps_reply(kind):
+            self.svc.metrics.voice_overlaps.labels(outcome="interruption").inc()
+            self.send(self.session.cancel("turn_detected"))
+            return a
+        self.svc.metrics.voice_overlaps.labels(outcome=kind).inc()
+        if a.speculation is not None and self.speculator is not None:
+            self.speculator.drop(a.speculation)
+        return replace(a, respond=False, speculation=None)
 
     def _stopped(self, turn: Turn) -> None:
         """The VAD closed the turn: its state machine says what goes out now and what follows."""
@@ -273,6 +348,8 @@ class MediaInput:
         if spoken is None:  # cannot happen: a VAD turn always starts first
             spoken = SpokenTurn(f"item_{secrets.token_hex(8)}", TurnTaker(TurnConfig(interval_ms=0), turn.start_ms))
         spoken.audio = turn.audio
+        if self._held is not None and self._held.item_id == spoken.item_id:
+            self._held.stopped(turn.end_ms)
         self._stopped_turns.append(spoken)
         self._act(spoken, spoken.taker.stopped(turn.end_ms))
         self._unblock(spoken)
@@ -308,6 +385,7 @@ class MediaInput:
                 self.send(self.session.audio_committed(item_id))
                 self.session.item_pending(item_id)
             elif isinstance(a, Completed):
+                a = self._judge(item_id, a)
                 if spoken not in self._stopped_turns:
                     self._completed(item_id, a, _seconds(spoken.audio))
                     continue
@@ -323,9 +401,10 @@ class MediaInput:
                 if self.speculator is not None:
                     self.speculator.drop(a.speculation)
             elif isinstance(a, SetSilence):
-                vad = self.voice.vad if self.voice else None
-                if vad is not None and spoken is self._spoken:
-                    vad.machine.silence_target_ms = a.ms
+                if spoken.end is not None:
+                    self._window(spoken, spoken.end.transcribed(a.text))
+                elif a.ms is not None:
+                    self._window(spoken, a.ms)
 
     def _completed(self, item_id: str, a: Completed, seconds: float) -> None:
         if a.transcript is None:
@@ -362,6 +441,10 @@ class MediaInput:
             spoken.tickets.pop(pass_id, None)
         if spoken.taker.done:  # abandoned while its pass ran
             return
+        held = self._held
+        if held is not None and held.item_id == spoken.item_id and self.voice is not None:
+            if held.verdict(self.voice.now_ms, text) == "interruption":
+                self._interrupt()  # its words are not an acknowledgement: no need to wait for the turn's end
         self._act(spoken, spoken.taker.transcribed(pass_id, text))
         if spoken is self._spoken and self.voice is not None and self.voice.in_speech:
             self._act(spoken, spoken.taker.heard(self.voice.now_ms))  # audio that came in meanwhile

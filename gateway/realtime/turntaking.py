@@ -48,6 +48,7 @@ class TurnConfig:
     respond: bool = True  # create_response: the committed turn is answered
     eagerness: str | None = None  # semantic_vad's eagerness; None for server_vad (fixed window)
     prepare_after_ms: int = 0  # silence (from its start) before the reply is prepared: speculation_ms
+    pause_text: bool = False  # report the pause text (SetSilence) for the end-of-turn model, server_vad too
 
 
 # A pass whose audio reaches this far past the start of the silence heard every word the VAD heard:
@@ -111,9 +112,11 @@ class Drop:
 
 @dataclass(frozen=True)
 class SetSilence:
-    """semantic_vad: this turn now ends after ``ms`` of silence."""
+    """semantic_vad: this turn now ends after ``ms`` of silence (the transcript heuristic; None without
+    semantic_vad). ``text``: the pause text it comes from, which the end-of-turn model's policy reads."""
 
-    ms: int
+    ms: int | None
+    text: str = ""
 
 
 TurnAction = Transcribe | ShowDelta | Stopped | Completed | Prepare | Drop | SetSilence
@@ -282,8 +285,9 @@ class TurnTaker:
             return []
         self._pause_text = text
         out: list[TurnAction] = []
-        if self.config.eagerness is not None:
-            out.append(SetSilence(semantic_silence_ms(self.config.eagerness, text)))
+        eagerness = self.config.eagerness
+        if eagerness is not None or self.config.pause_text:
+            out.append(SetSilence(semantic_silence_ms(eagerness, text) if eagerness is not None else None, text))
         transcript, _, _ = self._final_text(text)
         if self.config.respond and transcript:
             self._to_prepare = transcript

@@ -141,8 +141,11 @@ class Call:
         if not (self.source.playing or self.source.queued_ms):
             return
         voice = self.live.media.voice
-        interrupts = voice is not None and voice.vad_config is not None and voice.vad_config.interrupt_response
-        if interrupts and any(e.get("type") == "input_audio_buffer.speech_started" for e in events):
+        cfg = voice.vad_config if voice is not None else None
+        if cfg is None or not cfg.interrupt_response:
+            return
+        # with backchannels judged first, playback stops when the reply is cancelled, not at any speech
+        if any(_barges_in(e, judged=cfg.backchannel_ms > 0) for e in events):
             self.clear_output()
 
     def clear_output(self, event_id: str | None = None) -> Cleared:
@@ -278,3 +281,12 @@ class Call:
         task = asyncio.create_task(coro, name=name)
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
+
+
+def _barges_in(event: dict[str, Any], judged: bool) -> bool:
+    """Whether ``event`` cuts playback: speech starting, or (backchannels judged first) the reply's
+    cancellation by speech."""
+    if not judged:
+        return event.get("type") == "input_audio_buffer.speech_started"
+    details = (event.get("response") or {}).get("status_details") or {}
+    return event.get("type") == "response.done" and details.get("reason") == "turn_detected"

@@ -305,9 +305,12 @@ def test_view_reports_every_field_of_its_type():
         "interrupt_response": True,
         "speculation_ms": 200,
         "transcription_interval_ms": 500,
+        "model": "none",
+        "backchannel_ms": 0,
     }
     semantic = ServerVadConfig.from_turn_detection({"type": "semantic_vad", "eagerness": "low"}).view()
     assert semantic["eagerness"] == "low" and "silence_duration_ms" not in semantic
+    assert semantic["model"] == "smart_turn" and semantic["backchannel_ms"] == 700
 
 
 PAUSING = ServerVadConfig(threshold=0.5, prefix_padding_ms=0, silence_duration_ms=160, speculation_ms=64)
