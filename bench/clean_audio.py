@@ -12,6 +12,7 @@ defaults) and Whisper (faster-whisper tiny.en, the default).
   microphone at -6 and -12 dB through a room (120 ms delay: playout buffer + sound; reflections at +23 ms and
   +56 ms), a -60 dBFS noise floor; every VAD ``speech_started`` during the reply is a self-interruption.
   Also the user talking over that echo (WER of the user's words).
+- False turns: 30 s of each noise alone at its 5 dB SNR level; VAD ``speech_started`` per minute.
 - CPU: each stage's thread CPU per second of audio, in % of a core.
 Writes bench/results/clean_audio.{json,md}. Needs espeak-ng and libspeexdsp1.
 """
@@ -179,6 +180,16 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
                 row[f"WER {o}"] = float(np.mean(ws))
             rows.append(row)
 
+    # false turns: 30 s of each noise alone, as loud as it is at 5 dB SNR
+    level = float(np.sqrt(np.mean(np.concatenate([s for _, s in clips]) ** 2)) / 10 ** (5 / 20))
+    false_rows: list[dict[str, Any]] = []
+    for name, (nz, _) in noise.items():
+        seg = nz[: 30 * RATE] * level / (float(np.sqrt(np.mean(nz[: 30 * RATE] ** 2))) + 1e-12)
+        false_rows.append(
+            {"noise alone (5 dB SNR level)": name}
+            | {f"speech_started/min {o}": starts(run(seg, o)[0]) * 2.0 for o in ("none", "near_field", "far_field")}
+        )
+
     reply = speak(REPLY, rate=RATE, voice="en-us+m3")
     reply = np.concatenate([reply] * max(1, int(np.ceil(60 * RATE / len(reply)))))[: 60 * RATE]
     floor = np.random.default_rng(5).normal(0, 1e-3, len(reply)).astype(np.float32)
@@ -223,6 +234,10 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
             "## WER (Whisper tiny.en) by noise and suppressor",
             "",
             markdown_table(rows, ["condition", "WER none", "WER near_field", "WER far_field"]),
+            "",
+            "## False turns: the VAD's speech_started on noise alone",
+            "",
+            markdown_table(false_rows, list(false_rows[0])),
             "",
             "## The reply's echo: self-interruptions (speech_started per minute of reply), the user's WER over it",
             "",
