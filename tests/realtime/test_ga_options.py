@@ -6,7 +6,6 @@ from __future__ import annotations
 import json
 
 import pytest
-
 from openai.types.realtime import RealtimeSessionCreateRequest
 
 from gateway.realtime import protocol as p
