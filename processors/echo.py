@@ -145,7 +145,7 @@ class EchoCanceller:
         10 ms within the echo's reach, plus ``headroom_db``) is silenced; a barge-in louder than the echo
         passes. Until the delay and gain are measured (the first ``window_ms`` of the first reply) the gain
         is taken as 0 dB over the whole search range: a user quieter than the reply is heard from then on
-        (at once on a client with no echo: no estimate then means a gain of 0)."""
+        (on a client with no echo, once the reply has played through a whole search window: the gain is 0)."""
         if self.gain2 is None:
             lo, gain2 = self.max_lag + self.tail, 1.0
         else:
@@ -180,7 +180,10 @@ class EchoCanceller:
         near = np.concatenate(self._mic)
         delay, peak = estimate_delay(near, far, self.max_lag)
         if peak < self.cfg.min_peak:
-            if self.gain2 is None:  # a window of the reply and no echo of it: a headset; the gate stands down
+            # no echo of a reply that played through the whole search (a headset): the gate stands down.
+            # Not on a window the reply only began in: its echo may not have come back yet
+            playing = np.mean(np.abs(far[: len(far) // FRAME * FRAME].reshape(-1, FRAME)).max(axis=1) > 0)
+            if self.gain2 is None and playing >= 0.8:
                 self.gain2 = 0.0
             return
         ref: np.ndarray = far[self.max_lag - delay : self.max_lag - delay + self.window].astype(np.float64)

@@ -62,11 +62,12 @@ class CleanPump:
         self.deliver = deliver  # a cleaned frame, on the loop, in order
         self._queue: deque[_Item] = deque()
         self._task: asyncio.Task[None] | None = None
+        self._then = False  # a ``then`` callback runs: every frame before it is out, none is being cleaned
 
     @property
     def busy(self) -> bool:
         """Whether frames are queued or being cleaned (the cleaner is the worker's until it is not)."""
-        return self._task is not None
+        return self._task is not None and not self._then
 
     def append(self, raw: bytes, event_id: str | None) -> None:
         if not self.busy and self.cleaner.idle(len(raw)):
@@ -113,7 +114,11 @@ class CleanPump:
                 while self._queue and isinstance(self._queue[0], _Then):
                     item = self._queue.popleft()
                     assert isinstance(item, _Then)
-                    item.fn()
+                    self._then = True  # what it does now (a commit) is in order: not queued again
+                    try:
+                        item.fn()
+                    finally:
+                        self._then = False
         finally:
             self._task = None
 

@@ -143,3 +143,17 @@ def test_the_canceller_costs_little_cpu():
     # 5 % of a core per stage is the budget; on an idle core each takes ≈ 0.5-1 %: a 2x margin for a busy box
     assert cleaner.cpu_s["echo"] / seconds < 0.025 * 2 and cleaner.cpu_s["noise"] / seconds < 0.025 * 2
     assert isinstance(cleaner.echo, EchoCanceller) and cleaner.echo.gated > 0 and FRAME == 160
+
+
+@pytest.mark.parametrize("rate", [16_000, 8_000])
+def test_other_input_rates_cancel_a_24_khz_reply(rate):
+    import soxr
+
+    reply = speak(REPLY, rate=RATE)
+    heard = soxr.resample(room(reply, 0.1, -6.0), RATE, rate)
+    mic = i16(heard + np.random.default_rng(4).normal(0, 3e-4, len(heard)))
+    cleaner = InputCleaner(rate)
+    cleaner.played(i16(reply).tobytes(), RATE)
+    out = clean(cleaner, mic, frame=rate // 50)
+    assert len(out) > 0.95 * len(mic)
+    assert db(mic[: len(out)]) - db(out) >= 30
