@@ -109,7 +109,8 @@ async def test_the_reply_played_into_the_microphone_interrupts_only_without_canc
             assert done["response"]["status"] == "completed"
             token = phone.c.events[0]["resume"]["token"]
             echo = addr.call(lambda: addr.services.registry.sessions[token].media.clean.cleaner.echo)
-            assert echo.delay is not None and abs(echo.delay / 16 - ROOM_DELAY_S * 1000) <= 25  # found, in ms
+            # found: the room's delay plus what the server cannot see (the frames in flight, a loaded loop)
+            assert echo.delay is not None and -10 <= echo.delay / 16 - ROOM_DELAY_S * 1000 <= 100
         else:
             assert started_after_reply >= 1, "without cancellation the echo should have barged in"
             assert done["response"]["status"] == "cancelled"
