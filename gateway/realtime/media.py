@@ -20,7 +20,7 @@ from typing import Any, Protocol
 import numpy as np
 
 from processors.audio import TARGET_RATE, AudioError, b64decode_strict, decode_base64_pcm16
-from processors.audio_formats import G711_RATE, g711_to_pcm16
+from processors.audio_formats import G711_RATE, PCM_RATE, g711_to_pcm16
 from processors.input_clean import InputCleaner
 from processors.speexdsp import available as echo_available
 from processors.vad import ServerVadConfig
@@ -192,7 +192,7 @@ class MediaInput:
         """The session sent this audio to its client (``output_audio.delta``): the echo to cancel."""
         if self.clean is not None:
             if fmt == "audio/pcm":
-                self.clean.played(pcm, 24_000)
+                self.clean.played(pcm, PCM_RATE)
             else:
                 self.clean.played(g711_to_pcm16(pcm, fmt), G711_RATE)
 
