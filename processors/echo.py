@@ -142,14 +142,13 @@ class EchoCanceller:
         The adaptive filter takes seconds of speech to converge (2-10 dB in the first second), and the VAD
         hears a residual 10 dB down as speech. So while the reference plays, a frame whose energy is below
         the loudest echo the played audio could produce at it (the path's gain × the reference's loudest
-        10 ms within the echo's reach, plus ``headroom_db``) is silenced; a barge-in louder than the echo
-        passes. Until the delay and gain are measured (the first ``window_ms`` of the first reply) the gain
+        10 ms within the delay search's reach, plus ``headroom_db``) is silenced; a barge-in louder than the
+        echo passes. Until the delay and gain are measured (the first ``window_ms`` of the first reply) the gain
         is taken as 0 dB over the whole search range: a user quieter than the reply is heard from then on
         (on a client with no echo, once the reply has played through a whole search window: the gain is 0)."""
-        if self.gain2 is None:
-            lo, gain2 = self.max_lag + self.tail, 1.0
-        else:
-            lo, gain2 = self.shift + self.tail + self.margin, self.gain2
+        # over the whole search range, not just the filter's: a client that stalls (a loaded box, a gap in the
+        # reply) moves the echo's delay, and the gate must hold while the next estimate catches up
+        lo, gain2 = self.max_lag + self.tail, 1.0 if self.gain2 is None else self.gain2
         ref: np.ndarray = self.far.take(pos - lo, lo + FRAME).astype(np.float32)
         usable = len(ref) // FRAME * FRAME
         loudest = float(np.max(np.mean(ref[len(ref) - usable :].reshape(-1, FRAME) ** 2, axis=1)))
