@@ -57,7 +57,7 @@ from .responses import usage_of
 from .session import Session
 from .speaker import Speaker
 from .speculation import AfterPrepare, Speculation, Tokenizing
-from .speech_out import PlayAudio, Speak, prefetch_text
+from .speech_out import PlayAudio, Played, Speak, prefetch_text
 from .timing import SessionTiming
 
 log = logging.getLogger("stream_omni.live")
@@ -172,9 +172,12 @@ class LiveSession:
             for flag in self.image_cancels.pop(action.response_id, []):
                 flag.set()  # denoising stops within one step
             self.speaker.cancel(action.response_id)  # deltas and synthesis stop now
+            self.media.stop_playback()  # the client stops playing it: no more echo of it to cancel
             self.tools.cancel(action.response_id)
         elif isinstance(action, Speak | PlayAudio):  # synthesis, or a call's track
             self.speaker.submit(action)
+        elif isinstance(action, Played):
+            self.media.played(action.audio, action.format)
         elif isinstance(action, StartResponse):
             self._start(action)
         elif isinstance(action, StartImage):

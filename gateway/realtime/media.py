@@ -20,9 +20,11 @@ from typing import Any, Protocol
 import numpy as np
 
 from processors.audio import TARGET_RATE, AudioError, b64decode_strict, decode_base64_pcm16
-from processors.audio_formats import g711_to_pcm16
+from processors.audio_formats import PCM_RATE, g711_to_pcm16
 from processors.backchannel import HeldBargeIn, keeps_reply
 from processors.g711 import G711_RATE
+from processors.input_clean import InputCleaner
+from processors.speexdsp import available as echo_available
 from processors.turn_end import EndOfTurn, windows_for
 from processors.vad import ServerVadConfig
 
@@ -31,6 +33,7 @@ from . import protocol as p
 from . import transcription
 from .actions import Output
 from .asr_worker import AsrWorker, PassShed, shared_worker
+from .clean_input import CleanPump
 from .session import Session
 from .turntaking import (
     Completed,
@@ -101,6 +104,8 @@ class MediaInput:
         self._stopped_turns: deque[SpokenTurn] = deque()
         self.on_pass: Callable[[str, str, float, float], None] | None = None  # (item, kind, queued, text in): timing
         self._held: HeldBargeIn | None = None  # speech over a reply not cancelled yet: a backchannel?
+        self.clean: CleanPump | None = None  # echo cancellation / noise reduction in front of the VAD
+        self._clean_key: tuple[int, str | None, bool] | None = None  # the settings it was made with
 
     # ------------------------------------------------------------------ configuration
 
@@ -159,6 +164,7 @@ class MediaInput:
         try:
             if self.voice is not None:
                 self.voice.configure(rate, td)
+                self._configure_clean(p.SessionOptions.model_validate(merged), rate)
                 self._abandon()
             else:
                 VoiceInput.check(self.svc.audio_limits, td, rate)
@@ -170,7 +176,41 @@ class MediaInput:
         if self.voice is None:
             rate, td = self._audio_opts(self.session.options)
             self.voice = VoiceInput(self.svc.audio_limits, td, rate)
+            self._configure_clean(self.session.options, rate)
         return self.voice
+
+    def _configure_clean(self, options: p.SessionOptions, rate: int) -> None:
+        """The input cleaner these options ask for: noise reduction when set; echo cancellation unless the
+        client cancels its own (``echo_cancellation``: ``client`` or null) or is a WebRTC call (its browser does)."""
+        audio_in = options.audio.input if options.audio and options.audio.input else None
+        noise = audio_in.noise_reduction.type if audio_in is not None and audio_in.noise_reduction else None
+        if audio_in is not None and "echo_cancellation" in audio_in.model_fields_set:
+            echo = audio_in.echo_cancellation is not None and audio_in.echo_cancellation.type == "server"
+        else:
+            echo = not self.session.audio_track
+        echo = echo and echo_available()
+        key = (rate, noise, echo)
+        if key == self._clean_key:
+            return
+        self._clean_key = key
+        old, self.clean = self.clean, None
+        if old is not None and not old.busy:  # a busy one delivers what it holds, then is dropped
+            old.close()
+        if noise is not None or echo:
+            self.clean = CleanPump(InputCleaner(rate, noise=noise, echo_on=echo), self._feed)
+
+    def played(self, pcm: bytes, fmt: str) -> None:
+        """The session sent this audio to its client (``output_audio.delta``): the echo to cancel."""
+        if self.clean is not None:
+            if fmt == "audio/pcm":
+                self.clean.played(pcm, PCM_RATE)
+            else:
+                self.clean.played(g711_to_pcm16(pcm, fmt), G711_RATE)
+
+    def stop_playback(self) -> None:
+        """The reply was cancelled: the client stops playing it."""
+        if self.clean is not None:
+            self.clean.stop_playback()
 
     # ------------------------------------------------------------------ frames
 
@@ -186,8 +226,23 @@ class MediaInput:
         try:
             if isinstance(raw, str):
                 raw = b64decode_strict(raw)
+            pcm = g711_to_pcm16(raw, self.g711) if self.g711 else raw
+        except AudioError as exc:
+            self.svc.metrics.errors.labels(code=exc.code).inc()
+            self.send(self.session.error(exc.code, exc.message, event_id, "audio"))
+            return
+        if self.clean is not None and len(pcm) % 2 == 0:
+            self.clean.append(pcm, event_id)  # comes back cleaned through _feed, in order
+        else:
+            self._feed(pcm, event_id)
+
+    def _feed(self, pcm: bytes, event_id: str | None) -> None:
+        """A (cleaned) pcm16 frame into the VAD and the turn it belongs to."""
+        voice = self._voice()
+        manual = voice.vad is None
+        try:
             t0 = time.perf_counter()
-            events = voice.append(g711_to_pcm16(raw, self.g711) if self.g711 else raw)
+            events = voice.append(pcm)
             self.svc.metrics.voice_stage.labels(stage="vad").observe(time.perf_counter() - t0)
         except AudioError as exc:
             self.svc.metrics.errors.labels(code=exc.code).inc()
@@ -197,7 +252,7 @@ class MediaInput:
             voice.clear()  # speech with no seat: not heard, and no speech_started for it
             return
         if not manual and self.svc.turn_model is not None:
-            self.svc.turn_model.heard(len(raw) / (1 if self.g711 else 2) / voice.buffer.rate)
+            self.svc.turn_model.heard(len(pcm) / 2 / voice.buffer.rate)  # seconds of (decoded) pcm16
         for ev in events:
             spoken = self._spoken
             if isinstance(ev, Turn):
@@ -248,6 +303,9 @@ class MediaInput:
         return False
 
     def commit(self, event_id: str | None = None) -> None:
+        if self.clean is not None and self.clean.busy:
+            self.clean.then(lambda: self.commit(event_id))  # after the frames sent before it
+            return
         self._abandon()
         try:
             turn = self._voice().commit()
@@ -257,6 +315,9 @@ class MediaInput:
         self._committed(turn)
 
     def clear(self) -> None:
+        if self.clean is not None and self.clean.busy:
+            self.clean.then(self.clear)
+            return
         self._abandon()
         if self.voice is not None:
             self.voice.clear()
@@ -500,4 +561,6 @@ class MediaInput:
     def close(self) -> None:
         for t in self.tasks:
             t.cancel()
+        if self.clean is not None:
+            self.clean.close()
         self.release_seat()

@@ -59,8 +59,21 @@ class AudioOutput(_Lenient):
     speed: float | None = Field(default=None, ge=0.25, le=1.5)
 
 
+class NoiseReduction(_Lenient):
+    type: Literal["near_field", "far_field"]  # a headset / a speakerphone, kiosk or robot across the room
+
+
+class EchoCancellation(_Lenient):
+    """Extension: who cancels the echo of the session's own voice in its microphone."""
+
+    type: Literal["server", "client"]  # "client": it cancels its own (a browser's WebRTC does), the server does not
+
+
 class AudioInput(_Lenient):
     format: AudioFormat | None = None
+    noise_reduction: NoiseReduction | None = None  # null: off
+    # unset: the server cancels the echo of what it plays unless on a WebRTC call; null: off
+    echo_cancellation: EchoCancellation | None = None
     turn_detection: dict[str, Any] | None = Field(default=None)
     transcription: dict[str, Any] | None = None
 

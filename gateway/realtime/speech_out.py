@@ -63,6 +63,15 @@ class PlayAudio:
 
 
 @dataclass(frozen=True)
+class Played:
+    """Action: ``audio`` (in ``format``) went to the client in ``output_audio.delta``: it plays from now on
+    (the echo reference of the session's input cleaner)."""
+
+    audio: bytes
+    format: str
+
+
+@dataclass(frozen=True)
 class SpeechResult:
     """Chunk ``index``'s audio in the response's wire format, and where each of its words ends (ms
     from the chunk's start, one per whitespace-separated word of ``Speak.text``)."""
@@ -235,6 +244,8 @@ class SpeechOutput:
             events.extend(self._release(r, a, res))
             if self.audio_track and res.audio:
                 plays.append(PlayAudio(r.id, r.item_id, res.audio, a.settings.format))
+            elif res.audio:
+                plays.append(Played(res.audio, a.settings.format))
             a.heard += 1
         out = self._out(*events, actions=plays)
         if r.ending is not None and not r.waiting:

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 
+import pytest
 from openai.types.realtime import RealtimeSessionCreateRequest
 
 from gateway.realtime import protocol as p
@@ -70,3 +71,17 @@ def test_bad_values_of_accepted_fields_are_refused_naming_the_field():
             assert exc.code == "invalid_value" and exc.param.startswith(param) and exc.event_id == "e9", exc.param
         else:
             raise AssertionError(f"{session} was accepted")
+
+
+def test_noise_reduction_and_echo_cancellation_are_echoed_and_a_bad_type_names_the_field():
+    s = make()
+    audio = {"input": {"noise_reduction": {"type": "far_field"}, "echo_cancellation": {"type": "client"}}}
+    out = handled(s, ev(json.dumps({"type": "session.update", "session": {"audio": audio}}))).events
+    assert out[0]["type"] == "session.updated"
+    assert out[0]["session"]["audio"]["input"]["noise_reduction"] == {"type": "far_field"}
+    assert out[0]["session"]["audio"]["input"]["echo_cancellation"] == {"type": "client"}
+    for field, value in (("noise_reduction", "hallway"), ("echo_cancellation", "both")):
+        bad = {"audio": {"input": {field: {"type": value}}}}
+        with pytest.raises(p.ProtocolError) as refused:  # the connection sends it as an error event
+            p.parse(json.dumps({"type": "session.update", "session": bad}))
+        assert refused.value.param == f"session.audio.input.{field}.type"
