@@ -100,9 +100,9 @@ function sendMessage() {
   }
   const itemId = rid("item_web_");
   const eventId = rid("evt_");
-  const content = [];
+  // images before the question, as vision chat templates put them: a small model answers what comes last
+  const content = images.map((im) => ({ type: "input_image", image_url: im.dataUrl }));
   if (text) content.push({ type: "input_text", text });
-  for (const im of images) content.push({ type: "input_image", image_url: im.dataUrl });
   const view = userMessage({ text, images });
   view.status.textContent = "Sending…";
   const modalities = ui.imageMode.getAttribute("aria-pressed") === "true" ? ["text", "image"] : null;

@@ -32,6 +32,10 @@ async def chat_messages(svc: Services, messages: list[Message], owner: str = "")
         if m.content is None or isinstance(m.content, str):
             text = m.content or ""
         else:
+            images = sum(isinstance(part, ImagePart) for part in m.content)
+            if images > (most := svc.config.vision.max_images_per_message):
+                msg = f"{images} images in one message (limit {most}: vision.max_images_per_message)"
+                raise ApiError(400, "too_many_images", msg, f"messages[{i}].content")
             pieces = []
             for j, part in enumerate(m.content):
                 where = f"messages[{i}].content[{j}]"
