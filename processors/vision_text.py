@@ -69,12 +69,15 @@ def describe(reading: VisionReading, top_k: int = 3, min_score: float = 0.05, ma
     """The compact text put in the prompt in the image's place: the text read in it (when there is
     any) before the labels, the labels alone otherwise.
 
-    Labels: the best, then the next ``top_k - 1`` of at least ``min_score``, with their percentage.
+    Labels: the best ``top_k`` of at least ``min_score``, with their percentage.
     Text: every line, cut at ``max_text_chars`` (marked ``…``) so a page of text cannot flood the context.
     """
-    kept = [(n, p) for i, (n, p) in enumerate(reading.labels[:top_k]) if i == 0 or p >= min_score]
+    kept = [(n, p) for n, p in reading.labels[:top_k] if p >= min_score]
     guesses = ", ".join(f"{name} ({round(p * 100)}%)" for name, p in kept)
+    # a page of text still gets 1,000-way probabilities: a 2 % "nematode" is noise, said as such
     labels = f"a photo classifier's guesses at what it shows: {guesses}." if kept else ""
+    if not kept and reading.labels:
+        labels = "a photo classifier recognised none of its classes in it."
     text = "\n".join(reading.lines)
     if len(text) > max_text_chars:
         text = text[:max_text_chars].rstrip() + "…"

@@ -1,6 +1,7 @@
 // Stream-Omni browser chat client: the page's behaviour. Speaks only PROTOCOL.md.
 
 import { dragHasFiles, imageFiles } from "./attachments.js";
+import { cameraAvailable, snapshot } from "./camera.js";
 import { AttachmentTray, MicControl } from "./controls.js";
 import { askKeyForm, makeClient, servedModel } from "./connect.js";
 import { CLOSE_TOO_BIG, CLOSE_TRY_AGAIN, RealtimeClient, realtimeUrl } from "./protocol.js";
@@ -404,6 +405,14 @@ document.addEventListener("keydown", (e) => {
 });
 ui.stop.addEventListener("click", stopReply);
 ui.attach.addEventListener("click", () => ui.file.click());
+ui.camera.hidden = !cameraAvailable();
+ui.camera.addEventListener("click", async () => {
+  try {
+    state.attachments.add([await snapshot()]);
+  } catch (e) {
+    flashHint(`Camera: ${e.message}`);
+  }
+});
 ui.file.addEventListener("change", () => {
   state.attachments.add([...ui.file.files]);
   ui.file.value = "";

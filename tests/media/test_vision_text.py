@@ -42,9 +42,11 @@ def test_the_description_says_the_labels_are_guesses_and_quotes_the_text_lines()
     assert text.index("Hello") < text.index("tabby cat")  # the text first: a small model quotes what leads
 
 
-def test_the_best_label_stays_however_unsure_and_no_text_is_said_plainly():
+def test_labels_under_the_floor_are_not_guessed_at_and_no_text_is_said_plainly():
     text = describe(VisionReading(labels=(("maze", 0.02),), lines=()), min_score=0.05)
-    assert text == "[image: a photo classifier's guesses at what it shows: maze (2%). No text in it.]"
+    assert text == "[image: a photo classifier recognised none of its classes in it. No text in it.]"
+    text = describe(VisionReading(labels=(("nematode", 0.02),), lines=("Hello",)), min_score=0.05)
+    assert "nematode" not in text and "Hello" in text
 
 
 def test_a_page_of_text_is_cut_to_the_budget_and_marked():
