@@ -1,7 +1,10 @@
 // One still from the camera, for input_image: open it, take a frame, close it again.
 
-const WIDTH = 1280; // asked of the camera; the server scales images to vision.max_side anyway
-const HEIGHT = 720;
+// asked of the camera: a 960×540 JPEG at 0.85 stays well under the 256 KiB a WebRTC data-channel
+// message may carry (docs/WEBRTC.md) once base64-encoded, and is ample for the server's models
+const WIDTH = 960;
+const HEIGHT = 540;
+const QUALITY = 0.85;
 
 /** Whether this browser can open a camera at all (the button is hidden otherwise). */
 export function cameraAvailable() {
@@ -29,7 +32,7 @@ export async function snapshot() {
     canvas.width = video.videoWidth;
     canvas.height = video.videoHeight;
     canvas.getContext("2d").drawImage(video, 0, 0);
-    const blob = await new Promise((resolve) => canvas.toBlob(resolve, "image/jpeg", 0.9));
+    const blob = await new Promise((resolve) => canvas.toBlob(resolve, "image/jpeg", QUALITY));
     if (!blob) throw new Error("the camera frame could not be encoded");
     return new File([blob], "camera snapshot.jpg", { type: "image/jpeg" });
   } finally {

@@ -9,7 +9,7 @@ import pytest
 from PIL import Image
 
 from tests.e2e.browser_fixtures import requires_browser
-from tests.e2e.browser_page import assert_clean
+from tests.e2e.browser_page import ENDED, assert_clean
 
 pytestmark = requires_browser
 
@@ -37,3 +37,23 @@ def test_a_camera_snapshot_is_attached_and_sent_as_a_jpeg(open_page, speech_wav,
         # vision is off on this server: the refusal is shown, not lost
         page.wait_for_selector('article.user[data-status="failed"]', timeout=30_000)
         assert_clean(rec, allow=("unsupported_content",))
+
+
+def test_over_webrtc_the_snapshot_goes_on_the_data_channel_and_is_read_by_the_server(
+    open_page, speech_wav, tiny_backend, server_factory
+):
+    if speech_wav is None:
+        pytest.skip("Chromium's fake camera is set up with the fake microphone, which needs espeak-ng")
+    conf = {"audio.enabled": False, "session.max_output_tokens": 8}  # vision.mode: local, the default
+    with server_factory(tiny_backend, **conf) as addr:
+        page, rec = open_page(addr, query="transport=webrtc")
+        assert page.evaluate("window.streamOmni.client.constructor.name") == "RtcClient"
+        page.click("#camera")
+        page.wait_for_selector('#attachments .chip img[alt="Attached: camera snapshot.jpg"]')
+        page.fill("#input", "what is this?")
+        page.press("#input", "Enter")
+        page.wait_for_selector(ENDED, timeout=60_000)
+        (live,) = list(addr.services.registry.sessions.values())
+        texts = [p.get("text", "") for item in live.session.items for p in item.get("content", [])]
+        assert any(t.startswith("[image: ") for t in texts), texts  # described by the offline models
+        assert_clean(rec)
