@@ -37,6 +37,8 @@ def render_lines(
     """Black lines on white, one every 1.8 font sizes from the top left."""
     img = Image.new("RGB", size, "white")
     draw = ImageDraw.Draw(img)
+    if cjk and not Path(CJK_FONT).exists():
+        raise FileNotFoundError(f"{CJK_FONT}: Chinese text is drawn in it (apt-get install fonts-wqy-microhei)")
     font = ImageFont.truetype(CJK_FONT if cjk else LATIN_FONT, font_size)
     for i, line in enumerate(lines):
         draw.text((30, 30 + int(i * font_size * 1.8)), line, font=font, fill="black")
