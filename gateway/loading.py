@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import os
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, cast
@@ -67,8 +68,17 @@ def image_limits(config: Config) -> ImageLimits:
     return ImageLimits(max_bytes=v.max_image_bytes, max_pixels=v.max_image_pixels, max_side=v.max_side)
 
 
+@functools.cache
+def local_vision(top_k: int, ocr: bool) -> Any:
+    """The offline classifier + OCR (``models.local_vision``), loaded once per process: read-only
+    weights every app in it shares (each pass holds its lock and one core)."""
+    from models.local_vision import LocalVision
+
+    return LocalVision(top_k=top_k, ocr=ocr)
+
+
 def load_vision(config: Config) -> tuple[ImageDescriber | None, Any]:
-    """The configured image understanding (CLIP labels or a VLM caption) and image generator."""
+    """The configured image understanding (local labels + OCR, CLIP labels or a VLM caption) and image generator."""
     from processors.image import DecodeGate, RemoteImagePolicy, load_image_url
 
     v = config.vision
@@ -80,7 +90,16 @@ def load_vision(config: Config) -> tuple[ImageDescriber | None, Any]:
         else None
     )
     describer: ImageDescriber | None = None
-    if v.mode == "clip":
+    if v.mode == "local":
+        from processors.vision_text import describe
+
+        local = local_vision(v.local_labels, v.local_ocr)
+
+        def describer(url: str) -> str:
+            reading = local.read(load_image_url(url, limits, remote, gate=gate).image)
+            return describe(reading, top_k=v.local_labels)
+
+    elif v.mode == "clip":
         from models.clip import ClipConfig, ClipLabeler
 
         kw: dict[str, Any] = {"labels": tuple(v.clip_labels)} if v.clip_labels else {}

@@ -80,6 +80,7 @@ class Services:
     started: float = field(default_factory=time.time)
     key_rate: KeyRate | None = None  # with a Redis session store and api_keys
     key_limits: KeyLimits | None = None  # responses and tokens per key and window (limits.key_*_per_window)
+    image_key_limits: KeyLimits | None = None  # images read per key per minute (vision.images_per_key_per_minute)
     # unredeemed ek_ keys (POST /v1/realtime/client_secrets): here, or in Redis with replicas (gateway.cluster)
     client_secrets: SecretVault = field(default_factory=lambda: MemoryVault(time.time))
     tracing: Any = None  # gateway.tracing.Tracing: the app's span exporter; None: traces are off

@@ -78,6 +78,8 @@ async def start_services(
     lim = config.limits
     if lim.key_responses_per_window is not None or lim.key_tokens_per_window is not None:
         svc.key_limits = KeyLimits(lim.key_responses_per_window, lim.key_tokens_per_window, lim.key_window_s, time.time)
+    if config.vision.images_per_key_per_minute is not None:
+        svc.image_key_limits = KeyLimits(config.vision.images_per_key_per_minute, None, 60.0, time.time)
     # the built-in image and WAV processors first, then the installed plugins (which may replace them)
     svc.processors.register(ImageProcessor(image_limits(config), describer))
     clips = None if asr is None else blocking_transcriber(svc, asyncio.get_running_loop())

@@ -21,6 +21,7 @@ from __future__ import annotations
 import asyncio
 import base64
 import binascii
+import math
 
 from processors.errors import InputError
 from processors.image import MIME_TO_FORMAT, ImageError
@@ -121,6 +122,21 @@ async def data_url_text(svc: Services, url: str, max_bytes: int) -> str:
         raise FileRefused("unsupported_content", f"no processor on this server reads {mime} content")
     await asyncio.to_thread(proc.check, data, mime)
     return await asyncio.to_thread(proc.to_text, data, mime)
+
+
+def admit_images(svc: Services, owner: str, n: int) -> None:
+    """Before any image of a message is read: at most ``vision.max_images_per_message`` of them, and
+    room for each in ``owner``'s images a minute (``ImageError`` too_many_images / rate_limit_exceeded)."""
+    most = svc.config.vision.max_images_per_message
+    if n > most:
+        raise ImageError("too_many_images", f"{n} images in one message (limit {most}: vision.max_images_per_message)")
+    limits = svc.image_key_limits
+    for _ in range(n if limits is not None else 0):
+        assert limits is not None
+        spent = limits.admit(owner)
+        if spent is not None:
+            msg = f"this API key's images a minute ({spent.limit}, vision.images_per_key_per_minute) are spent; "
+            raise ImageError("rate_limit_exceeded", msg + f"retry in {math.ceil(spent.reset_seconds)} s")
 
 
 async def image_text(svc: Services, url: str) -> str:

@@ -1,6 +1,7 @@
 // Stream-Omni browser chat client: the page's behaviour. Speaks only PROTOCOL.md.
 
 import { dragHasFiles, imageFiles } from "./attachments.js";
+import { cameraAvailable, snapshot } from "./camera.js";
 import { AttachmentTray, MicControl } from "./controls.js";
 import { askKeyForm, makeClient, servedModel } from "./connect.js";
 import { CLOSE_TOO_BIG, CLOSE_TRY_AGAIN, RealtimeClient, realtimeUrl } from "./protocol.js";
@@ -100,9 +101,9 @@ function sendMessage() {
   }
   const itemId = rid("item_web_");
   const eventId = rid("evt_");
-  const content = [];
+  // images before the question, as vision chat templates put them: a small model answers what comes last
+  const content = images.map((im) => ({ type: "input_image", image_url: im.dataUrl }));
   if (text) content.push({ type: "input_text", text });
-  for (const im of images) content.push({ type: "input_image", image_url: im.dataUrl });
   const view = userMessage({ text, images });
   view.status.textContent = "Sending…";
   const modalities = ui.imageMode.getAttribute("aria-pressed") === "true" ? ["text", "image"] : null;
@@ -404,6 +405,14 @@ document.addEventListener("keydown", (e) => {
 });
 ui.stop.addEventListener("click", stopReply);
 ui.attach.addEventListener("click", () => ui.file.click());
+ui.camera.hidden = !cameraAvailable();
+ui.camera.addEventListener("click", async () => {
+  try {
+    state.attachments.add([await snapshot()]);
+  } catch (e) {
+    flashHint(`Camera: ${e.message}`);
+  }
+});
 ui.file.addEventListener("change", () => {
   state.attachments.add([...ui.file.files]);
   ui.file.value = "";

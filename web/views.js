@@ -17,6 +17,7 @@ export const ui = {
   stop: $("stop"),
   attach: $("attach"),
   file: $("file"),
+  camera: $("camera"),
   mic: $("mic"),
   speaker: $("speaker"),
   micLabel: $("mic-label"),

@@ -19,7 +19,7 @@ from processors.image import ImageError
 
 from ..realtime.asr_worker import transcribe_clip
 from ..services import Services
-from ..uploads import REFUSALS, FileRefused, attached_text, image_text
+from ..uploads import REFUSALS, FileRefused, admit_images, attached_text, image_text
 from .errors import ApiError
 from .schemas import AudioPart, FilePart, ImagePart, Message
 
@@ -36,6 +36,11 @@ async def chat_messages(svc: Services, messages: list[Message], owner: str = "")
         if m.content is None or isinstance(m.content, str):
             text = m.content or ""
         else:
+            try:
+                admit_images(svc, owner, sum(isinstance(part, ImagePart) for part in m.content))
+            except ImageError as exc:
+                status = 429 if exc.code == "rate_limit_exceeded" else 400
+                raise ApiError(status, exc.code, exc.message, f"messages[{i}].content") from None
             pieces = []
             for j, part in enumerate(m.content):
                 where = f"messages[{i}].content[{j}]"

@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Awaitable, Callable, Sequence
 
 from ..services import Services
-from ..uploads import attached_text, image_text
+from ..uploads import admit_images, attached_text, image_text
 from . import protocol as p
 
 Part = p.InputText | p.InputImage | p.InputAudio | p.InputFile
@@ -18,6 +18,7 @@ async def resolve_parts(
 
     ``owner``: the key the files belong to, as the HTTP API names it; ``transcribe``: base64 audio → text.
     """
+    admit_images(svc, owner, sum(isinstance(part, p.InputImage) for part in content))
     parts: list[Part] = []
     for part in content:
         if isinstance(part, p.InputAudio) and part.transcript is None and part.file_id is not None:

@@ -223,9 +223,10 @@ def test_image_attach_is_sent_and_answered_visibly(open_page, tiny_backend, serv
         page.wait_for_function("() => document.querySelectorAll('#attachments .chip').length === 0")
         [create] = rec.sent_of("conversation.item.create")
         parts = create["item"]["content"]
-        assert parts[0] == {"type": "input_text", "text": "What is in this picture?"}
-        assert [p["type"] for p in parts[1:]] == ["input_image", "input_image"]
-        assert parts[1]["image_url"] == "data:image/png;base64," + b64
+        # the images first, the question last (a small model answers what comes last)
+        assert parts[-1] == {"type": "input_text", "text": "What is in this picture?"}
+        assert [p["type"] for p in parts[:-1]] == ["input_image", "input_image"]
+        assert parts[0]["image_url"] == "data:image/png;base64," + b64
         assert page.locator("article.user .thumbs img").count() == 2
 
         # the server answers either with a reply or with an error about the image: both visible
@@ -275,8 +276,8 @@ def test_image_attach_with_vision_on_gets_a_reply(
         page.wait_for_selector(f'{ENDED}, article.user[data-status="failed"]', timeout=60_000)
         assert rec.received_of("error") == []
         assert [p["type"] for p in rec.sent_of("conversation.item.create")[0]["item"]["content"]] == [
-            "input_text",
             "input_image",
+            "input_text",
         ]
         assert page.get_attribute("article.assistant", "data-status") in ("completed", "incomplete")
         assert replies(page)[0] == next(iter(done_texts(rec).values()))

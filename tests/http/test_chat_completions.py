@@ -253,7 +253,7 @@ def test_busy_engine_is_503_server_busy(server_factory):
 
 def test_image_part_without_describer_is_unsupported(tiny_backend, server_factory):
     part = {"type": "image_url", "image_url": {"url": "data:image/png;base64,iVBORw0KGgo="}}
-    with server_factory(tiny_backend, **NO_AUDIO) as addr:
+    with server_factory(tiny_backend, **NO_AUDIO, **{"vision.mode": "none"}) as addr:
         err = assert_error(post(addr, body([{"role": "user", "content": [part]}])), 400, "unsupported_content")
     assert err["param"] == "messages[0].content[0]"
 

@@ -91,7 +91,7 @@ async def test_bad_images_get_clear_errors_and_the_socket_stays_open(
 
 
 async def test_image_input_disabled_says_so(tiny_backend, server_factory):
-    with server_factory(tiny_backend, **{"audio.enabled": False}) as addr:
+    with server_factory(tiny_backend, **{"audio.enabled": False, "vision.mode": "none"}) as addr:
         c = await RealtimeClient.connect(addr)
         await c.until("session.created")
         await c.send(image_item(data_url()))
