@@ -11,6 +11,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from models.backend import Backend
+from models.decode import dry_breakers
 from models.engine_client import EngineClient
 from models.remote import RemoteModel
 from processors.builtin import ImageProcessor, WavProcessor
@@ -86,6 +87,9 @@ async def start_services(
         capacity = config.audio.max_concurrent_turns or await asyncio.to_thread(measure_capacity, asr)
         svc.asr_worker = AsrWorker(asr, capacity, metrics=svc.metrics)
         svc.metrics.voice_capacity.set(capacity)
+    if engine.tokenizes and svc.sampling_defaults.dry_multiplier > 0:
+        # the default repetition guard's sequence breakers: one vocabulary scan (≈ 0.1 s), not on a first reply
+        await asyncio.wrap_future(engine.call(dry_breakers, backend))
     if config.limits.parse_processes > 0:  # no process starts before the first big frame
         svc.frame_parser = FrameParser(ParseLimits.of(config.limits), config.limits.parse_processes)
     return svc
