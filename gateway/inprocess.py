@@ -121,7 +121,9 @@ class StreamOmni:
 
     def stream(self, messages: list[dict[str, Any]], **options: Any) -> ResponseStream:
         """A response as an async iterator of ``StreamChunk``. Options: ``temperature``, ``top_p``,
-        ``seed``, ``max_output_tokens``, ``stop``, ``scheduler`` (``{"strategy", "task_hint", …}``)."""
+        ``seed``, ``max_output_tokens``, ``stop``, ``scheduler`` (``{"strategy", "task_hint", …}``) and
+        the sampling knobs of Chat Completions (``frequency_penalty``, ``logit_bias``, ``top_k``, DRY …:
+        docs/API.md's request keys); an unknown option raises ``StreamOmniError``."""
         return ResponseStream(self.services, messages, options)
 
     async def generate(

@@ -11,6 +11,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from models.backend import Backend
+from models.decode import dry_breakers
 from models.engine_client import EngineClient
 from models.remote import RemoteModel
 from processors.builtin import ImageProcessor, WavProcessor
@@ -95,6 +96,9 @@ async def start_services(
         svc.metrics.voice_capacity.set(capacity)
         svc.turn_model = await asyncio.to_thread(load_runner, svc.metrics)  # None: semantic_vad uses the transcript
     svc.tracing = start_tracing(config.tracing, svc.model_ids[0])
+    if engine.tokenizes and svc.sampling_defaults.dry_multiplier > 0:
+        # the default repetition guard's sequence breakers: one vocabulary scan (≈ 0.1 s), not on a first reply
+        await asyncio.wrap_future(engine.call(dry_breakers, backend))
     if config.limits.parse_processes > 0:  # no process starts before the first big frame
         svc.frame_parser = FrameParser(ParseLimits.of(config.limits), config.limits.parse_processes)
     return svc
