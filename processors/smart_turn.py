@@ -12,8 +12,9 @@ The input is what pipecat's ``LocalSmartTurnAnalyzerV3`` feeds it: 16 kHz audio,
 (zero-padded in front when shorter), as Whisper log-mel features from transformers'
 ``WhisperFeatureExtractor(chunk_length=8)`` with ``do_normalize=True``: float32
 ``[1, 80, 800]`` named ``input_features``; the output ``logits`` ``[1, 1]`` is already a sigmoid
-probability that the turn is complete. One call takes ≈ 8 ms (features) + 25-40 ms (model) on one
-core of this 2-core box: it runs on a worker thread, never on the event loop.
+probability that the turn is complete. One call took 8 ms (features) + 23-30 ms (model) on one
+core of this 2-core box at load 2, ≈ 165 ms at load 10: it runs on a worker thread, never on the
+event loop.
 """
 
 from __future__ import annotations
