@@ -36,6 +36,7 @@ class EchoConfig:
     every_ms: int = 250  # a new estimate this often while the reference plays
     min_peak: float = 0.08  # GCC-PHAT peak (0..1) below which an estimate is not trusted
     gate_db: float = -40.0  # what the echo gate does to a frame it judges to be echo only
+    slack_ms: int = 64  # the gate's reach beyond the filter's window both ways (the delay moving under load)
     headroom_db: float = 0.0  # echo the gate allows for above the direct path's (6 dB cut a barge-in's words)
 
 
@@ -142,14 +143,18 @@ class EchoCanceller:
         The adaptive filter takes seconds of speech to converge (2-10 dB in the first second), and the VAD
         hears a residual 10 dB down as speech. So while the reference plays, a frame whose energy is below
         the loudest echo the played audio could produce at it (the path's gain × the reference's loudest
-        10 ms within the delay search's reach, plus ``headroom_db``) is silenced; a barge-in louder than the
+        10 ms where the echo can be: the filter's window and ``slack_ms`` around it, plus ``headroom_db``)
+        is silenced; a barge-in louder than the
         echo passes. Until the delay and gain are measured (the first ``window_ms`` of the first reply) the gain
         is taken as 0 dB over the whole search range: a user quieter than the reply is heard from then on
         (on a client with no echo, once the reply has played through a whole search window: the gain is 0)."""
-        # over the whole search range, not just the filter's: a client that stalls (a loaded box, a gap in the
-        # reply) moves the echo's delay, and the gate must hold while the next estimate catches up
-        lo, gain2 = self.max_lag + self.tail, 1.0 if self.gain2 is None else self.gain2
-        ref: np.ndarray = self.far.take(pos - lo, lo + FRAME).astype(np.float32)
+        if self.gain2 is None:  # the whole search range
+            lo, hi, gain2 = self.max_lag + self.tail, 0, 1.0
+        else:  # the filter's window and a slack around it: a client that stalls (a loaded box, a gap in the
+            # reply) moves the echo's delay, and the gate must hold while the next estimate catches up
+            slack = self.cfg.slack_ms * RATE // 1000
+            lo, hi, gain2 = self.shift + self.tail + self.margin + slack, max(0, self.shift - slack), self.gain2
+        ref: np.ndarray = self.far.take(pos - lo, lo - hi + FRAME).astype(np.float32)
         usable = len(ref) // FRAME * FRAME
         loudest = float(np.max(np.mean(ref[len(ref) - usable :].reshape(-1, FRAME) ** 2, axis=1)))
         if loudest <= 0:
