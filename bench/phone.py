@@ -2,14 +2,14 @@
 
 1. Narrowband: word error rate of Whisper (the configured model) on an espeak-ng set, wideband
    (16 kHz) against what a phone line carries (µ-law 8 kHz, resampled back to 16 kHz), side by side.
-2. Latency: one server process (the embedded model, as users run it), a scripted Twilio-protocol
-   caller (``testkit.phonecall``) streaming each utterance in real time: the caller stops speaking →
-   the first reply frame arrives, p50 / p90.
+2. Latency: one server process (the embedded model, as users run it); a scripted SIP caller (RTP)
+   and a scripted Twilio-protocol caller (``testkit.phonecall``) each stream the utterances in real
+   time: the caller stops speaking → the first reply packet / frame arrives, p50 / p90.
 3. Concurrency: ``--calls`` callers ask at once; each reply's frames per second and longest gap
    between two frames while it plays (50/s and 20 ms is real time).
 
 Each row carries the 1-minute load average: on a shared box, read it first. Writes
-bench/results/phone.{json,md}. Needs espeak-ng. SIP is not measured: the gateway takes no SIP yet.
+bench/results/phone.{json,md}. Needs espeak-ng. SIP latency uses the scripted caller (``testkit.sipclient``).
 """
 
 from __future__ import annotations
@@ -22,7 +22,7 @@ from typing import Any
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
-from bench.common import machine, markdown_table, server_process, write  # noqa: E402
+from bench.common import free_port, machine, markdown_table, server_process, write  # noqa: E402
 
 SET = [
     "Please open the kitchen window.",
@@ -68,8 +68,8 @@ def pct(xs: list[float], q: float) -> float:
     return round(s[min(len(s) - 1, int(q * len(s)))], 1)
 
 
-async def one_turn(addr: str, text: str) -> tuple[float, list[float]]:
-    """(ms from the end of speech to the first reply frame, the reply's frame arrival times)."""
+async def one_turn(addr: str, text: str, wait_s: float = 180) -> tuple[float | None, list[float]]:
+    """(ms from the end of speech to the first reply frame, None if no reply came; its frames' arrival times)."""
     import numpy as np
 
     from testkit.phonecall import PhoneCall, to_ulaw
@@ -82,11 +82,47 @@ async def one_turn(addr: str, text: str) -> tuple[float, list[float]]:
     ended = time.monotonic()
     await call.say(to_ulaw(silence(1.0)))  # the line stays open, as a phone's does
     try:
-        await call.wait(lambda: call.first_audio_at is not None, 180)  # the first turn loads Whisper and the voice
+        await call.wait(lambda: call.first_audio_at is not None, wait_s)  # the first turn loads Whisper, the voice
         await call.wait(lambda: not call.buffer and times and time.monotonic() - times[-1] > 1.0, 120)
+    except TimeoutError:
+        return None, times  # refused (server_busy past the voice capacity) or too slow
     finally:
         await call.hang_up()
-    return (call.first_audio_at or ended) - ended, times
+    return ((call.first_audio_at or ended) - ended) * 1000, times
+
+
+async def sip_turn(port: int, text: str) -> float | None:
+    """A SIP call (scripted caller, RTP PCMU): ms from the end of speech to the first reply packet."""
+    import re
+
+    import numpy as np
+
+    from testkit.phonecall import to_ulaw
+    from testkit.sipclient import SipCaller
+    from testkit.speech import silence, speak
+
+    c = await SipCaller.open(port)
+    try:
+        c.send("INVITE", c.offer())
+        ok = await c.final(30)
+        c.send("ACK", cseq=1)
+        m = re.search(r"m=audio (\d+) ", ok.body.decode())
+        if ok.code != 200 or m is None:
+            return None
+        c.rtp_dest = ("127.0.0.1", int(m.group(1)))
+        await c.say(to_ulaw(np.concatenate([silence(0.3), speak(text)])))
+        ended = time.monotonic()
+        say_rest = asyncio.create_task(c.say(to_ulaw(silence(3.0)), seq=20000, timestamp=10**6))
+        try:
+            await c.heard(60)
+        except TimeoutError:
+            return None
+        finally:
+            say_rest.cancel()
+        return (time.monotonic() - ended) * 1000
+    finally:
+        c.send("BYE", cseq=2)
+        c.close()
 
 
 def gaps(times: list[float]) -> tuple[float, float]:
@@ -98,14 +134,27 @@ def gaps(times: list[float]) -> tuple[float, float]:
     return round((len(times) - 1) / span, 1), round(longest * 1000, 1)
 
 
-async def run(addr: str, turns: int, calls: int) -> dict[str, Any]:
+async def run(addr: str, sip_port: int, turns: int, calls: int) -> dict[str, Any]:
+    sip = []
+    for i in range(turns):
+        lat = await sip_turn(sip_port, SET[i % len(SET)])
+        if lat is not None:
+            sip.append(lat)
+    print(f"SIP, end of speech -> first reply packet (ms): {[round(x) for x in sip]}", flush=True)
     latencies = []
     for i in range(turns):
         lat, _ = await one_turn(addr, SET[i % len(SET)])
-        latencies.append(lat * 1000)
-    together = await asyncio.gather(*(one_turn(addr, SET[i % len(SET)]) for i in range(calls)))
-    per_call = [gaps(t) for _, t in together]
+        if lat is not None:
+            latencies.append(lat)
+    print(f"single call, end of speech -> first reply frame (ms): {[round(x) for x in latencies]}", flush=True)
+    together = await asyncio.gather(*(one_turn(addr, SET[i % len(SET)], 60) for i in range(calls)))
+    per_call = [gaps(t) for lat, t in together if lat is not None]
     return {
+        "sip_latency_ms": [round(x, 1) for x in sip],
+        "sip_latency_p50_ms": pct(sip, 0.5) if sip else None,
+        "sip_latency_p90_ms": pct(sip, 0.9) if sip else None,
+        "answered_together": len(per_call),
+        "latency_together_ms": [round(lat) for lat, _ in together if lat is not None],
         "latency_ms": [round(x, 1) for x in latencies],
         "latency_p50_ms": pct(latencies, 0.5),
         "latency_p90_ms": pct(latencies, 0.9),
@@ -125,9 +174,15 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     report: dict[str, Any] = {"machine": machine()}
     if not args.skip_wer:
         report["narrowband"] = narrowband()
-    overrides = {"telephony.enabled": True, "telephony.default_session": VOICE, "speculative.drafter": "none"}
+    sip_port = free_port()
+    overrides = {
+        "telephony.enabled": True,
+        "telephony.default_session": VOICE,
+        "telephony.sip_port": sip_port,
+        "speculative.drafter": "none",
+    }
     with server_process(overrides) as addr:
-        report["media_stream"] = asyncio.run(run(addr, args.turns, args.calls))
+        report["media_stream"] = asyncio.run(run(addr, sip_port, args.turns, args.calls))
     ms = report["media_stream"]
     md = ["# Phone calls (telephony media stream)", ""]
     if "narrowband" in report:
@@ -138,10 +193,12 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         ]
         md += [markdown_table(nb["utterances"], ["text", "wer_16k", "wer_8k_ulaw"]), ""]
     md += [
-        f"End of caller speech → first reply frame: p50 {ms['latency_p50_ms']} ms, p90 {ms['latency_p90_ms']} ms "
-        f"({len(ms['latency_ms'])} turns, load {ms['load_1m']})",
+        f"End of caller speech → first reply frame, media stream: p50 {ms['latency_p50_ms']} ms, "
+        f"p90 {ms['latency_p90_ms']} ms ({len(ms['latency_ms'])} turns, load {ms['load_1m']}); "
+        f"SIP (RTP): p50 {ms['sip_latency_p50_ms']} ms, p90 {ms['sip_latency_p90_ms']} ms",
         "",
-        f"{ms['calls']} calls at once: frames/s {ms['frames_per_s']}, longest gap ms {ms['longest_gap_ms']}",
+        f"{ms['calls']} calls at once, {ms['answered_together']} answered (latency ms {ms['latency_together_ms']}): "
+        f"frames/s {ms['frames_per_s']}, longest gap ms {ms['longest_gap_ms']}",
     ]
     write("phone", report, "\n".join(md) + "\n")
     print("\n".join(md))

@@ -112,6 +112,25 @@ class SipCaller:
 
     rtp_dest: tuple[str, int] = ("127.0.0.1", 0)
 
+    async def say(self, ulaw: bytes, seq: int = 1000, timestamp: int = 0) -> None:
+        """Stream µ-law as RTP (PCMU) in real time, 20 ms a packet."""
+        assert self.media.transport is not None
+        loop = asyncio.get_running_loop()
+        due = loop.time()
+        for n, i in enumerate(range(0, len(ulaw), 160)):
+            packet = rtp.build(0, seq + n, timestamp + i, 42, ulaw[i : i + 160], n == 0)
+            self.media.transport.sendto(packet, self.rtp_dest)
+            due += 0.02
+            await asyncio.sleep(max(0.0, due - loop.time()))
+
+    async def heard(self, within: float) -> rtp.Packet:
+        """The next RTP packet from the gateway."""
+        async with asyncio.timeout(within):
+            while True:
+                packet = rtp.parse(await self.media.inbox.get())
+                if packet is not None:
+                    return packet
+
     def close(self) -> None:
         for s in (self.sip, self.media):
             if s.transport is not None:

@@ -121,6 +121,7 @@ class SipServer(asyncio.DatagramProtocol):
         self.incoming = incoming  # the control layer: webhook or default session, then accept/reject
         self.forget = forget
         self.dialogs: dict[str, Dialog] = {}  # SIP Call-ID → dialog
+        self._opening: set[str] = set()  # Call-IDs whose INVITE is being set up (retransmissions wait)
         self.transport: asyncio.DatagramTransport | None = None
         self._tasks: set[asyncio.Task[Any]] = set()
 
@@ -189,18 +190,24 @@ class SipServer(asyncio.DatagramProtocol):
             if dialog.confirmed:  # a re-INVITE: hold or resume, or a new address
                 self._reinvite(dialog, req, addr)
             return  # else a retransmission: the answer is on its way
+        if sip_call in self._opening:
+            return  # a retransmission while its RTP socket is being made
         try:
             offer = sdp.parse_offer(req.body.decode("utf-8", errors="replace"))
         except sdp.SdpError as exc:
             self._reply(req, addr, 488, "Not Acceptable Here", extra=[("Warning", f'399 stream-omni "{exc}"')])
             return
         self._reply(req, addr, 100, "Trying")
+        self._opening.add(sip_call)
         self._spawn(self._open(req, addr, offer))
 
     async def _open(self, req: Request, addr: Addr, offer: sdp.Offer) -> None:
         loop = asyncio.get_running_loop()
-        _, line = await loop.create_datagram_endpoint(lambda: RtpLine(offer), local_addr=(self.host, 0))
         sip_call = req.headers.get("Call-ID") or ""
+        try:
+            _, line = await loop.create_datagram_endpoint(lambda: RtpLine(offer), local_addr=(self.host, 0))
+        finally:
+            self._opening.discard(sip_call)
         dialog = Dialog(req, addr, line, secrets.token_hex(8))
         self.dialogs[sip_call] = dialog
         call_id = dialog.call_id = f"rtc_{secrets.token_hex(12)}"
