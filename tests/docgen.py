@@ -76,7 +76,7 @@ def _comments(source: str) -> dict[int, str]:
     return out
 
 
-CONFIG_SOURCES = (ROOT / "gateway" / "config.py", ROOT / "gateway" / "config_model.py")
+CONFIG_SOURCES = tuple(ROOT / "gateway" / f for f in ("config.py", "config_model.py", "config_calls.py"))
 
 
 def field_comments(paths: tuple[Path, ...] = CONFIG_SOURCES) -> dict[tuple[str, str], str]:

@@ -19,6 +19,7 @@ LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
         (
             "gateway.config",
             "gateway.config_model",
+            "gateway.config_calls",
             "gateway.options",
             "gateway.metrics",
             "gateway.sink",
