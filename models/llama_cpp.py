@@ -45,7 +45,6 @@ import itertools
 import logging
 import weakref
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -53,8 +52,9 @@ import numpy as np
 from . import chat_template
 from .backend import BatchItem, KVState, common_prefix
 from .cores import CORES
+from .llama_cpp_load import import_llama_cpp, quiet_llama_log, resolve_gguf
 from .llama_slots import SeqHandle, Slot, open_slots, pick_slot, plan_moves
-from .llm import EMBEDDED_ID, ModelLoadError, embedded_gguf, generation_defaults
+from .llm import ModelLoadError, generation_defaults
 
 log = logging.getLogger(__name__)
 
@@ -73,55 +73,18 @@ class LlamaCppConfig:
     served_name: str | None = None  # the id shown in /v1/models
 
 
-def resolve_gguf(cfg: LlamaCppConfig) -> tuple[Path, str]:
-    """(GGUF path, served name)."""
-    if cfg.model == "embedded":
-        return embedded_gguf(), cfg.served_name or EMBEDDED_ID
-    path = Path(cfg.model)
-    if path.suffix != ".gguf" or not path.is_file():
-        raise ModelLoadError(f"llama.cpp backend needs a .gguf file; not found: {cfg.model}")
-    return path, cfg.served_name or path.stem
-
-
-def _import_llama_cpp() -> Any:
-    try:
-        import llama_cpp
-    except ImportError as exc:
-        raise ModelLoadError(f"llama.cpp backend unavailable ({exc}): `pip install llama-cpp-python==0.3.36`") from None
-    return llama_cpp
-
-
-_LOG_LEVELS = {3: logging.WARNING, 4: logging.ERROR}  # ggml: 1 debug, 2 info, 3 warn, 4 error
-_log_callback: Any = None  # kept alive: llama.cpp holds the pointer
-
-
-def _quiet_llama_log(lc: Any) -> None:
-    """Route llama.cpp's log to ``logging`` (warnings and errors only) instead of stderr."""
-    global _log_callback
-    if _log_callback is not None:
-        return
-
-    @lc.llama_log_callback
-    def _cb(level: int, text: bytes, _user: Any) -> None:
-        if level in _LOG_LEVELS:
-            log.log(_LOG_LEVELS[level], "llama.cpp: %s", text.decode("utf-8", "replace").rstrip())
-
-    _log_callback = _cb
-    lc.llama_log_set(_cb, ctypes.c_void_p(0))
-
-
 _MIN_BORROW = 8  # copy another slot's cached prefix when it is at least this many tokens longer
 
 
 class LlamaCppBackend:
     def __init__(self, cfg: LlamaCppConfig):
-        lc = _import_llama_cpp()
+        lc = import_llama_cpp()
         self._lc = lc
         self.cfg = cfg
         path, self.name = resolve_gguf(cfg)
         if cfg.n_seq < 1 or cfg.n_batch < 1 or cfg.n_ctx < 16:
             raise ModelLoadError(f"bad llama.cpp settings: n_seq={cfg.n_seq} n_batch={cfg.n_batch}")
-        _quiet_llama_log(lc)
+        quiet_llama_log(lc)
         lc.llama_backend_init()
         mparams = lc.llama_model_default_params()
         # no extra weight buffers (AMX, repacking): where the CPU reports AMX but the sandbox faults
