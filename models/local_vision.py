@@ -7,6 +7,7 @@ images never take more than that one core however many arrive together.
 
 from __future__ import annotations
 
+import logging
 import threading
 import time
 from dataclasses import dataclass
@@ -18,6 +19,8 @@ from processors.vision_text import VisionReading, reading_order
 from .cores import CORES
 from .image_classifier import ImageClassifier
 from .ocr import TextReader
+
+log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
@@ -32,7 +35,12 @@ class LocalVision:
     def __init__(self, top_k: int = 5, ocr: bool = True, ocr_max_side: int = 1280) -> None:
         self.top_k = top_k  # classes kept per image
         self.classifier = ImageClassifier()
-        self.reader = TextReader(ocr_max_side) if ocr else None
+        self.reader: TextReader | None = None
+        if ocr:
+            try:
+                self.reader = TextReader(ocr_max_side)
+            except (ImportError, OSError) as exc:  # OpenCV without libgl1 / libglib2.0-0: labels still work
+                log.warning("image input reads no text: the OCR cannot load (%s); install libgl1 libglib2.0-0", exc)
         self._pass = threading.Lock()  # one pass at a time: one core at most
         self.last: VisionTimings | None = None  # the latest pass's timings
 
