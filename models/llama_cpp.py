@@ -81,7 +81,7 @@ class LlamaCppBackend:
         lc = import_llama_cpp()
         self._lc = lc
         self.cfg = cfg
-        path, self.name = resolve_gguf(cfg)
+        path, self.name = resolve_gguf(cfg.model, cfg.served_name)
         if cfg.n_seq < 1 or cfg.n_batch < 1 or cfg.n_ctx < 16:
             raise ModelLoadError(f"bad llama.cpp settings: n_seq={cfg.n_seq} n_batch={cfg.n_batch}")
         quiet_llama_log(lc)

@@ -5,24 +5,21 @@ from __future__ import annotations
 import ctypes
 import logging
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from .llm import EMBEDDED_ID, ModelLoadError, embedded_gguf
-
-if TYPE_CHECKING:
-    from .llama_cpp import LlamaCppConfig
 
 log = logging.getLogger("models.llama_cpp")
 
 
-def resolve_gguf(cfg: LlamaCppConfig) -> tuple[Path, str]:
-    """(GGUF path, served name)."""
-    if cfg.model == "embedded":
-        return embedded_gguf(), cfg.served_name or EMBEDDED_ID
-    path = Path(cfg.model)
+def resolve_gguf(model: str, served_name: str | None) -> tuple[Path, str]:
+    """(GGUF path, served name) of ``model``: "embedded" or a path to a .gguf file."""
+    if model == "embedded":
+        return embedded_gguf(), served_name or EMBEDDED_ID
+    path = Path(model)
     if path.suffix != ".gguf" or not path.is_file():
-        raise ModelLoadError(f"llama.cpp backend needs a .gguf file; not found: {cfg.model}")
-    return path, cfg.served_name or path.stem
+        raise ModelLoadError(f"llama.cpp backend needs a .gguf file; not found: {model}")
+    return path, served_name or path.stem
 
 
 def import_llama_cpp() -> Any:

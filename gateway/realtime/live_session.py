@@ -12,7 +12,6 @@ import asyncio
 import contextlib
 import logging
 import secrets
-import threading
 from collections.abc import Callable, Coroutine
 from typing import Any
 
@@ -21,7 +20,7 @@ from models.backend import Parking
 from models.constrain import GrammarError
 from models.decode import ContextOverflow, JobEvents
 from models.engine_client import EngineBusy, Handle
-from models.image_events import TERMINAL, Failed, ImageEvent
+from models.image_events import Failed
 
 from ..filters import FILTER_FAILED, ResponseFilter
 from ..grammars import CompileBusy, off_loop
@@ -50,6 +49,7 @@ from .bigframes import ParseLimits, parse_checked
 from .content import resolve_item
 from .defaults import session_defaults
 from .idle import IdleTimer
+from .image_jobs import ImageJobs
 from .image_output import ImageProgress
 from .media import MediaInput
 from .replay import ReplayBuffer
@@ -118,7 +118,7 @@ class LiveSession:
         )
         self._tasks: set[asyncio.Task[None]] = set()
         self._media_lock = asyncio.Lock()
-        self.image_cancels: dict[str, list[threading.Event]] = {}  # response id → its image jobs
+        self.images = ImageJobs(self.svc.image_gen, self.model_q)
         self.token = token or secrets.token_urlsafe(32)
         self.key = key
         self.attached: Attachment | None = None  # the Connection currently serving this session
@@ -169,8 +169,7 @@ class LiveSession:
             if handle is not None:
                 handle.cancel()
                 self.svc.metrics.cancels.inc()
-            for flag in self.image_cancels.pop(action.response_id, []):
-                flag.set()  # denoising stops within one step
+            self.images.cancel(action.response_id)
             self.speaker.cancel(action.response_id)  # deltas and synthesis stop now
             self.media.stop_playback()  # the client stops playing it: no more echo of it to cancel
             self.tools.cancel(action.response_id)
@@ -199,22 +198,10 @@ class LiveSession:
             self.tools.act(action)
 
     def _start_image(self, action: StartImage) -> None:
-        rid, item_id = action.response_id, action.item_id
-        gen = self.svc.image_gen
-        if gen is None:
+        if not self.images.start(action):
             msg = "image output is not enabled on this server"
             self.send(self.session.error("image_generation_disabled", msg))
-            self.send(image_output.progress(self.session, rid, item_id, Failed(msg)))
-            return
-        loop = asyncio.get_running_loop()
-        cancel = threading.Event()
-        self.image_cancels.setdefault(rid, []).append(cancel)
-
-        def on_event(ev: ImageEvent) -> None:  # from the generator's worker thread
-            if not loop.is_closed():
-                loop.call_soon_threadsafe(self.model_q.put_nowait, (rid, ImageProgress(item_id, ev)))
-
-        gen.submit(action.prompt, None, on_event, cancel)
+            self.send(image_output.progress(self.session, action.response_id, action.item_id, Failed(msg)))
 
     def _start(self, action: StartResponse) -> None:
         if self._preparing is not None:  # the reply to this turn may be a moment from prepared: wait for it
@@ -428,10 +415,7 @@ class LiveSession:
             ev = events.event
             if isinstance(ev, Failed):
                 log.warning("image generation failed: %s", ev.message)
-            if isinstance(ev, TERMINAL):
-                flags = self.image_cancels.get(rid, [])
-                if flags:
-                    flags.pop(0)
+            self.images.ended(rid, ev)
             self.send(image_output.progress(self.session, rid, events.item_id, ev))
             return
         spec = self.speculation

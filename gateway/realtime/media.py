@@ -14,27 +14,26 @@ import secrets
 import time
 from collections import deque
 from collections.abc import Callable
-from dataclasses import dataclass, field, replace
-from typing import Any, Protocol
+from dataclasses import replace
+from typing import Any
 
 import numpy as np
 
-from processors.audio import TARGET_RATE, AudioError, b64decode_strict, decode_base64_pcm16
+from processors.audio import AudioError, b64decode_strict, decode_base64_pcm16
 from processors.audio_formats import PCM_RATE, g711_to_pcm16
 from processors.backchannel import HeldBargeIn, keeps_reply
 from processors.g711 import G711_RATE
 from processors.input_clean import InputCleaner
 from processors.speexdsp import available as echo_available
-from processors.turn_end import EndOfTurn, windows_for
-from processors.vad import ServerVadConfig
 
 from ..services import Services
+from . import audio_settings
 from . import protocol as p
-from . import transcription
 from .actions import Output
-from .asr_worker import AsrWorker, PassShed, shared_worker
+from .asr_worker import PassShed, shared_worker
 from .clean_input import CleanPump
 from .session import Session
+from .spoken_turn import ReplyPreparer, SpokenTurn, seconds_of
 from .turntaking import (
     Completed,
     Drop,
@@ -53,31 +52,6 @@ from .voice_input import SpeechPaused, SpeechResumed, Turn, VoiceInput
 log = logging.getLogger("stream_omni.media")
 
 
-@dataclass
-class SpokenTurn:
-    """A VAD turn being spoken or transcribed: its item, its state machine, its audio once stopped."""
-
-    item_id: str
-    taker: TurnTaker
-    audio: np.ndarray | None = None  # float32 [n] at 16 kHz, set at speech_stopped
-    tickets: dict[int, int] = field(default_factory=dict)  # pass id → the worker's ticket, while queued or running
-    completed: Completed | None = None  # its transcript, held until every earlier turn's is out
-    end: EndOfTurn | None = None  # its silence window from the end-of-turn model (turn_detection.model)
-
-
-def _seconds(audio: np.ndarray | None) -> float:
-    """Length of a turn's 16 kHz audio (the transcript's usage)."""
-    return 0.0 if audio is None else len(audio) / TARGET_RATE
-
-
-class Speculator(Protocol):
-    """The engine side of speculation (``LiveSession``): prepare a reply unseen, or drop it."""
-
-    def prepare(self, key: int, transcript: str) -> None: ...
-
-    def drop(self, key: int) -> None: ...
-
-
 class MediaInput:
     def __init__(
         self,
@@ -85,7 +59,7 @@ class MediaInput:
         services: Services,
         send: Callable[[Output], None],
         start_response: Callable[[p.ResponseCreate], None],
-        speculator: Speculator | None = None,
+        speculator: ReplyPreparer | None = None,
     ):
         self.session = session
         self.svc = services
@@ -110,16 +84,9 @@ class MediaInput:
     # ------------------------------------------------------------------ configuration
 
     def _audio_opts(self, options: p.SessionOptions) -> tuple[int, dict[str, Any] | None]:
-        rate, td = 24_000, self.svc.default_turn_detection
-        audio_in = options.audio.input if options.audio and options.audio.input else None
-        self.g711 = None  # audio/pcmu or audio/pcma: decoded to 8 kHz pcm16 before the buffer
-        if audio_in is not None:
-            if audio_in.format is not None:
-                rate = audio_in.format.rate if audio_in.format.type == "audio/pcm" else G711_RATE
-                self.g711 = audio_in.format.type if audio_in.format.type != "audio/pcm" else None
-            if "turn_detection" in audio_in.model_fields_set:
-                td = audio_in.turn_detection
-        return rate, transcription.turn_detection(td) if options.type == "transcription" else td
+        a = audio_settings.audio_in(options, self.svc.default_turn_detection)
+        self.g711 = a.g711  # audio/pcmu or audio/pcma: decoded to 8 kHz pcm16 before the buffer
+        return a.rate, a.turn_detection
 
     @property
     def input_rate(self) -> int:
@@ -128,30 +95,17 @@ class MediaInput:
 
     def describe(self, view: dict[str, Any]) -> None:
         """Report the effective ``audio.input`` settings (turn detection with every field filled in)."""
-        if self.svc.asr is None:  # no audio input here: no turn detection, whatever the client asked for
-            audio_in = view.get("audio", {}).get("input")
-            if audio_in is not None:  # (the Agents SDKs' interrupt() cancels only without server turn detection)
-                audio_in["turn_detection"] = None
-            return
-        rate, td = self._audio_opts(self.session.options)
-        try:
-            detection = ServerVadConfig.from_turn_detection(td).view() if td is not None else None
-        except AudioError:  # refused by check_update before it could be applied; never stored
-            return
-        audio_in = view.setdefault("audio", {}).setdefault("input", {})
-        audio_in["format"] = {"type": self.g711} if self.g711 else {"type": "audio/pcm", "rate": rate}
-        audio_in["turn_detection"] = detection
+        a = audio_settings.audio_in(self.session.options, self.svc.default_turn_detection)
+        audio_settings.describe(view, a, self.svc.asr is not None)
 
     def idle_timeout(self) -> tuple[int, int] | None:
         """``(idle_timeout_ms, the input clock's now in ms)`` when the session's turn detection has an idle
         timeout and no one is speaking; else None."""
         if self.svc.asr is None:
             return None
-        _, td = self._audio_opts(self.session.options)
-        try:
-            ms = ServerVadConfig.from_turn_detection(td).idle_timeout_ms if td is not None else None
-        except AudioError:
-            return None
+        ms = audio_settings.idle_timeout_ms(
+            audio_settings.audio_in(self.session.options, self.svc.default_turn_detection)
+        )
         voice = self.voice
         if ms is None or (voice is not None and voice.in_speech):
             return None
@@ -180,14 +134,8 @@ class MediaInput:
         return self.voice
 
     def _configure_clean(self, options: p.SessionOptions, rate: int) -> None:
-        """The input cleaner these options ask for: noise reduction when set; echo cancellation unless the
-        client cancels its own (``echo_cancellation``: ``client`` or null) or is a WebRTC call (its browser does)."""
-        audio_in = options.audio.input if options.audio and options.audio.input else None
-        noise = audio_in.noise_reduction.type if audio_in is not None and audio_in.noise_reduction else None
-        if audio_in is not None and "echo_cancellation" in audio_in.model_fields_set:
-            echo = audio_in.echo_cancellation is not None and audio_in.echo_cancellation.type == "server"
-        else:
-            echo = not self.session.audio_track
+        """The input cleaner these options ask for (``audio_settings.cleaning``), when it changed."""
+        noise, echo = audio_settings.cleaning(options, webrtc=self.session.audio_track)
         echo = echo and echo_available()
         key = (rate, noise, echo)
         if key == self._clean_key:
@@ -279,15 +227,11 @@ class MediaInput:
         if self._held is not None and voice.in_speech and self._held.verdict(voice.now_ms) == "interruption":
             self._interrupt()
 
-    def worker(self) -> AsrWorker:
-        """The app's shared Whisper worker."""
-        return shared_worker(self.svc)
-
     def _seated(self, event_id: str | None) -> bool:
         """A voice seat for this session, taken when it speaks (server VAD) or sends audio (manual
         turns): past capacity, server_busy once. Silence between turns holds none, so calls that
         stream their microphone all the time (WebRTC, Pipecat) only take one while someone talks."""
-        worker = self.worker()
+        worker = shared_worker(self.svc)
         if worker.seat(self.session.id):
             self._refused = False
             return True
@@ -340,18 +284,7 @@ class MediaInput:
         if cfg is not None:
             self._abandon()
             modelled = cfg.model == "smart_turn" and self.svc.turn_model is not None
-            turn_cfg = TurnConfig(
-                interval_ms=cfg.transcription_interval_ms,
-                speculate=cfg.speculation_ms > 0,  # the VAD reports no pause as long as the window itself
-                respond=cfg.create_response,
-                eagerness=cfg.eagerness if cfg.semantic and not modelled else None,
-                prepare_after_ms=cfg.speculation_ms,
-                pause_text=modelled,
-            )
-            spoken = SpokenTurn(self._current_item, TurnTaker(turn_cfg, start_ms))
-            if modelled:
-                spoken.end = EndOfTurn(windows_for(cfg.semantic, cfg.eagerness, cfg.silence_duration_ms))
-            self._spoken = spoken
+            spoken = self._spoken = SpokenTurn.start(self._current_item, cfg, start_ms, modelled)
             if spoken.end is not None:
                 self._window(spoken, spoken.end.window_ms)
 
@@ -421,7 +354,7 @@ class MediaInput:
         blocked = spoken.taker.blocked_on
         ticket = spoken.tickets.get(blocked) if blocked is not None else None
         if ticket is not None:
-            self.worker().withdraw(ticket)  # its task gets PassShed and tells the TurnTaker
+            shared_worker(self.svc).withdraw(ticket)  # its task gets PassShed and tells the TurnTaker
 
     def _abandon(self) -> None:
         spoken, self._spoken = self._spoken, None
@@ -448,13 +381,13 @@ class MediaInput:
             elif isinstance(a, Completed):
                 a = self._judge(item_id, a)
                 if spoken not in self._stopped_turns:
-                    self._completed(item_id, a, _seconds(spoken.audio))
+                    self._completed(item_id, a, seconds_of(spoken.audio))
                     continue
                 spoken.completed = a
                 while self._stopped_turns and self._stopped_turns[0].completed is not None:
                     done = self._stopped_turns.popleft()
                     assert done.completed is not None
-                    self._completed(done.item_id, done.completed, _seconds(done.audio))
+                    self._completed(done.item_id, done.completed, seconds_of(done.audio))
             elif isinstance(a, Prepare):
                 if self.speculator is not None:
                     self.speculator.prepare(a.speculation, a.transcript)
@@ -484,7 +417,7 @@ class MediaInput:
     async def _pass(self, spoken: SpokenTurn, pass_id: int, kind: PassKind, audio: np.ndarray | None) -> None:
         if spoken.taker.done or audio is None:
             return
-        ticket, fut = self.worker().submit(self.session.id, kind, audio)
+        ticket, fut = shared_worker(self.svc).submit(self.session.id, kind, audio)
         spoken.tickets[pass_id] = ticket
         queued = time.perf_counter()
         try:
@@ -528,7 +461,7 @@ class MediaInput:
         text: str | None = None
         try:
             async with self._asr_lock:
-                text = await self.worker().transcribe(self.session.id, "final", turn.audio)
+                text = await shared_worker(self.svc).transcribe(self.session.id, "final", turn.audio)
         except Exception as exc:  # a failed transcription ends this item only
             log.error("transcription failed: %s", type(exc).__name__)
             self.send(self.session.transcript_failed(item_id, "transcription_failed", "could not transcribe audio"))
@@ -537,7 +470,7 @@ class MediaInput:
         if text is not None:
             if text:
                 self.send(self.session.transcript_delta(item_id, text))
-            self.send(self.session.transcript_done(item_id, text, _seconds(turn.audio)))
+            self.send(self.session.transcript_done(item_id, text, seconds_of(turn.audio)))
         if go is not None:
             self.start_response(go)
 
@@ -551,7 +484,7 @@ class MediaInput:
         if self.g711:
             b64 = base64.b64encode(g711_to_pcm16(b64decode_strict(b64), self.g711)).decode("ascii")
         audio = decode_base64_pcm16(b64, rate, self.svc.audio_limits)
-        return await self.worker().transcribe(self.session.id, "final", audio)
+        return await shared_worker(self.svc).transcribe(self.session.id, "final", audio)
 
     def release_seat(self) -> None:
         """Give this session's voice seat up (its socket went; its next audio takes one again)."""

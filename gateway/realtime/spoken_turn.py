@@ -1,0 +1,56 @@
+"""A VAD turn as the voice input holds it while it is spoken and transcribed, and the engine side of
+speculation it prepares replies through. Data only."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Protocol
+
+import numpy as np
+
+from processors.audio import TARGET_RATE
+from processors.turn_end import EndOfTurn, windows_for
+from processors.vad import ServerVadConfig
+
+from .turntaking import Completed, TurnConfig, TurnTaker
+
+
+@dataclass
+class SpokenTurn:
+    """A VAD turn being spoken or transcribed: its item, its state machine, its audio once stopped."""
+
+    item_id: str
+    taker: TurnTaker
+    audio: np.ndarray | None = None  # float32 [n] at 16 kHz, set at speech_stopped
+    tickets: dict[int, int] = field(default_factory=dict)  # pass id → the worker's ticket, while queued or running
+    completed: Completed | None = None  # its transcript, held until every earlier turn's is out
+    end: EndOfTurn | None = None  # its silence window from the end-of-turn model (turn_detection.model)
+
+    @classmethod
+    def start(cls, item_id: str, cfg: ServerVadConfig, start_ms: int, modelled: bool) -> SpokenTurn:
+        """A turn the VAD just started, under ``cfg`` (``modelled``: the end-of-turn model sets its window)."""
+        turn_cfg = TurnConfig(
+            interval_ms=cfg.transcription_interval_ms,
+            speculate=cfg.speculation_ms > 0,  # the VAD reports no pause as long as the window itself
+            respond=cfg.create_response,
+            eagerness=cfg.eagerness if cfg.semantic and not modelled else None,
+            prepare_after_ms=cfg.speculation_ms,
+            pause_text=modelled,
+        )
+        spoken = cls(item_id, TurnTaker(turn_cfg, start_ms))
+        if modelled:
+            spoken.end = EndOfTurn(windows_for(cfg.semantic, cfg.eagerness, cfg.silence_duration_ms))
+        return spoken
+
+
+def seconds_of(audio: np.ndarray | None) -> float:
+    """Length of a turn's 16 kHz audio (the transcript's usage)."""
+    return 0.0 if audio is None else len(audio) / TARGET_RATE
+
+
+class ReplyPreparer(Protocol):
+    """The engine side of speculation (``LiveSession``): prepare a reply unseen, or drop it."""
+
+    def prepare(self, key: int, transcript: str) -> None: ...
+
+    def drop(self, key: int) -> None: ...
