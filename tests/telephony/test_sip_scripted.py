@@ -6,14 +6,9 @@ from __future__ import annotations
 
 import asyncio
 import base64
-import queue
 import re
-import threading
-from collections.abc import Iterator
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
-import pytest
 from openai import OpenAI
 
 from testkit.fake_backend import FakeBackend
@@ -22,27 +17,6 @@ from testkit.sipclient import SipCaller
 from tests.wsclient import RealtimeClient
 
 SECRET = "whsec_" + base64.b64encode(b"call-control webhook secret 32b!").decode()
-
-
-@pytest.fixture
-def hooks() -> Iterator[tuple[str, queue.Queue[tuple[bytes, dict[str, str]]]]]:
-    got: queue.Queue[tuple[bytes, dict[str, str]]] = queue.Queue()
-
-    class Handler(BaseHTTPRequestHandler):
-        def do_POST(self) -> None:
-            body = self.rfile.read(int(self.headers.get("content-length", "0")))
-            got.put((body, {k.lower(): v for k, v in self.headers.items()}))
-            self.send_response(200)
-            self.end_headers()
-
-        def log_message(self, *args: Any) -> None:
-            pass
-
-    httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-    threading.Thread(target=httpd.serve_forever, daemon=True).start()
-    yield f"http://127.0.0.1:{httpd.server_address[1]}/hooks", got
-    httpd.shutdown()
-    httpd.server_close()
 
 
 def sip_overrides(port: int, url: str | None = None, **more: Any) -> dict[str, Any]:
@@ -78,8 +52,8 @@ async def test_options_a_refused_codec_and_a_caller_not_allowed(server_factory):
         c.close()
 
 
-async def test_cancel_before_the_answer_ends_the_call(server_factory, hooks):
-    url, got = hooks
+async def test_cancel_before_the_answer_ends_the_call(server_factory, receiver):
+    url, got = receiver
     port = free_port()
     with server_factory(FakeBackend(), **sip_overrides(port, url)) as addr:
         c = await SipCaller.open(port)
@@ -94,8 +68,8 @@ async def test_cancel_before_the_answer_ends_the_call(server_factory, hooks):
         c.close()
 
 
-async def test_sdk_accept_keys_then_hangup_sends_a_bye_and_reject_sends_the_status(server_factory, hooks):
-    url, got = hooks
+async def test_sdk_accept_keys_then_hangup_sends_a_bye_and_reject_sends_the_status(server_factory, receiver):
+    url, got = receiver
     port = free_port()
     with server_factory(FakeBackend(), **sip_overrides(port, url)) as addr:
         client = OpenAI(api_key="sk-local", base_url=f"http://{addr}/v1", max_retries=0)
