@@ -11,6 +11,7 @@ from urllib.parse import urlsplit
 from starlette.requests import HTTPConnection
 from starlette.responses import JSONResponse
 from starlette.types import ASGIApp, Receive, Scope, Send
+from starlette.websockets import WebSocket
 
 from .config import ServerConfig
 
@@ -108,6 +109,25 @@ def ws_auth(conn: HTTPConnection, keys: tuple[str, ...]) -> WsAuth:
     if not key_matches(candidate, keys):
         raise AuthRefused("invalid or missing API key")
     return WsAuth(key_digest(candidate), echo)
+
+
+_POLICY_VIOLATION = 1008  # RFC 6455 close code (realtime.protocol.CLOSE_POLICY; protocol stays free of starlette)
+
+
+async def accept_authorized(ws: WebSocket, server: ServerConfig) -> WsAuth | None:
+    """Accept a control socket (a call's sideband) once its Origin and API key pass; None when refused:
+    a bad Origin is closed before accept (the client sees HTTP 403), a bad key after it, saying why."""
+    if not check_origin(ws, server):
+        await ws.close(_POLICY_VIOLATION)
+        return None
+    try:
+        auth = ws_auth(ws, server.api_keys)
+    except AuthRefused as exc:
+        await ws.accept()
+        await ws.close(_POLICY_VIOLATION, str(exc))
+        return None
+    await ws.accept(subprotocol=auth.subprotocol or None)
+    return auth
 
 
 def http_api_key_ok(conn: HTTPConnection, keys: tuple[str, ...]) -> bool:

@@ -31,7 +31,7 @@ from ..realtime.bigframes import ParseLimits, parse_checked
 from ..realtime.connection import Connection
 from ..realtime.live_session import LiveSession
 from ..realtime.protocol import CLOSE_POLICY
-from ..security import AuthRefused, check_origin, ws_auth
+from ..security import AuthRefused, accept_authorized, check_origin, ws_auth
 from ..services import Services
 from ..session_registry import TooManySessions
 from . import twilio, webhooks
@@ -322,16 +322,9 @@ class TelephonyApi:
             await fallback(ws)
             return
         s = self.services()
-        if not check_origin(ws, s.config.server):
-            await ws.close(CLOSE_POLICY)
+        auth = await accept_authorized(ws, s.config.server)
+        if auth is None:
             return
-        try:
-            auth = ws_auth(ws, s.config.server.api_keys)
-        except AuthRefused as exc:
-            await ws.accept()
-            await ws.close(CLOSE_POLICY, str(exc))
-            return
-        await ws.accept(subprotocol=auth.subprotocol or None)
         found = self._find(pending.call.call_id, auth.key)
         live = found.call.live if found is not None else None
         if live is None or live.closed:

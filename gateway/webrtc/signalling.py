@@ -32,7 +32,7 @@ from ..realtime.keyed import PresetRefused, authenticate
 from ..realtime.live_session import LiveSession
 from ..realtime.protocol import CLOSE_POLICY
 from ..realtime.ratelimit import TokenBucket
-from ..security import AuthRefused, check_origin, ws_auth
+from ..security import AuthRefused, accept_authorized, check_origin, ws_auth
 from ..services import Services
 from ..session_registry import TooManySessions
 from .pacing import OutboundAudio
@@ -274,16 +274,9 @@ class WebRtcApi:
     async def sideband(self, ws: WebSocket) -> None:
         """``/v1/realtime?call_id=…``: a server's control socket on a call's session (same events)."""
         s = self.services()
-        if not check_origin(ws, s.config.server):
-            await ws.close(CLOSE_POLICY)
+        auth = await accept_authorized(ws, s.config.server)
+        if auth is None:
             return
-        try:
-            auth = ws_auth(ws, s.config.server.api_keys)
-        except AuthRefused as exc:
-            await ws.accept()
-            await ws.close(CLOSE_POLICY, str(exc))
-            return
-        await ws.accept(subprotocol=auth.subprotocol or None)
         call = self._find(ws.query_params.get("call_id", ""), auth.key)
         if call is None:
             await ws.send_json(p.error_event("call_not_found", "no such call for this API key"))
