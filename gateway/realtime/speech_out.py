@@ -329,3 +329,12 @@ class SpeechOutput:
         end_ms = min(played_ms, int(spoken.audio_ms))
         cut = p.ItemTruncate(type="conversation.item.truncate", item_id=item_id, content_index=0, audio_end_ms=end_ms)
         return self.truncate(cut)
+
+
+def due_truncations(
+    cut: list[tuple[str, int]], running_item: str | None
+) -> tuple[list[tuple[str, int]], list[tuple[str, int]]]:
+    """Items a barge-in cut at the playhead, as ``(item_id, heard_ms)``: (those to truncate now, those
+    whose response still runs, truncated when it ends). ``running_item``: the running response's item."""
+    waiting = [(item, ms) for item, ms in cut if item == running_item]
+    return [c for c in cut if c not in waiting], waiting

@@ -20,7 +20,7 @@ from typing import Any, Protocol
 from ..realtime import protocol as p
 from ..realtime.actions import Output
 from ..realtime.live_session import LiveSession
-from ..realtime.speech_out import PlayAudio
+from ..realtime.speech_out import PlayAudio, due_truncations
 from ..security import key_digest
 from .playout import FRAME_MS, Frame, MarkOut, Playout, Started, Stopped
 
@@ -166,11 +166,9 @@ class PhoneCall:
         if live is None or live.closed:
             return
         r = live.session.response
-        waiting = [(item, ms) for item, ms in self._cut if r is not None and r.item_id == item]
-        for item, ms in self._cut:
-            if (item, ms) not in waiting:
-                live.send(live.session.truncate_heard(item, ms))
-        self._cut = waiting
+        now, self._cut = due_truncations(self._cut, r.item_id if r is not None else None)
+        for item, ms in now:
+            live.send(live.session.truncate_heard(item, ms))
 
     # ------------------------------------------------------------------ inbound
 

@@ -18,7 +18,7 @@ from ..realtime.actions import Output
 from ..realtime.connection import Connection
 from ..realtime.live_session import LiveSession
 from ..realtime.protocol import CLOSE_TRY_AGAIN
-from ..realtime.speech_out import PlayAudio
+from ..realtime.speech_out import PlayAudio, due_truncations
 from .channel import LABEL, DataChannelSocket
 from .pacing import FRAME_MS, Cleared, OutboundAudio, PlayoutEvent, Started, Stopped, track_samples
 from .ports import bind_in_range
@@ -168,11 +168,9 @@ class Call:
         if live.closed:
             return
         r = live.session.response
-        waiting = [(item, ms) for item, ms in self._cut if r is not None and r.item_id == item]
-        for item, ms in self._cut:
-            if (item, ms) not in waiting:
-                live.send(live.session.truncate_heard(item, ms))
-        self._cut = waiting
+        now, self._cut = due_truncations(self._cut, r.item_id if r is not None else None)
+        for item, ms in now:
+            live.send(live.session.truncate_heard(item, ms))
 
     def _intercept(self, data: str | bytes) -> bool:
         """Client events only a WebRTC call understands, handled ahead of the queue (a priority path)."""

@@ -11,6 +11,7 @@ from models.sampling import SamplingParams, probs
 from models.scheduler import SchedulerConfig
 from models.verify import FixedLookahead, Speculation
 from tests.engine.spec_fakes import FakeLM, ListDrafter, oracle_drafts
+from tests.ngrams import repeats
 
 LOGITS = np.array([4.0, 3.0, 2.0, 1.0, -1.0, -2.0], dtype=np.float32)
 
@@ -107,17 +108,6 @@ def decode(params: SamplingParams, drafter=None, top=None, scale=3.0) -> DecodeJ
     return job
 
 
-def repeats(tokens: list[int], n: int = 3) -> int:
-    """n-grams that occurred before in ``tokens``."""
-    seen: set[tuple[int, ...]] = set()
-    count = 0
-    for i in range(len(tokens) - n + 1):
-        g = tuple(tokens[i : i + n])
-        count += g in seen
-        seen.add(g)
-    return count
-
-
 @pytest.mark.parametrize(
     "knob",
     [
@@ -129,7 +119,7 @@ def repeats(tokens: list[int], n: int = 3) -> int:
 def test_each_penalty_makes_greedy_output_repeat_less(knob):
     plain = decode(SamplingParams(max_tokens=60)).generated
     pen = decode(SamplingParams(max_tokens=60, **knob)).generated
-    assert repeats(pen) < repeats(plain), (plain, pen)
+    assert repeats(pen, 3) < repeats(plain, 3), (plain, pen)
 
 
 def test_presence_penalty_brings_new_tokens_first():

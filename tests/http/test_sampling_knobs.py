@@ -8,22 +8,13 @@ from openai import OpenAI
 
 from gateway import StreamOmni, StreamOmniError
 from tests.http.helpers import MODEL, NO_AUDIO, post, sse_events, user
+from tests.ngrams import repeats
 from tests.wsclient import RealtimeClient
 
 # drafting off: the tiny model's repetitive output is what the penalties are about, and drafting's exactness
 # under penalties has its own tests (tests/engine/test_penalties.py)
 CONF = {**NO_AUDIO, "speculative.drafter": "none"}
 PROMPT = user("count to ten")
-
-
-def repeats(tokens: list[str], n: int = 2) -> int:
-    seen: set[tuple[str, ...]] = set()
-    count = 0
-    for i in range(len(tokens) - n + 1):
-        g = tuple(tokens[i : i + n])
-        count += g in seen
-        seen.add(g)
-    return count
 
 
 def tokens_of(r) -> list[str]:
@@ -43,20 +34,20 @@ def test_penalties_bias_and_logprobs_on_chat(tiny_backend, server_factory):
         plain = ask()
         plain_tokens = tokens_of(plain)
         assert len(plain_tokens) == plain.usage.completion_tokens == 40
-        assert repeats(plain_tokens) > 5  # the tiny model repeats itself: room for the penalties to show
+        assert repeats(plain_tokens, 2) > 5  # the tiny model repeats itself: room for the penalties to show
         for kw in (
             {"frequency_penalty": 2.0},
             {"presence_penalty": 2.0},
             {"extra_body": {"repetition_penalty": 1.5}},
         ):
             pen = tokens_of(ask(**kw))
-            assert repeats(pen) < repeats(plain_tokens), (kw, plain_tokens, pen)
+            assert repeats(pen, 2) < repeats(plain_tokens, 2), (kw, plain_tokens, pen)
         # DRY spares runs that cross a newline (a sequence breaker), which is all the tiny model says here:
         # compare with newlines banned
         no_nl = {str(tiny_backend.encode("\n")[-1]): -100}
         loose = tokens_of(ask(logit_bias=no_nl))
         dry = tokens_of(ask(logit_bias=no_nl, extra_body={"dry_multiplier": 2.0}))
-        assert "\n" not in loose and repeats(dry) < repeats(loose), (loose, dry)
+        assert "\n" not in loose and repeats(dry, 2) < repeats(loose, 2), (loose, dry)
 
         favoured = 100
         biased = ask(logit_bias={str(favoured): 100})
