@@ -65,6 +65,7 @@ class Tracing:
         self.tracer = self.provider.get_tracer("stream_omni.gateway")
         self.model = model
         self.capture_content = cfg.capture_content
+        self.closing: threading.Thread | None = None  # the exporter's last flush, once closed
         # perf_counter readings (what the stages are timed with) → epoch ns (what spans carry)
         self._offset_ns = time.time_ns() - time.perf_counter_ns()
 
@@ -74,10 +75,13 @@ class Tracing:
     def session(self, session_id: str, tracing: Callable[[], Any], now: float) -> SessionTrace:
         return SessionTrace(self, session_id, tracing, now)
 
-    def close(self) -> None:
-        """Flush and stop the exporter on a thread of its own: a collector that does not answer
-        holds that thread for the export timeout, not the server's shutdown."""
-        threading.Thread(target=self.provider.shutdown, name="otel-shutdown", daemon=True).start()
+    def close(self) -> threading.Thread:
+        """Flush and stop the exporter on a thread of its own (returned): a collector that does not
+        answer holds that thread for the export timeout, not the server's shutdown."""
+        closing = threading.Thread(target=self.provider.shutdown, name="otel-shutdown", daemon=True)
+        closing.start()
+        self.closing = closing
+        return closing
 
 
 def start_tracing(cfg: TracingConfig, model: str) -> Tracing | None:

@@ -13,8 +13,11 @@ import pytest
 def fake_services(**kw: Any) -> Any:
     from types import SimpleNamespace
 
+    from gateway.config import VisionConfig
+
     session = SimpleNamespace(instructions=kw.pop("instructions", None))
-    return SimpleNamespace(config=SimpleNamespace(session=session), asr=None, **kw)
+    config = SimpleNamespace(session=session, vision=VisionConfig())
+    return SimpleNamespace(config=config, asr=None, image_key_limits=None, **kw)
 
 
 def messages(*raw: dict[str, Any]) -> list[Any]:

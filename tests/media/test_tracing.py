@@ -62,17 +62,27 @@ SHOWN = (
 )
 
 
+async def flushed(addr: object) -> None:
+    """The stopped server's last export is over: what it logs is logged in this test, not a later one."""
+    closing = addr.services.tracing.closing  # type: ignore[attr-defined]
+    assert closing is not None  # the app closed its tracing
+    await asyncio.to_thread(closing.join, 30)
+    assert not closing.is_alive()
+
+
 def children(spans: list[Span], parent: Span) -> list[Span]:
     return [s for s in spans if s.parent_id == parent.span_id]
 
 
 @requires_espeak
 async def test_a_voice_turn_is_one_trace_of_its_stages(server_factory, fast_export):
-    with OtlpReceiver() as rx, server_factory(FakeBackend(answer_tokens=30), **traced(rx.endpoint)) as addr:
-        c, done = await voice_turn(addr)
-        assert done["response"]["status"] == "completed"
-        await c.close()
-        (session,) = await asyncio.to_thread(rx.wait_for, "session")  # ends as the session closes
+    with OtlpReceiver() as rx:
+        with server_factory(FakeBackend(answer_tokens=30), **traced(rx.endpoint)) as addr:
+            c, done = await voice_turn(addr)
+            assert done["response"]["status"] == "completed"
+            await c.close()
+            (session,) = await asyncio.to_thread(rx.wait_for, "session")  # ends as the session closes
+        await flushed(addr)
     spans = rx.spans
     print(tree(spans, SHOWN))  # docs/OPERATING.md "Traces" shows this (pytest -s)
     assert len({s.trace_id for s in spans}) == 1, "every span of the session is in one trace"
@@ -115,9 +125,11 @@ async def test_a_voice_turn_is_one_trace_of_its_stages(server_factory, fast_expo
 
 @requires_espeak
 async def test_the_turn_latency_adds_up_to_the_measured_end_to_end(server_factory, fast_export):
-    with OtlpReceiver() as rx, server_factory(FakeBackend(answer_tokens=30), **traced(rx.endpoint)) as addr:
-        c, done = await voice_turn(addr)
-        await c.close()
+    with OtlpReceiver() as rx:
+        with server_factory(FakeBackend(answer_tokens=30), **traced(rx.endpoint)) as addr:
+            c, done = await voice_turn(addr)
+            await c.close()
+        await flushed(addr)
     lat = TurnLatency(**done["response"]["metrics"]["turn_latency"])
     print(done["response"]["metrics"]["turn_latency"])  # docs/OPERATING.md "Turn latency" shows one (pytest -s)
     assert not lat.prepared
@@ -142,6 +154,7 @@ async def test_an_unreachable_collector_loses_spans_not_turns(tiny_backend, serv
             assert done["response"]["metrics"]["turn_latency"]["end_to_end_ms"] > 0
         assert addr.services.tracing is not None  # type: ignore[attr-defined]
         await c.close()
+    await flushed(addr)
 
 
 def test_tracing_is_off_unless_asked(monkeypatch: pytest.MonkeyPatch):

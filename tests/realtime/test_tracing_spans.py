@@ -21,7 +21,8 @@ from testkit.server import free_port
 @pytest.fixture
 def traced() -> Iterator[tuple[Tracing, InMemorySpanExporter]]:
     def make(capture: bool = False) -> tuple[Tracing, InMemorySpanExporter]:
-        cfg = TracingConfig(enabled=True, endpoint=f"http://127.0.0.1:{free_port()}/v1/traces", capture_content=capture)
+        dead = f"http://127.0.0.1:{free_port()}/v1/traces"  # nothing listens: a short export timeout
+        cfg = TracingConfig(enabled=True, endpoint=dead, capture_content=capture, export_timeout_s=0.5)
         t = Tracing(cfg, "smol")
         memory = InMemorySpanExporter()
         t.provider.add_span_processor(SimpleSpanProcessor(memory))
@@ -30,8 +31,8 @@ def traced() -> Iterator[tuple[Tracing, InMemorySpanExporter]]:
 
     made: list[Tracing] = []
     yield make  # type: ignore[misc]
-    for t in made:
-        t.close()
+    for t in made:  # the exporter's failures are logged here, not in a later test
+        t.close().join(30)
 
 
 def ev(kind: str, **fields: object) -> dict[str, object]:
