@@ -33,7 +33,9 @@ async def turn(ws: Any, prompt: str, tokens: int) -> tuple[float, float]:
     item = {"type": "message", "role": "user", "content": [{"type": "input_text", "text": prompt}]}
     await ws.send(json.dumps({"type": "conversation.item.create", "item": item}))
     t0 = time.perf_counter()
-    await ws.send(json.dumps({"type": "response.create", "response": {"max_output_tokens": tokens}}))
+    # greedy (our extension): both servers write the same reply, so their times compare turn for turn
+    response = {"max_output_tokens": tokens, "temperature": 0}
+    await ws.send(json.dumps({"type": "response.create", "response": response}))
     while True:
         ev = json.loads(await asyncio.wait_for(ws.recv(), 300))
         if ev["type"] == "error":

@@ -72,7 +72,9 @@ def is_audio(event: dict[str, Any], item_id: str) -> bool:
 
 @requires_espeak
 async def test_spoken_question_spoken_answer_and_a_barge_in_that_truncates(server_factory):
-    model = Recording(FakeBackend(answer_tokens=60, step_s=0.005))  # its speech fits one Whisper window
+    # its speech fits one Whisper window; decoding takes 3 s, so the reply is still running at the barge-in
+    # however fast the voice synthesizes (Piper runs ≈ 30× real time on a quiet core)
+    model = Recording(FakeBackend(answer_tokens=60, step_s=0.05))
     with server_factory(model, **CONF) as addr:
         async with default_pipecat(addr) as app:
             pc = app.pc
