@@ -122,7 +122,9 @@ async def test_spoken_question_spoken_answer_and_a_barge_in_that_truncates(serve
     full = transcript_of(sent, item_id)
     assert normalize_words(full)[: len(normalize_words(text))] == normalize_words(text)
     words = heard(bytes(audio))
-    assert overlap(text, words) >= 0.5, (text, words)
+    # the audio trails the transcript by the chunk still arriving at the barge-in: what Whisper hears in it
+    # must be the transcript's words
+    assert len(words) >= 4 and overlap(" ".join(words), normalize_words(text)) >= 0.5, (text, words)
 
     # the reply was cancelled by the barge-in and truncated where Pipecat's playback clock stood
     done = next(e for e in sent if e["type"] == "response.done")
