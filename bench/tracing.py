@@ -33,9 +33,7 @@ async def turn(ws: Any, prompt: str, tokens: int) -> tuple[float, float]:
     item = {"type": "message", "role": "user", "content": [{"type": "input_text", "text": prompt}]}
     await ws.send(json.dumps({"type": "conversation.item.create", "item": item}))
     t0 = time.perf_counter()
-    # greedy (our extension): both servers write the same reply, so their times compare turn for turn
-    response = {"max_output_tokens": tokens, "temperature": 0}
-    await ws.send(json.dumps({"type": "response.create", "response": response}))
+    await ws.send(json.dumps({"type": "response.create", "response": {"max_output_tokens": tokens}}))
     while True:
         ev = json.loads(await asyncio.wait_for(ws.recv(), 300))
         if ev["type"] == "error":
@@ -135,6 +133,7 @@ def main() -> None:
         )
         write("tracing_loop", {"machine": info, "loop_cost_us": cost, "added_ms": added}, md)
         return
+    # greedy: both servers write the same reply, so their times compare turn for turn
     base = {"audio.enabled": False, "session.temperature": 0.0}
     with contextlib.ExitStack() as stack:
         rx = stack.enter_context(OtlpReceiver())
