@@ -1,6 +1,6 @@
 """A real SIP phone calls the gateway over loopback: Debian's baresip dials ``sip:…@127.0.0.1`` with a WAV
 (espeak-ng speech) as its microphone (``aufile``), records what it hears (``sndfile``), and hangs up
-when the WAV ends (a BYE). Whisper transcribes the recording; the sideband socket (``?call_id=``)
+(a BYE, typed on its console) once the sideband reports the reply played out. Whisper transcribes the recording; the sideband socket (``?call_id=``)
 watches the call's session."""
 
 from __future__ import annotations
@@ -76,7 +76,7 @@ async def test_baresip_calls_asks_and_hears_the_spoken_reply(server_factory, tmp
         "telephony.default_session": VOICE,
     }
     wav = tmp_path / "mic.wav"
-    audio = np.concatenate([silence(0.5), speak(QUESTION), silence(10.0)])
+    audio = np.concatenate([silence(0.5), speak(QUESTION), silence(40.0)])  # the call outlives any reply: the test hangs up
     sf.write(wav, resample(audio, 16_000, 8_000), 8000, subtype="PCM_16")
     conf = phone(tmp_path, wav, free_port())
     with server_factory(FakeBackend(answer_tokens=10, step_s=0.005), **overrides) as addr:
@@ -88,7 +88,8 @@ async def test_baresip_calls_asks_and_hears_the_spoken_reply(server_factory, tmp
             "-e",
             f"/dial sip:assistant@127.0.0.1:{sip_port}",
             "-t",
-            "30",
+            "60",
+            stdin=asyncio.subprocess.PIPE,
             stdout=asyncio.subprocess.PIPE,
             stderr=asyncio.subprocess.STDOUT,
         )
@@ -100,14 +101,25 @@ async def test_baresip_calls_asks_and_hears_the_spoken_reply(server_factory, tmp
                 while True:
                     await c.recv(60)
 
+        def played_out() -> bool:
+            types = [e["type"] for e in side.events] if side is not None else []
+            return "response.done" in types and "output_audio_buffer.stopped" in types
+
+        hung_up = False
         try:
-            async with asyncio.timeout(45):
+            async with asyncio.timeout(55):
                 while proc.returncode is None:  # attach the sideband as soon as the call exists
                     with contextlib.suppress(TimeoutError):
                         await asyncio.wait_for(proc.wait(), 0.05)
                     if side is None and calls and next(iter(calls.values())).call.live is not None:
                         side = await RealtimeClient.connect(addr, query=f"call_id={next(iter(calls))}")
                         listening = asyncio.create_task(listen(side))
+                    if not hung_up and played_out() and proc.stdin is not None:
+                        proc.stdin.write(b"/hangup\n")
+                        hung_up = True
+                    if hung_up and not calls and proc.stdin is not None and not proc.stdin.is_closing():
+                        proc.stdin.write(b"/quit\n")  # the BYE freed the call; the recording is closed
+                        proc.stdin.close()
         finally:
             if proc.returncode is None:
                 proc.kill()
