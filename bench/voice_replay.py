@@ -29,7 +29,7 @@ import numpy as np
 import processors.vad as vad_mod
 from bench.common import machine, markdown_table, median, write
 from bench.voice import UTTERANCES, utterance_audio
-from gateway.realtime.turntaking import (
+from gateway.voice.turntaking import (
     Completed,
     PassKind,
     Prepare,

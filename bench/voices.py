@@ -47,7 +47,7 @@ RATE = 24_000
 FRAME_MS = 40
 ROUNDS = {1: 5, 2: 3, 4: 2, 8: 1}  # about the same number of turns per N
 STAGGER_S = 1.0
-WHISPER_THREAD = "so-asr"  # gateway.realtime.asr_worker.THREAD_NAME (not imported: the bench also runs older servers)
+WHISPER_THREAD = "so-asr"  # gateway.voice.asr_worker.THREAD_NAME (not imported: the bench also runs older servers)
 STAGE = "stream_omni:voice_stage_seconds_sum"
 
 

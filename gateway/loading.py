@@ -37,7 +37,7 @@ def load_audio(config: Config) -> Transcriber:
     from processors.asr import AsrConfig, load_asr
     from processors.vad import SileroVad
 
-    from .realtime.asr_worker import whisper_threads_named
+    from .voice.asr_worker import whisper_threads_named
 
     a = config.audio
     with whisper_threads_named():

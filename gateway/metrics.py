@@ -86,7 +86,7 @@ class Metrics:
             buckets=(0.001, 0.002, 0.005, 0.01, 0.02, 0.05, 0.1, 0.2, 0.5),
         )
         self.responses = Counter("stream_omni:responses", "Responses finished by status", ["status"], registry=r)
-        # voice input shared by every session (gateway.realtime.asr_worker): queue, stages, seats
+        # voice input shared by every session (gateway.voice.asr_worker): queue, stages, seats
         self.voice_queue = Gauge(
             "stream_omni:voice_asr_queue_depth", "Whisper passes waiting for the worker", registry=r
         )
@@ -110,7 +110,7 @@ class Metrics:
         self.voice_shed = Counter(
             "stream_omni:voice_partials_shed", "Partial transcript passes dropped under load", registry=r
         )
-        # the end-of-turn model (gateway.realtime.endpointing) and speech over replies (backchannels)
+        # the end-of-turn model (gateway.voice.endpointing) and speech over replies (backchannels)
         self.turn_model_seconds = Counter(
             "stream_omni:voice_turn_model_seconds", "Compute time of the end-of-turn model (every call)", registry=r
         )

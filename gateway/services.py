@@ -68,9 +68,9 @@ class Services:
     metrics: Metrics = field(default_factory=Metrics)
     drafter_factory: Callable[[], Drafting] | None = None  # → (drafter, verifier) per response
     asr: Transcriber | None = None  # None when audio input is disabled
-    speech: Any = None  # gateway.speech.SpeechService: the voices; None when speech output is off
-    asr_worker: Any = None  # gateway.realtime.asr_worker.AsrWorker: the Whisper passes of every session, seats
-    turn_model: Any = None  # gateway.realtime.endpointing.TurnModelRunner: the end-of-turn model (None: not installed)
+    speech: Any = None  # gateway.voice.synthesis.SpeechService: the voices; None when speech output is off
+    asr_worker: Any = None  # gateway.voice.asr_worker.AsrWorker: the Whisper passes of every session, seats
+    turn_model: Any = None  # gateway.voice.endpointing.TurnModelRunner: the end-of-turn model (None: not installed)
     image_describer: ImageDescriber | None = None  # None when image input is disabled
     image_gen: Any = None  # models.image_gen.ImageGenerator, or None when image output is off
     filters: tuple[NamedFilter, ...] = ()  # chunk filters (gateway.filters), in order

@@ -21,13 +21,13 @@ from .files import FileStore
 from .filters import load_filters
 from .keylimits import KeyLimits
 from .loading import default_loader, image_limits, load_audio, load_speculator, load_vision, make_engine
-from .realtime.asr_worker import AsrWorker, blocking_transcriber, measure_capacity
 from .realtime.bigframes import FrameParser, ParseLimits
-from .realtime.endpointing import load_runner
 from .services import Services
 from .session_registry import SessionRegistry
-from .speech import load_speech
 from .tracing import start_tracing
+from .voice.asr_worker import AsrWorker, blocking_transcriber, measure_capacity
+from .voice.endpointing import load_runner
+from .voice.synthesis import load_speech
 
 
 async def start_services(

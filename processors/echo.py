@@ -2,7 +2,7 @@
 the echo delay found by cross-correlation, and libspeexdsp's adaptive filter. Pure (no I/O, no asyncio).
 
 The server knows exactly what the client plays: the reply audio it sent. Its playout clock is the one speech
-pacing keeps (``gateway.realtime.pacing``): a reply starts playing when its first audio goes out and plays in
+pacing keeps (``gateway.voice.pacing``): a reply starts playing when its first audio goes out and plays in
 real time. Here that clock is counted in microphone samples instead of wall-clock seconds: a chunk sent when
 the session had received ``m`` microphone samples starts playing at sample ``m`` (or where the audio before it
 ends), so network and frame jitter do not move the reference. What is left, the client's playout buffer and

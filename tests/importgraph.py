@@ -33,8 +33,8 @@ LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
             "gateway.filters",
             "gateway.uploads",
             "gateway.workers",
-            "gateway.tts_queue",
-            "gateway.speech_budget",
+            "gateway.voice.tts_queue",
+            "gateway.voice.speech_budget",
             "gateway.tokenize",
             "gateway.grammars",
             "gateway.session_registry",
@@ -42,10 +42,11 @@ LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
             "gateway.services",
         ),
     ),
-    # the voices' synthesis pool sits with the Realtime room whose speech settings it takes; HTTP uses it from above
+    # the voice pipeline (Whisper's queue, turn-taking, synthesis, pacing) serves Realtime, WebRTC, phones, HTTP
+    ("gateway.voice", ("gateway.voice",)),
     # server-side tools (MCP) are part of the Realtime session they run in; their Chat Completions use sits with HTTP
     # traces are drawn from what the Realtime session timed (gateway.realtime.turnlatency)
-    ("gateway.realtime", ("gateway.realtime", "gateway.speech", "gateway.tools", "gateway.tracing")),
+    ("gateway.realtime", ("gateway.realtime", "gateway.tools", "gateway.tracing")),
     ("gateway.http", ("gateway.http", "gateway.tools.chat")),
     ("gateway.cluster", ("gateway.cluster",)),
     ("wiring", ("gateway",)),  # app, startup, loading, inprocess, cli, server: everything else in gateway/

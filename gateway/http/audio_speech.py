@@ -7,8 +7,8 @@ format asked for) and ends with ``speech.audio.done`` and its usage, as OpenAI d
 
 The voices are shared with every session's spoken replies: a key runs at most
 ``audio.output.http_max_concurrent_per_key`` requests and ``http_chars_per_min_per_key`` characters a
-minute (``gateway.speech_budget``: 429 past either), its pieces take the key's turn in the queue
-(``gateway.tts_queue``), and no piece is longer than ``audio.output.max_piece_chars``.
+minute (``gateway.voice.speech_budget``: 429 past either), its pieces take the key's turn in the queue
+(``gateway.voice.tts_queue``), and no piece is longer than ``audio.output.max_piece_chars``.
 """
 
 from __future__ import annotations
@@ -29,9 +29,10 @@ from starlette.responses import Response, StreamingResponse
 from processors.audio_formats import PCM_RATE
 from processors.speech_text import SpeechText, bounded_pieces, spoken_text
 
-from ..realtime.speech_out import OPENAI_VOICES, SpeechSettings
+from ..realtime.speech_out import OPENAI_VOICES
 from ..security import bearer, key_digest
 from ..services import Services
+from ..voice.speech_actions import SpeechSettings
 from .errors import ApiError, check_model
 from .schemas import read_body
 

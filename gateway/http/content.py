@@ -17,9 +17,9 @@ import numpy as np
 from processors.audio import AudioError, b64decode_strict, decode_wav
 from processors.image import ImageError
 
-from ..realtime.asr_worker import transcribe_clip
 from ..services import Services
 from ..uploads import REFUSALS, FileRefused, admit_images, attached_text, image_text
+from ..voice.asr_worker import transcribe_clip
 from .errors import ApiError
 from .schemas import AudioPart, FilePart, ImagePart, Message
 

@@ -4,7 +4,7 @@ The upload (multipart: ``file``, ``model``, ``language``, ``prompt``, ``response
 ``stream``, ``include[]``, ``timestamp_granularities[]``) goes the way Realtime audio goes: the WAV
 decoder and limits of every audio input (``processors.audio.decode_wav``; ``audio.max_buffer_s``), the
 server VAD cutting it into turns (``processors.segments``), and each turn one pass on the Whisper worker
-every voice session shares (``gateway.realtime.asr_worker``). Decoding and the VAD run on a thread, never
+every voice session shares (``gateway.voice.asr_worker``). Decoding and the VAD run on a thread, never
 on the event loop; at most ``audio.max_concurrent_transcriptions`` requests run at once (more: 503), and
 each queues one pass at a time, so an upload never holds voice turns back by more than one pass.
 
@@ -32,8 +32,8 @@ from starlette.responses import Response, StreamingResponse
 from processors.audio import TARGET_RATE, AudioError, AudioLimits, decode_wav
 from processors.segments import speech_segments
 
-from ..realtime.asr_worker import AsrWorker, shared_worker
 from ..services import Services
+from ..voice.asr_worker import AsrWorker, shared_worker
 from . import transcript_formats as tf
 from .errors import ApiError, busy
 from .files import FORM_OVERHEAD

@@ -30,6 +30,8 @@ from ..sink import AsyncSink
 from ..tokenize import prompt_tokens
 from ..tools.runner import McpRunner
 from ..uploads import REFUSALS
+from ..voice.speaker import Speaker
+from ..voice.speech_actions import PlayAudio, Played, Speak
 from . import image_output, keyed
 from . import protocol as p
 from .actions import (
@@ -55,9 +57,8 @@ from .media import MediaInput
 from .replay import ReplayBuffer
 from .responses import usage_of
 from .session import Session
-from .speaker import Speaker
 from .speculation import AfterPrepare, Speculation, Tokenizing
-from .speech_out import PlayAudio, Played, Speak, prefetch_text
+from .speech_out import prefetch_text
 from .timing import SessionTiming
 
 log = logging.getLogger("stream_omni.live")

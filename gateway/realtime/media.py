@@ -27,14 +27,10 @@ from processors.input_clean import InputCleaner
 from processors.speexdsp import available as echo_available
 
 from ..services import Services
-from . import audio_settings
-from . import protocol as p
-from .actions import Output
-from .asr_worker import PassShed, shared_worker
-from .clean_input import CleanPump
-from .session import Session
-from .spoken_turn import ReplyPreparer, SpokenTurn, seconds_of
-from .turntaking import (
+from ..voice.asr_worker import PassShed, shared_worker
+from ..voice.clean_input import CleanPump
+from ..voice.spoken_turn import ReplyPreparer, SpokenTurn, seconds_of
+from ..voice.turntaking import (
     Completed,
     Drop,
     PassKind,
@@ -47,7 +43,11 @@ from .turntaking import (
     TurnConfig,
     TurnTaker,
 )
-from .voice_input import SpeechPaused, SpeechResumed, Turn, VoiceInput
+from ..voice.voice_input import SpeechPaused, SpeechResumed, Turn, VoiceInput
+from . import audio_settings
+from . import protocol as p
+from .actions import Output
+from .session import Session
 
 log = logging.getLogger("stream_omni.media")
 

@@ -21,6 +21,7 @@ from ..options import SchedulerOptions, model_refusal
 from ..tools.session import McpOutput
 from ..tools.state import McpPolicy, McpState
 from ..tools.wire import McpApprovalResponseItem
+from ..voice.speech_actions import SpeechSettings
 from . import functions, image_output, locks, planning, speech_out, transcription
 from . import protocol as p
 from .actions import (
@@ -38,7 +39,7 @@ from .actions import (
 from .conversation import Conversation
 from .items import ItemEvents, has_media
 from .responses import ResponseState, final_events
-from .speech_out import AudioState, SpeechOutput, SpeechSettings, SpokenItem
+from .speech_out import AudioState, SpeechOutput, SpokenItem
 
 CANCEL_NOT_ACTIVE = "Cancellation failed: no active response found"  # OpenAI's message, word for word
 

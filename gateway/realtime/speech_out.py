@@ -22,6 +22,7 @@ from typing import Any
 from processors.audio_formats import bytes_to_ms
 from processors.speech_text import Piece, SpeechText, spoken_text
 
+from ..voice.speech_actions import PlayAudio, Played, Speak, SpeechResult, SpeechSettings
 from . import protocol as p
 from .conversation import Conversation, Item
 
@@ -31,55 +32,6 @@ TRUNCATE_SLACK_MS = 5  # a client's played position may round a few ms past the 
 # the names OpenAI's voices go by: clients send them by default (the Agents SDK "ash", LiveKit "marin" …);
 # they mean "the default voice" here, never an error
 OPENAI_VOICES = frozenset("alloy ash ballad cedar coral echo fable marin nova onyx sage shimmer verse".split())
-
-
-@dataclass(frozen=True)
-class SpeechSettings:
-    """``audio.output`` in force for a response."""
-
-    format: str = "audio/pcm"  # wire format of output_audio.delta
-    voice: str = "joe"  # an installed voice's name
-    speed: float = 1.0  # 0.25–1.5
-
-
-@dataclass(frozen=True)
-class Speak:
-    """Action: synthesize chunk ``index`` of ``response_id`` (``text``: the words to say, maybe "")."""
-
-    response_id: str
-    index: int
-    text: str
-    settings: SpeechSettings
-
-
-@dataclass(frozen=True)
-class PlayAudio:
-    """Action: play a chunk of ``item_id`` on the call's outbound track (``audio``: in ``format``)."""
-
-    response_id: str
-    item_id: str
-    audio: bytes
-    format: str
-
-
-@dataclass(frozen=True)
-class Played:
-    """Action: ``audio`` (in ``format``) went to the client in ``output_audio.delta``: it plays from now on
-    (the echo reference of the session's input cleaner)."""
-
-    audio: bytes
-    format: str
-
-
-@dataclass(frozen=True)
-class SpeechResult:
-    """Chunk ``index``'s audio in the response's wire format, and where each of its words ends (ms
-    from the chunk's start, one per whitespace-separated word of ``Speak.text``)."""
-
-    response_id: str
-    index: int
-    audio: bytes
-    word_ends_ms: tuple[float, ...]
 
 
 @dataclass

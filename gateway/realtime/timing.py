@@ -16,10 +16,10 @@ from ..tracing import SessionTrace, Tracing
 from .turnlatency import TurnTimer
 
 if TYPE_CHECKING:
+    from ..voice.speaker import Speaker
     from . import protocol as p
     from .media import MediaInput
     from .session import Session
-    from .speaker import Speaker
     from .speculation import Speculation
 
 clock = time.perf_counter

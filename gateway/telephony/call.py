@@ -20,8 +20,9 @@ from typing import Any, Protocol
 from ..realtime import protocol as p
 from ..realtime.actions import Output
 from ..realtime.live_session import LiveSession
-from ..realtime.speech_out import PlayAudio, due_truncations
+from ..realtime.speech_out import due_truncations
 from ..security import key_digest
+from ..voice.speech_actions import PlayAudio
 from .playout import FRAME_MS, Frame, MarkOut, Playout, Started, Stopped
 
 log = logging.getLogger("stream_omni.telephony")

@@ -18,7 +18,8 @@ from ..realtime.actions import Output
 from ..realtime.connection import Connection
 from ..realtime.live_session import LiveSession
 from ..realtime.protocol import CLOSE_TRY_AGAIN
-from ..realtime.speech_out import PlayAudio, due_truncations
+from ..realtime.speech_out import due_truncations
+from ..voice.speech_actions import PlayAudio
 from .channel import LABEL, DataChannelSocket
 from .pacing import FRAME_MS, Cleared, OutboundAudio, PlayoutEvent, Started, Stopped, track_samples
 from .ports import bind_in_range

@@ -8,7 +8,7 @@ import asyncio
 import numpy as np
 import pytest
 
-from gateway.realtime.clean_input import CleanPump
+from gateway.voice.clean_input import CleanPump
 from processors.input_clean import InputCleaner
 from processors.speexdsp import available
 

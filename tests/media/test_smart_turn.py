@@ -8,7 +8,7 @@ import threading
 import numpy as np
 import pytest
 
-from gateway.realtime import endpointing
+from gateway.voice import endpointing
 from processors import smart_turn
 from processors.turn_end import THRESHOLD
 

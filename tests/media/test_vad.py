@@ -372,7 +372,7 @@ def test_segmenter_hands_out_the_turn_audio_so_far():
 def test_checking_voice_settings_refuses_what_configure_would_and_loads_no_model(monkeypatch):
     """A session.update or a client secret is checked on the event loop: loading silero there was a
     100-200 ms stall the first time."""
-    from gateway.realtime.voice_input import VoiceInput
+    from gateway.voice.voice_input import VoiceInput
     from processors.audio import AudioError, AudioLimits
 
     def no_model(*_a: object) -> None:

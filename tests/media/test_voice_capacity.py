@@ -10,8 +10,8 @@ from collections.abc import Sequence
 import numpy as np
 import pytest
 
-from gateway.realtime.asr_queue import QueueConfig
-from gateway.realtime.asr_worker import SEAT_IDLE_S, AsrWorker, PassShed
+from gateway.voice.asr_queue import QueueConfig
+from gateway.voice.asr_worker import SEAT_IDLE_S, AsrWorker, PassShed
 from models.cores import CORES
 from processors.asr import DEFAULT_HEADROOM_S, AsrConfig, encoder_frames, word_error_rate
 from testkit.speech import silence, speak

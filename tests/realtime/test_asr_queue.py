@@ -1,11 +1,11 @@
-"""The shared Whisper pass queue (gateway.realtime.asr_queue) on a fake clock, and how a turn takes a shed pass."""
+"""The shared Whisper pass queue (gateway.voice.asr_queue) on a fake clock, and how a turn takes a shed pass."""
 
 from __future__ import annotations
 
 import pytest
 
-from gateway.realtime.asr_queue import Pass, PassQueue, QueueConfig, Shed
-from gateway.realtime.turntaking import Completed, Stopped, Transcribe, TurnConfig, TurnTaker
+from gateway.voice.asr_queue import Pass, PassQueue, QueueConfig, Shed
+from gateway.voice.turntaking import Completed, Stopped, Transcribe, TurnConfig, TurnTaker
 
 
 def p(ticket: int, session: str, kind: str, at: float, input_s: float = 8.0) -> Pass:

@@ -1,8 +1,8 @@
-"""gateway.realtime.turntaking: every ordering of VAD events and Whisper results, on a fake clock (ms)."""
+"""gateway.voice.turntaking: every ordering of VAD events and Whisper results, on a fake clock (ms)."""
 
 from __future__ import annotations
 
-from gateway.realtime.turntaking import (
+from gateway.voice.turntaking import (
     Completed,
     Drop,
     Prepare,

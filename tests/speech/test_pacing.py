@@ -1,4 +1,4 @@
-"""A reply's synthesis stays a lead ahead of real-time playback (gateway.realtime.pacing): the pure clock on
+"""A reply's synthesis stays a lead ahead of real-time playback (gateway.voice.pacing): the pure clock on
 a fake clock, and the session's speaker, whose paced wait a cancel ends at once."""
 
 from __future__ import annotations
@@ -6,10 +6,10 @@ from __future__ import annotations
 import asyncio
 import time
 
-from gateway.realtime.pacing import KEPT, PlaybackClock
-from gateway.realtime.speaker import Speaker
-from gateway.realtime.speech_out import Speak, SpeechResult, SpeechSettings
-from gateway.speech import Synthesis
+from gateway.voice.pacing import KEPT, PlaybackClock
+from gateway.voice.speaker import Speaker
+from gateway.voice.speech_actions import Speak, SpeechResult, SpeechSettings
+from gateway.voice.synthesis import Synthesis
 
 S = SpeechSettings()
 

@@ -1,4 +1,4 @@
-"""The session's synthesis queue (gateway.realtime.speaker) with a fake voice service: order, cancel,
+"""The session's synthesis queue (gateway.voice.speaker) with a fake voice service: order, cancel,
 and the prepared reply's first chunk synthesized before the turn commits."""
 
 from __future__ import annotations
@@ -10,9 +10,10 @@ from typing import Any
 
 from gateway.realtime import protocol as p
 from gateway.realtime.session import Session, SessionDefaults
-from gateway.realtime.speaker import Speaker
-from gateway.realtime.speech_out import Speak, SpeechResult, SpeechSettings, prefetch_text
-from gateway.speech import Synthesis
+from gateway.realtime.speech_out import prefetch_text
+from gateway.voice.speaker import Speaker
+from gateway.voice.speech_actions import Speak, SpeechResult, SpeechSettings
+from gateway.voice.synthesis import Synthesis
 from testkit.pureshell import handled
 
 S = SpeechSettings()

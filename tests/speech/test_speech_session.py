@@ -14,7 +14,7 @@ from pydantic import TypeAdapter
 from gateway.realtime import protocol as p
 from gateway.realtime.actions import CancelResponse, StartResponse
 from gateway.realtime.session import Session, SessionDefaults
-from gateway.realtime.speech_out import Speak, SpeechResult, SpeechSettings
+from gateway.voice.speech_actions import Speak, SpeechResult, SpeechSettings
 from testkit.pureshell import handled
 
 SERVER_EVENT: TypeAdapter[Any] = TypeAdapter(RealtimeServerEvent)

@@ -1,5 +1,5 @@
 """Fair synthesis across API keys, pure and on a fake clock: the queue's tiers and round robin
-(``gateway.tts_queue``), the per-key budget of ``/v1/audio/speech`` (``gateway.speech_budget``), and the
+(``gateway.voice.tts_queue``), the per-key budget of ``/v1/audio/speech`` (``gateway.voice.speech_budget``), and the
 bounded pieces long unpunctuated text is cut into (``processors.speech_text``)."""
 
 from __future__ import annotations
@@ -8,8 +8,8 @@ from dataclasses import dataclass
 
 import pytest
 
-from gateway.speech_budget import SpeechBudget
-from gateway.tts_queue import FIRST_CHUNKS, SynthesisQueue
+from gateway.voice.speech_budget import SpeechBudget
+from gateway.voice.tts_queue import FIRST_CHUNKS, SynthesisQueue
 from processors.speech_text import MAX_NUMBER_DIGITS, SpeechText, bounded_pieces, spoken_text
 
 S_PER_CHAR = 56 / 4096  # what the attack measured: a 4,096-character input took 56 s of synthesis

@@ -7,9 +7,9 @@ import os
 import threading
 from types import SimpleNamespace
 
-from gateway.realtime.speech_out import SpeechSettings
-from gateway.speech import FIRST_CHUNKS, SpeechService
-from gateway.tts_queue import SynthesisQueue
+from gateway.voice.speech_actions import SpeechSettings
+from gateway.voice.synthesis import FIRST_CHUNKS, SpeechService
+from gateway.voice.tts_queue import SynthesisQueue
 
 
 def test_first_chunks_jump_ahead_and_equal_ranks_keep_arrival_order():

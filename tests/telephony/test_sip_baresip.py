@@ -1,7 +1,7 @@
 """A real SIP phone calls the gateway over loopback: Debian's baresip dials ``sip:…@127.0.0.1`` with a WAV
-(espeak-ng speech) as its microphone (``aufile``), records what it hears (``sndfile``), and hangs up
-(a BYE, typed on its console) once the sideband reports the reply played out. Whisper transcribes the recording; the sideband socket (``?call_id=``)
-watches the call's session."""
+(espeak-ng speech) as its microphone (``aufile``), records what it hears (``sndfile``), and hangs up (a BYE
+typed on its console) once the sideband socket (``?call_id=``), which watches the call's session, reports
+the reply played out. Whisper transcribes the recording."""
 
 from __future__ import annotations
 
@@ -76,7 +76,9 @@ async def test_baresip_calls_asks_and_hears_the_spoken_reply(server_factory, tmp
         "telephony.default_session": VOICE,
     }
     wav = tmp_path / "mic.wav"
-    audio = np.concatenate([silence(0.5), speak(QUESTION), silence(40.0)])  # the call outlives any reply: the test hangs up
+    audio = np.concatenate(
+        [silence(0.5), speak(QUESTION), silence(40.0)]
+    )  # the call outlives any reply: the test hangs up
     sf.write(wav, resample(audio, 16_000, 8_000), 8000, subtype="PCM_16")
     conf = phone(tmp_path, wav, free_port())
     with server_factory(FakeBackend(answer_tokens=10, step_s=0.005), **overrides) as addr:

@@ -2,7 +2,7 @@
 
 Synthesis takes CPU in proportion to the text (a 4,096-character input is about a minute of one
 worker), and the workers are shared with every session's spoken replies. The queue takes keys in turn
-(``gateway.tts_queue``), which bounds what one key's request costs the others' latency; these bounds
+(``gateway.voice.tts_queue``), which bounds what one key's request costs the others' latency; these bounds
 keep one key from holding the workers all the same: at most ``max_concurrent`` requests of a key at
 once, and ``chars_per_min`` characters per minute (a bucket that refills continuously, one full
 minute's worth at most). Past either, the request is refused (429) before anything is synthesized.

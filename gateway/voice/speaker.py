@@ -4,7 +4,7 @@ One task per session takes chunks in order and synthesizes each on the server's 
 chunk n+1 is synthesized while the client plays chunk n. A cancelled response's chunks are
 dropped from the queue at once and a synthesis already running for it is discarded when it
 returns (one clause, tens of ms). A reply's later chunks wait while its audio is more than a lead
-ahead of real-time playback (``gateway.realtime.pacing``) and the engine is decoding, so a long
+ahead of real-time playback (``gateway.voice.pacing``) and the engine is decoding, so a long
 reply's synthesis does not take the cores from decoding in one burst; once the engine is idle the
 wait ends (the cores are free then), and a cancel ends it at once.
 ``prefetch`` synthesizes a text before any response asks for it (the first chunk of a reply
@@ -23,9 +23,9 @@ from collections.abc import Callable
 
 from processors.audio_formats import bytes_to_ms
 
-from ..speech import SpeechService, Synthesis
 from .pacing import PlaybackClock
-from .speech_out import PlayAudio, Speak, SpeechResult, SpeechSettings
+from .speech_actions import PlayAudio, Speak, SpeechResult, SpeechSettings
+from .synthesis import SpeechService, Synthesis
 
 log = logging.getLogger("stream_omni.speaker")
 

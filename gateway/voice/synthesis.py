@@ -4,11 +4,11 @@ Synthesis never runs on the event loop nor on the engine's decode thread: it run
 ``audio.output.workers`` threads of its own, each onnxruntime call on ``audio.output.threads``
 cores (onnxruntime and espeak-ng release the GIL while they compute; docs/SPEECH.md has the
 measurements behind threads rather than a process). Waiting syntheses are taken first chunks
-first, then API keys in turn (``gateway.tts_queue``), so a reply's first audio waits only for the
+first, then API keys in turn (``gateway.voice.tts_queue``), so a reply's first audio waits only for the
 syntheses running, and no key's long ``/v1/audio/speech`` request holds the others' voices.
 
 With ``audio.output.nice`` the workers run that much below the decode's priority (``gateway.workers``):
-a reply's later chunks have seconds of lead (``gateway.realtime.pacing``), so they can wait for the
+a reply's later chunks have seconds of lead (``gateway.voice.pacing``), so they can wait for the
 scheduler, and llama.cpp's decode threads, which wait on each other at every step, are preempted
 less. A reply's first chunks are what a listener waits for, before the reply has any lead: one more
 thread at normal priority takes only those.
@@ -28,11 +28,11 @@ from typing import Any
 from models.cores import CORES
 from processors.audio_formats import encode
 
-from .config import SpeechConfig
-from .realtime.speech_out import SpeechSettings
+from ..config import SpeechConfig
+from ..workers import yield_to_decoding
+from .speech_actions import SpeechSettings
 from .speech_budget import SpeechBudget
 from .tts_queue import FIRST_CHUNKS, SynthesisQueue
-from .workers import yield_to_decoding
 
 log = logging.getLogger("stream_omni.speech")
 
