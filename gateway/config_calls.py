@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Literal
 
 from pydantic import Field, model_validator
 
@@ -65,4 +65,25 @@ class TelephonyConfig(_Frozen):
     mark_ms: int = Field(default=100, ge=20, le=2000)  # a mark after this much audio: the playhead's resolution
     sip_port: int | None = Field(default=None, ge=1, le=65535)  # take SIP calls on this UDP port (None: no SIP)
     sip_host: str = "127.0.0.1"  # the address SIP and RTP bind (and put in SDP answers)
-    sip_allow: tuple[str, ...] = ("127.0.0.0/8",)  # networks a SIP call may come from (a trunk's); others get 403
+    sip_allow: tuple[str, ...] = ("127.0.0.0/8",)  # networks a SIP call may come from (a trunk's) unchallenged
+    sip_tcp: bool = True  # take SIP over TCP on sip_port too (framed by Content-Length), as over UDP
+    sip_tls_port: int | None = Field(default=None, ge=1, le=65535)  # SIP over TLS here (None: no TLS); 5061 is usual
+    sip_tls_cert: str | None = None  # PEM certificate chain served on sip_tls_port
+    sip_tls_key: str | None = None  # its PEM private key
+    # digest credentials (user name → password) a caller outside sip_allow must give: the INVITE gets 401 with
+    # a nonce and is let in when retried with a right Authorization; none: such callers get 403
+    sip_users: dict[str, str] = {}
+    sip_realm: str = "stream-omni"  # the realm of the digest challenge (a trunk's credentials are for one realm)
+    # digest algorithms offered, preferred first, one challenge each (RFC 8760); phones on libre < 2 know only MD5
+    sip_digest_algorithms: tuple[Literal["SHA-256", "MD5"], ...] = Field(default=("SHA-256", "MD5"), min_length=1)
+    sip_nonce_ttl_s: float = Field(default=300.0, gt=0, le=86_400)  # a challenge's nonce is stale after this
+    # session timers (RFC 4028): the shortest interval accepted (422 below it; RFC floor 90 s), and the one asked
+    # of a caller that supports timers but asked none (None: no timer then); an unrefreshed session is ended
+    sip_min_se: int = Field(default=90, ge=90, le=86_400)
+    sip_session_expires: int | None = Field(default=1800, ge=90, le=86_400)
+
+    @model_validator(mode="after")
+    def _tls_files(self) -> TelephonyConfig:
+        if self.sip_tls_port is not None and (self.sip_tls_cert is None or self.sip_tls_key is None):
+            raise ValueError("telephony.sip_tls_port needs telephony.sip_tls_cert and telephony.sip_tls_key")
+        return self

@@ -36,7 +36,9 @@ from ..services import Services
 from ..session_registry import TooManySessions
 from . import twilio, webhooks
 from .call import ANY_KEY, PhoneCall, telephone_session
-from .sip import Dialog, SipServer
+from .digest import DigestAuth
+from .sip import Dialog, SipPolicy, SipServer
+from .sip_transport import serve_stream, tls_context
 from .stream import StreamLine, serve
 
 log = logging.getLogger("stream_omni.telephony")
@@ -69,15 +71,26 @@ class TelephonyApi:
         self.sip: SipServer | None = None
 
     async def start(self) -> None:
-        """Listen for SIP (UDP ``telephony.sip_port``) when configured."""
+        """Listen for SIP (UDP and TCP ``telephony.sip_port``, TLS ``sip_tls_port``) when configured."""
         cfg = self.services().config.telephony
         if not cfg.enabled or cfg.sip_port is None:
             return
         loop = asyncio.get_running_loop()
-        server = SipServer(cfg.sip_host, cfg.sip_allow, cfg.mark_ms, self._sip_incoming, self._forget)
+        auth = None
+        if cfg.sip_users:  # the nonce key lives as long as the process: a restart re-challenges
+            auth = DigestAuth(cfg.sip_realm, cfg.sip_users, secrets.token_bytes(32), cfg.sip_digest_algorithms,
+                              cfg.sip_nonce_ttl_s)  # fmt: skip
+        policy = SipPolicy(cfg.sip_allow, auth, cfg.sip_min_se, cfg.sip_session_expires)
+        server = SipServer(cfg.sip_host, policy, cfg.mark_ms, self._sip_incoming, self._forget)
         await loop.create_datagram_endpoint(lambda: server, local_addr=(cfg.sip_host, cfg.sip_port))
         self.sip = server
-        log.info("SIP: listening on udp %s:%s", cfg.sip_host, cfg.sip_port)
+        if cfg.sip_tcp:
+            server.streams.append(await serve_stream(cfg.sip_host, cfg.sip_port, server.handle))
+        if cfg.sip_tls_port is not None and cfg.sip_tls_cert is not None and cfg.sip_tls_key is not None:
+            tls = tls_context(cfg.sip_tls_cert, cfg.sip_tls_key)
+            server.streams.append(await serve_stream(cfg.sip_host, cfg.sip_tls_port, server.handle, tls))
+        log.info("SIP: listening on %s:%s (udp%s)%s", cfg.sip_host, cfg.sip_port, ", tcp" if cfg.sip_tcp else "",
+                 f", tls on {cfg.sip_tls_port}" if cfg.sip_tls_port else "")  # fmt: skip
 
     def routes(self, hangup_fallback: Fallback) -> list[BaseRoute]:
         async def hangup(request: Request) -> Response:
