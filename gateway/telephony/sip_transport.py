@@ -41,9 +41,9 @@ class Peer:
         return self._udp is not None or (self._writer is not None and not self._writer.is_closing())
 
     def contact(self) -> str:
-        scheme = "sips" if self.transport == "TLS" else "sip"
+        # sip:…;transport=tls, not sips: (a hop-by-hop TLS URI): phones on libre 1.x cannot route to a sips: Contact
         tail = "" if self.transport == "UDP" else f";transport={self.transport.lower()}"
-        return f"<{scheme}:stream-omni@{self.local[0]}:{self.local[1]}{tail}>"
+        return f"<sip:stream-omni@{self.local[0]}:{self.local[1]}{tail}>"
 
 
 def udp_peer(transport: asyncio.DatagramTransport, addr: Addr) -> Peer:
