@@ -1,4 +1,4 @@
-"""A scripted SIP caller for tests: raw SIP over UDP on loopback (INVITE, ACK, CANCEL, BYE, OPTIONS) and RTP.
+"""A scripted SIP caller for tests: raw SIP over UDP or TCP on loopback (INVITE, ACK, CANCEL, BYE, OPTIONS) and RTP.
 
 Just enough of a user agent client to drive the gateway's SIP server through the cases a softphone
 will not do on cue: a CANCEL before the answer, RFC 4733 key presses, a BYE from the far side.
@@ -15,6 +15,7 @@ from typing import Any, cast
 from sipmessage import Message, Response
 
 from gateway.telephony import rtp
+from gateway.telephony.framing import StreamFramer
 
 
 class _Socket(asyncio.DatagramProtocol):
@@ -29,8 +30,28 @@ class _Socket(asyncio.DatagramProtocol):
         self.inbox.put_nowait(data)
 
 
+class _Stream:
+    """SIP over TCP: the same inbox of whole messages (framed as the server frames them), one connection."""
+
+    def __init__(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        self.inbox: asyncio.Queue[bytes] = asyncio.Queue()
+        self.writer = writer
+        self.port = int(writer.get_extra_info("sockname")[1])
+        self._reading = asyncio.create_task(self._read(reader))
+
+    async def _read(self, reader: asyncio.StreamReader) -> None:
+        framer = StreamFramer()
+        while data := await reader.read(65536):
+            for message in framer.feed(data):
+                self.inbox.put_nowait(message)
+
+    def close(self) -> None:
+        self._reading.cancel()
+        self.writer.close()
+
+
 class SipCaller:
-    def __init__(self, sip: _Socket, media: _Socket, server: tuple[str, int]):
+    def __init__(self, sip: _Socket | _Stream, media: _Socket, server: tuple[str, int]):
         self.sip, self.media, self.server = sip, media, server
         self.call_id = secrets.token_hex(8)
         self.tag = secrets.token_hex(4)
@@ -39,13 +60,19 @@ class SipCaller:
         self.requests: list[Message] = []  # requests the server sent us (a BYE)
 
     @classmethod
-    async def open(cls, port: int) -> SipCaller:
+    async def open(cls, port: int, transport: str = "udp") -> SipCaller:
         loop = asyncio.get_running_loop()
-        _, sip = await loop.create_datagram_endpoint(_Socket, local_addr=("127.0.0.1", 0))
+        sip: _Socket | _Stream
+        if transport == "tcp":
+            sip = _Stream(*await asyncio.open_connection("127.0.0.1", port))
+        else:
+            _, sip = await loop.create_datagram_endpoint(_Socket, local_addr=("127.0.0.1", 0))
         _, media = await loop.create_datagram_endpoint(_Socket, local_addr=("127.0.0.1", 0))
         return cls(sip, media, ("127.0.0.1", port))
 
-    def _port(self, s: _Socket) -> int:
+    def _port(self, s: _Socket | _Stream) -> int:
+        if isinstance(s, _Stream):
+            return s.port
         assert s.transport is not None
         return int(s.transport.get_extra_info("sockname")[1])
 
@@ -55,12 +82,16 @@ class SipCaller:
         lines += ["a=rtpmap:9 G722/8000", "a=rtpmap:101 telephone-event/8000", "a=sendrecv"]
         return "\r\n".join(lines) + "\r\n"
 
-    def send(self, method: str, body: str = "", cseq: int | None = None) -> None:
+    def send(
+        self, method: str, body: str = "", cseq: int | None = None, headers: list[tuple[str, str]] | None = None
+    ) -> None:
+        """A request in this call; ``headers``: more of them (Authorization, Session-Expires, …)."""
         me = f"127.0.0.1:{self._port(self.sip)}"
+        via = "TCP" if isinstance(self.sip, _Stream) else "UDP"
         to = f"<sip:assistant@{self.server[0]}:{self.server[1]}>" + (f";tag={self.to_tag}" if self.to_tag else "")
         head = [
             f"{method} sip:assistant@{self.server[0]}:{self.server[1]} SIP/2.0",
-            f"Via: SIP/2.0/UDP {me};branch=z9hG4bK{secrets.token_hex(6)}",
+            f"Via: SIP/2.0/{via} {me};branch=z9hG4bK{secrets.token_hex(6)}",
             f"From: <sip:caller@{me}>;tag={self.tag}",
             f"To: {to}",
             f"Call-ID: {self.call_id}",
@@ -68,11 +99,16 @@ class SipCaller:
             f"Contact: <sip:caller@{me}>",
             "Max-Forwards: 70",
         ]
+        head += [f"{name}: {value}" for name, value in headers or []]
         if body:
             head.append("Content-Type: application/sdp")
         head.append(f"Content-Length: {len(body.encode())}")
+        data = ("\r\n".join(head) + "\r\n\r\n" + body).encode()
+        if isinstance(self.sip, _Stream):
+            self.sip.writer.write(data)
+            return
         assert self.sip.transport is not None
-        self.sip.transport.sendto(("\r\n".join(head) + "\r\n\r\n" + body).encode(), self.server)
+        self.sip.transport.sendto(data, self.server)
 
     async def response(self, within: float = 10) -> Response:
         """The next response (requests from the server are kept in ``requests``)."""
@@ -132,6 +168,9 @@ class SipCaller:
                     return packet
 
     def close(self) -> None:
-        for s in (self.sip, self.media):
-            if s.transport is not None:
-                s.transport.close()
+        if isinstance(self.sip, _Stream):
+            self.sip.close()
+        elif self.sip.transport is not None:
+            self.sip.transport.close()
+        if self.media.transport is not None:
+            self.media.transport.close()

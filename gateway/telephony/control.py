@@ -354,4 +354,4 @@ class TelephonyApi:
         for task in list(self._webhooks):
             task.cancel()
         if self.sip is not None:
-            self.sip.close()
+            await self.sip.close()

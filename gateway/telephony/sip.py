@@ -28,7 +28,7 @@ from . import sdp, session_timer
 from .call import PhoneCall
 from .digest import DigestAuth
 from .rtp_line import RtpLine
-from .sip_transport import Addr, Peer, udp_peer
+from .sip_transport import Addr, Peer, StreamListener, udp_peer
 
 log = logging.getLogger("stream_omni.telephony")
 
@@ -85,7 +85,7 @@ class SipServer(asyncio.DatagramProtocol):
         self._opening: set[str] = set()  # Call-IDs whose INVITE is being set up (retransmissions wait)
         self.transport: asyncio.DatagramTransport | None = None
         self._tasks: set[asyncio.Task[Any]] = set()
-        self.streams: list[asyncio.Server] = []  # the TCP / TLS listeners, closed with the server
+        self.streams: list[StreamListener] = []  # the TCP / TLS listeners, closed with the server
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         self.transport = cast(asyncio.DatagramTransport, transport)  # (uvloop's is not the class itself)
@@ -406,10 +406,10 @@ class SipServer(asyncio.DatagramProtocol):
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
 
-    def close(self) -> None:
+    async def close(self) -> None:
         for t in list(self._tasks):
             t.cancel()
         for s in self.streams:
-            s.close()
+            await s.close()
         if self.transport is not None:
             self.transport.close()

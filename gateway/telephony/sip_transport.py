@@ -54,11 +54,31 @@ def udp_peer(transport: asyncio.DatagramTransport, addr: Addr) -> Peer:
 Handler = Callable[[bytes, Peer], None]
 
 
-async def serve_stream(host: str, port: int, handle: Handler, tls: ssl.SSLContext | None = None) -> asyncio.Server:
+class StreamListener:
+    """A TCP or TLS listener and its open connections: closing it ends them (a call's is not left open)."""
+
+    def __init__(self) -> None:
+        self.server: asyncio.Server | None = None
+        self.connections: dict[asyncio.Task[None], asyncio.StreamWriter] = {}
+
+    async def close(self) -> None:
+        if self.server is not None:
+            self.server.close()
+        for writer in self.connections.values():
+            writer.close()  # each reader sees the end and its task returns (a cancelled one is logged as an error)
+        if self.connections:
+            await asyncio.wait(list(self.connections), timeout=2.0)
+
+
+async def serve_stream(host: str, port: int, handle: Handler, tls: ssl.SSLContext | None = None) -> StreamListener:
     """Listen for SIP over TCP (or TLS with ``tls``) on ``host:port``; each framed message goes to ``handle``."""
     name = "TLS" if tls is not None else "TCP"
+    listener = StreamListener()
 
     async def connection(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        task = asyncio.current_task()
+        if task is not None:
+            listener.connections[task] = writer
         remote = writer.get_extra_info("peername")[:2]
         local = writer.get_extra_info("sockname")[:2]
         peer = Peer((remote[0], remote[1]), (local[0], local[1]), name, _writer=writer)
@@ -73,11 +93,14 @@ async def serve_stream(host: str, port: int, handle: Handler, tls: ssl.SSLContex
         except (ValueError, TimeoutError, ConnectionError, ssl.SSLError) as exc:  # FramingError is a ValueError
             log.info("SIP %s from %s closed: %s", name, remote[0], exc)
         finally:
+            if task is not None:
+                listener.connections.pop(task, None)
             writer.close()
             with contextlib.suppress(Exception):
                 await writer.wait_closed()
 
-    return await asyncio.start_server(connection, host, port, ssl=tls)
+    listener.server = await asyncio.start_server(connection, host, port, ssl=tls)
+    return listener
 
 
 def tls_context(cert: str, key: str) -> ssl.SSLContext:

@@ -11,6 +11,7 @@ from typing import Any
 
 from openai import OpenAI
 
+from gateway.telephony import digest
 from testkit.fake_backend import FakeBackend
 from testkit.server import free_port
 from testkit.sipclient import SipCaller
@@ -106,3 +107,63 @@ async def test_sdk_accept_keys_then_hangup_sends_a_bye_and_reject_sends_the_stat
         assert (await c.final()).code == 486
         c.close()
         client.close()
+
+
+def _digest(challenge: str, password: str, uri: str, nc: int) -> str:
+    """The Authorization a phone answers ``challenge`` (a WWW-Authenticate value) with, as user ``trunk``."""
+    fields = {k.strip(): v.strip().strip('"') for k, v in (p.split("=", 1) for p in challenge[7:].split(","))}
+    algorithm, cnonce, count = fields["algorithm"], "0a4f113b", f"{nc:08x}"
+    answer = digest.response(
+        algorithm, "trunk", fields["realm"], password, "INVITE", uri, fields["nonce"], count, cnonce, "auth"
+    )
+    return (
+        f'Digest username="trunk", realm="{fields["realm"]}", nonce="{fields["nonce"]}", uri="{uri}", '
+        f'response="{answer}", algorithm={algorithm}, cnonce="{cnonce}", qop=auth, nc={count}'
+    )
+
+
+async def test_tcp_caller_outside_the_allow_list_answers_a_digest_challenge_and_agrees_a_session_timer(
+    server_factory,
+):
+    port = free_port()
+    more = {
+        "telephony.sip_allow": [],
+        "telephony.sip_users": {"trunk": "right-pass"},
+        "telephony.sip_min_se": 120,
+        "telephony.default_session": {"instructions": "Acme."},
+    }
+    with server_factory(FakeBackend(), **sip_overrides(port, **more)) as addr:
+        c = await SipCaller.open(port, "tcp")
+        uri = f"sip:assistant@127.0.0.1:{port}"
+        c.send("INVITE", c.offer())
+        challenged = await c.final()
+        assert challenged.code == 401 and not addr.app.state.telephony.calls
+        sha, md5 = challenged.headers.getlist("WWW-Authenticate")
+        assert "algorithm=SHA-256" in sha and "algorithm=MD5" in md5  # the preferred first (RFC 8760)
+        c.send("ACK", cseq=1)
+        c.send("INVITE", c.offer(), cseq=2, headers=[("Authorization", _digest(sha, "wrong-pass", uri, 1))])
+        assert (await c.final()).code == 401 and not addr.app.state.telephony.calls
+        c.send("ACK", cseq=2)
+        timer = [("Supported", "timer"), ("Session-Expires", "100")]
+        c.send("INVITE", c.offer(), cseq=3, headers=[("Authorization", _digest(md5, "right-pass", uri, 1)), *timer])
+        too_small = await c.final()
+        assert too_small.code == 422 and too_small.headers.get("Min-SE") == "120"
+        c.send("ACK", cseq=3)
+        timer = [("Supported", "timer"), ("Session-Expires", "150;refresher=uac"), ("Min-SE", "120")]
+        c.send("INVITE", c.offer(), cseq=4, headers=[("Authorization", _digest(sha, "right-pass", uri, 2)), *timer])
+        ok = await c.final()
+        assert ok.code == 200 and "PCMU/8000" in ok.body.decode()
+        assert ok.headers.get("Session-Expires") == "150;refresher=uac" and ok.headers.get("Require") == "timer"
+        assert ";transport=tcp" in (ok.headers.get("Contact") or "")
+        c.send("ACK", cseq=4)
+        (call_id,) = addr.app.state.telephony.calls
+        refresh = [("Supported", "timer"), ("Session-Expires", "300;refresher=uac")]
+        c.send("UPDATE", cseq=5, headers=refresh)  # the caller refreshes, and lengthens the interval
+        refreshed = await c.final()
+        assert refreshed.code == 200 and refreshed.headers.get("Session-Expires") == "300;refresher=uac"
+        c.send("BYE", cseq=6)
+        assert (await c.final()).code == 200
+        async with asyncio.timeout(1.0):  # the caller's hangup frees the call within 1 s
+            while call_id in addr.app.state.telephony.calls:  # noqa: ASYNC110 (the server's loop is another thread's)
+                await asyncio.sleep(0.01)
+        c.close()
