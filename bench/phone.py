@@ -5,8 +5,9 @@
 2. Latency: one server process (the embedded model, as users run it); a scripted SIP caller (RTP)
    and a scripted Twilio-protocol caller (``testkit.phonecall``) each stream the utterances in real
    time: the caller stops speaking → the first reply packet / frame arrives, p50 / p90.
-3. Concurrency: ``--calls`` callers ask at once; each reply's frames per second and longest gap
-   between two frames while it plays (50/s and 20 ms is real time).
+3. Concurrency: ``--calls`` callers ask at once, once per ``--leads`` value (``telephony.stream_lead_ms``):
+   each reply's frames per second, the longest gap between two arriving frames, and the longest silence a
+   caller hears mid-reply (a provider playing each frame as soon as it can: 0 is no dropout).
 
 Each row carries the 1-minute load average: on a shared box, read it first. Writes
 bench/results/phone.{json,md}. Needs espeak-ng. SIP latency uses the scripted caller (``testkit.sipclient``).
@@ -16,6 +17,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import dataclasses
 import os
 import time
 from typing import Any
@@ -52,15 +54,20 @@ def narrowband() -> dict[str, Any]:
     from testkit.speech import speak
 
     asr = load_asr()
+    beam = load_asr(dataclasses.replace(asr.config, beam_size=5))  # the same model, beam search
     rows = []
     for text in SET:
         wide = speak(text)
         phone = resample(ulaw_decode(to_ulaw(wide)).astype(np.float32) / 32768.0, 8000, 16_000)
         w16, w8 = word_error_rate(text, asr.transcribe(wide)), word_error_rate(text, asr.transcribe(phone))
-        rows.append({"text": text, "wer_16k": round(w16, 3), "wer_8k_ulaw": round(w8, 3)})
+        w8b = word_error_rate(text, beam.transcribe(phone))
+        rows.append(
+            {"text": text, "wer_16k": round(w16, 3), "wer_8k_ulaw": round(w8, 3), "wer_8k_ulaw_beam5": round(w8b, 3)}
+        )
     words = [len(r["text"].split()) for r in rows]
-    mean = {k: sum(r[k] * n for r, n in zip(rows, words, strict=True)) / sum(words) for k in ("wer_16k", "wer_8k_ulaw")}
-    return {"utterances": rows, "wer_16k": round(mean["wer_16k"], 3), "wer_8k_ulaw": round(mean["wer_8k_ulaw"], 3)}
+    keys = ("wer_16k", "wer_8k_ulaw", "wer_8k_ulaw_beam5")
+    mean = {k: round(sum(r[k] * n for r, n in zip(rows, words, strict=True)) / sum(words), 3) for k in keys}
+    return {"utterances": rows, **mean, "load_1m": round(os.getloadavg()[0], 2)}
 
 
 def pct(xs: list[float], q: float) -> float:
@@ -125,16 +132,26 @@ async def sip_turn(port: int, text: str) -> float | None:
         c.close()
 
 
-def gaps(times: list[float]) -> tuple[float, float]:
-    """(frames per second while the reply played, the longest gap between two frames in ms)."""
+def gaps(times: list[float]) -> tuple[float, float, float]:
+    """(frames per second while the reply arrived, the longest gap between two arrivals in ms, the longest
+    silence a caller hears mid-reply in ms: a provider that plays each frame at once, one after the other)."""
     if len(times) < 2:
-        return 0.0, 0.0
+        return 0.0, 0.0, 0.0
     span = times[-1] - times[0]
     longest = max(b - a for a, b in zip(times, times[1:], strict=False))
-    return round((len(times) - 1) / span, 1), round(longest * 1000, 1)
+    played_to, silence = times[0], 0.0
+    for t in times:
+        start = max(t, played_to)
+        silence = max(silence, start - played_to)
+        played_to = start + 0.02
+    return round((len(times) - 1) / span, 1), round(longest * 1000, 1), round(silence * 1000, 1)
 
 
-async def run(addr: str, sip_port: int, turns: int, calls: int) -> dict[str, Any]:
+def load() -> float:
+    return round(os.getloadavg()[0], 2)
+
+
+async def latency(addr: str, sip_port: int, turns: int) -> dict[str, Any]:
     sip = []
     for i in range(turns):
         lat = await sip_turn(sip_port, SET[i % len(SET)])
@@ -147,59 +164,85 @@ async def run(addr: str, sip_port: int, turns: int, calls: int) -> dict[str, Any
         if lat is not None:
             latencies.append(lat)
     print(f"single call, end of speech -> first reply frame (ms): {[round(x) for x in latencies]}", flush=True)
-    together = await asyncio.gather(*(one_turn(addr, SET[i % len(SET)], 60) for i in range(calls)))
-    per_call = [gaps(t) for lat, t in together if lat is not None]
     return {
         "sip_latency_ms": [round(x, 1) for x in sip],
         "sip_latency_p50_ms": pct(sip, 0.5) if sip else None,
         "sip_latency_p90_ms": pct(sip, 0.9) if sip else None,
-        "answered_together": len(per_call),
-        "latency_together_ms": [round(lat) for lat, _ in together if lat is not None],
         "latency_ms": [round(x, 1) for x in latencies],
-        "latency_p50_ms": pct(latencies, 0.5),
-        "latency_p90_ms": pct(latencies, 0.9),
+        "latency_p50_ms": pct(latencies, 0.5) if latencies else None,
+        "latency_p90_ms": pct(latencies, 0.9) if latencies else None,
+        "load_1m": load(),
+    }
+
+
+async def together(addr: str, calls: int) -> dict[str, Any]:
+    """``calls`` media-stream callers ask at once; each reply's arrival rate, arrival gaps and heard silences."""
+    before = load()
+    answers = await asyncio.gather(*(one_turn(addr, SET[i % len(SET)], 90) for i in range(calls)))
+    per_call = [gaps(t) for lat, t in answers if lat is not None]
+    return {
         "calls": calls,
-        "frames_per_s": [f for f, _ in per_call],
-        "longest_gap_ms": [g for _, g in per_call],
-        "load_1m": round(os.getloadavg()[0], 2),
+        "answered_together": len(per_call),
+        "latency_together_ms": [round(lat) for lat, _ in answers if lat is not None],
+        "frames_per_s": [f for f, _, _ in per_call],
+        "longest_gap_ms": [g for _, g, _ in per_call],
+        "longest_silence_heard_ms": [h for _, _, h in per_call],
+        "load_1m": [before, load()],
     }
 
 
 def main(argv: list[str] | None = None) -> dict[str, Any]:
     ap = argparse.ArgumentParser(prog="stream-omni bench phone")
-    ap.add_argument("--turns", type=int, default=5, help="single-call turns timed for the latency")
+    ap.add_argument("--turns", type=int, default=5, help="single-call turns timed for the latency (0: none)")
     ap.add_argument("--calls", type=int, default=8, help="calls asking at once for the concurrency row")
+    ap.add_argument(
+        "--leads", default="0,200", help="telephony.stream_lead_ms values the concurrency row runs with, in turn"
+    )
     ap.add_argument("--skip-wer", action="store_true")
     args = ap.parse_args(argv)
     report: dict[str, Any] = {"machine": machine()}
     if not args.skip_wer:
         report["narrowband"] = narrowband()
-    sip_port = free_port()
-    overrides = {
-        "telephony.enabled": True,
-        "telephony.default_session": VOICE,
-        "telephony.sip_port": sip_port,
-        "speculative.drafter": "none",
-    }
-    with server_process(overrides) as addr:
-        report["media_stream"] = asyncio.run(run(addr, sip_port, args.turns, args.calls))
-    ms = report["media_stream"]
+    rows = []
+    for n, lead in enumerate(int(x) for x in args.leads.split(",")):
+        sip_port = free_port()
+        overrides = {
+            "telephony.enabled": True,
+            "telephony.default_session": VOICE,
+            "telephony.sip_port": sip_port,
+            "telephony.stream_lead_ms": lead,
+            "speculative.drafter": "none",
+        }
+        with server_process(overrides) as addr:
+            if n == 0 and args.turns:
+                report["latency"] = asyncio.run(latency(addr, sip_port, args.turns))
+            rows.append({"stream_lead_ms": lead, **asyncio.run(together(addr, args.calls))})
+            print(rows[-1], flush=True)
+    report["together"] = rows
     md = ["# Phone calls (telephony media stream)", ""]
     if "narrowband" in report:
         nb = report["narrowband"]
         md += [
-            f"Whisper WER on {len(SET)} espeak-ng utterances: 16 kHz {nb['wer_16k']}, µ-law 8 kHz {nb['wer_8k_ulaw']}",
+            f"Whisper WER on {len(SET)} espeak-ng utterances (load {nb['load_1m']}): 16 kHz {nb['wer_16k']}, "
+            f"µ-law 8 kHz {nb['wer_8k_ulaw']} (greedy), {nb['wer_8k_ulaw_beam5']} (beam 5)",
             "",
         ]
-        md += [markdown_table(nb["utterances"], ["text", "wer_16k", "wer_8k_ulaw"]), ""]
-    md += [
-        f"End of caller speech → first reply frame, media stream: p50 {ms['latency_p50_ms']} ms, "
-        f"p90 {ms['latency_p90_ms']} ms ({len(ms['latency_ms'])} turns, load {ms['load_1m']}); "
-        f"SIP (RTP): p50 {ms['sip_latency_p50_ms']} ms, p90 {ms['sip_latency_p90_ms']} ms",
-        "",
-        f"{ms['calls']} calls at once, {ms['answered_together']} answered (latency ms {ms['latency_together_ms']}): "
-        f"frames/s {ms['frames_per_s']}, longest gap ms {ms['longest_gap_ms']}",
-    ]
+        md += [markdown_table(nb["utterances"], ["text", "wer_16k", "wer_8k_ulaw", "wer_8k_ulaw_beam5"]), ""]
+    if "latency" in report:
+        lat = report["latency"]
+        md += [
+            f"End of caller speech → first reply frame, media stream: p50 {lat['latency_p50_ms']} ms, "
+            f"p90 {lat['latency_p90_ms']} ms ({len(lat['latency_ms'])} turns, load {lat['load_1m']}); "
+            f"SIP (RTP): p50 {lat['sip_latency_p50_ms']} ms, p90 {lat['sip_latency_p90_ms']} ms",
+            "",
+        ]
+    for r in rows:
+        md.append(
+            f"{r['calls']} calls at once, stream_lead_ms {r['stream_lead_ms']} (load {r['load_1m']}): "
+            f"{r['answered_together']} answered (latency ms {r['latency_together_ms']}); frames/s {r['frames_per_s']}, "
+            f"longest arrival gap ms {r['longest_gap_ms']}, longest silence heard mid-reply ms "
+            f"{r['longest_silence_heard_ms']}"
+        )
     write("phone", report, "\n".join(md) + "\n")
     print("\n".join(md))
     return report

@@ -63,6 +63,9 @@ class TelephonyConfig(_Frozen):
     accept_timeout_s: float = Field(default=10.0, gt=0, le=120)  # an incoming call not accepted by then is dropped
     default_session: dict[str, Any] = {}  # the session.update a call gets when no webhook is configured
     mark_ms: int = Field(default=100, ge=20, le=2000)  # a mark after this much audio: the playhead's resolution
+    # a media stream's reply audio is sent this far ahead of real time into the provider's buffer, so a stall of
+    # the gateway's loop shorter than it is not heard as a gap; barge-in clears the buffer, marks say what played
+    stream_lead_ms: int = Field(default=200, ge=0, le=2000)
     sip_port: int | None = Field(default=None, ge=1, le=65535)  # take SIP calls on this UDP port (None: no SIP)
     sip_host: str = "127.0.0.1"  # the address SIP and RTP bind (and put in SDP answers)
     sip_allow: tuple[str, ...] = ("127.0.0.0/8",)  # networks a SIP call may come from (a trunk's) unchallenged

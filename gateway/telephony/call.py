@@ -2,7 +2,8 @@
 
 Once the call is accepted the caller's G.711 goes into the session as ``audio/pcmu`` (or ``pcma``)
 input (server VAD, Whisper, turn taking as on any socket); the reply's speech, synthesized in the
-same format, goes back as paced 20 ms frames with marks (``gateway.telephony.playout``). Barge-in
+same format, goes back as 20 ms frames with marks (``gateway.telephony.playout``) on the loop's shared
+clock (``gateway.telephony.pacer``), a media stream's a little ahead of it. Barge-in
 clears the line and truncates each item cut at its last acknowledged mark: what the caller heard.
 Keypad presses become ``input_audio_buffer.dtmf_event_received``. Events reach an app over the
 sideband socket (``?call_id=``).
@@ -23,7 +24,8 @@ from ..realtime.live_session import LiveSession
 from ..realtime.speech_out import due_truncations
 from ..security import key_digest
 from ..voice.speech_actions import PlayAudio
-from .playout import FRAME_MS, Frame, MarkOut, Playout, Started, Stopped
+from .pacer import Lead, pacer
+from .playout import Frame, MarkOut, Playout, Started, Stopped
 
 log = logging.getLogger("stream_omni.telephony")
 
@@ -42,6 +44,7 @@ class Line(Protocol):
     """What carries a call's audio: frames out in order, each mark after the frames before it."""
 
     codec: str  # "audio/pcmu" or "audio/pcma"
+    lead_frames: int  # frames it may be sent ahead of real time: what the far end buffers (0: none)
 
     async def send(self, frames: list[bytes | str]) -> None:
         """20 ms frames (bytes) and mark names (str), in order."""
@@ -64,7 +67,10 @@ class PhoneCall:
         self.ended = asyncio.Event()
         self._muted: str | None = None  # a response cut by barge-in: the rest of it is not played
         self._cut: list[tuple[str, int]] = []  # items cut, truncated once their response has ended
-        self._pacer: asyncio.Task[None] | None = None
+        self._leave: Callable[[], None] | None = None  # off the loop's pacer
+        self._lead = Lead(line.lead_frames)
+        self._outbox: list[bytes | str] = []  # frames and marks the pacer took, not yet on the line
+        self._sending: asyncio.Task[None] | None = None
         self.frames_in = 0
         self.hangup_hook: Callable[[], None] | None = None  # the line's own goodbye (SIP: a BYE, or a refusal)
         self.refer_hook: Callable[[str], bool] | None = None  # a transfer to a tel:/sip: URI, where the line can
@@ -77,7 +83,7 @@ class PhoneCall:
         live.session.audio_track = True  # the reply's audio goes on the stream, not as output_audio.delta
         live.speaker.sink = self._play
         live.taps.append(self._heard)
-        self._pacer = asyncio.create_task(self._pace(), name="telephony-pacer")
+        self._leave = pacer().join(self._tick)
 
     def _play(self, action: PlayAudio) -> None:
         if action.response_id == self._muted:
@@ -88,31 +94,30 @@ class PhoneCall:
         if not self.playout.push(action.audio, action.response_id, action.item_id):
             log.warning("call %s: outbound audio queue full, a chunk of %s dropped", self.call_id, action.item_id)
 
-    async def _pace(self) -> None:
-        """One 20 ms frame per 20 ms of wall clock, without drift; a late tick sends the frames it owes."""
-        loop = asyncio.get_running_loop()
-        due = loop.time()
-        while not self.ended.is_set():
-            due += FRAME_MS / 1000
-            if not self.playout.playing:
-                due = loop.time() + FRAME_MS / 1000  # idle: no backlog builds up
-            await asyncio.sleep(max(0.0, due - loop.time()))
-            behind = min(5, int((loop.time() - due) * 1000 // FRAME_MS))  # ticks missed (a busy loop)
-            for _ in range(1 + max(0, behind)):
-                out = self.playout.take()
-                if not out:
-                    break
-                frames: list[bytes | str] = []
-                for o in out:
-                    if isinstance(o, Frame):
-                        frames.append(o.ulaw)
-                    elif isinstance(o, MarkOut):
-                        frames.append(o.name)
-                    elif isinstance(o, Started):
-                        self._emit([p.server_event("output_audio_buffer.started", response_id=o.response_id)])
-                with contextlib.suppress(Exception):  # a gone far end: its reader sees the close
-                    await self.line.send(frames)
-            due += max(0, behind) * FRAME_MS / 1000
+    def _tick(self, owed: int) -> None:
+        """The pacer's 20 ms tick (``owed`` ticks after a late one): that much audio, plus the line's lead."""
+        sent = 0
+        for _ in range(self._lead.budget(owed)):
+            out = self.playout.take()
+            if not out:
+                break
+            sent += 1
+            for o in out:
+                if isinstance(o, Frame):
+                    self._outbox.append(o.ulaw)
+                elif isinstance(o, MarkOut):
+                    self._outbox.append(o.name)
+                elif isinstance(o, Started):
+                    self._emit([p.server_event("output_audio_buffer.started", response_id=o.response_id)])
+        self._lead.sent(sent, owed)
+        if self._outbox and (self._sending is None or self._sending.done()):
+            self._sending = asyncio.get_running_loop().create_task(self._send())
+
+    async def _send(self) -> None:
+        while self._outbox:
+            frames, self._outbox = self._outbox, []
+            with contextlib.suppress(Exception):  # a gone far end: its reader sees the close
+                await self.line.send(frames)
 
     def _emit(self, events: list[dict[str, Any]]) -> None:
         live = self.live
@@ -152,6 +157,8 @@ class PhoneCall:
     def clear_output(self) -> None:
         """Cut playback here and at the provider (``clear``); items keep what the caller heard."""
         cut = self.playout.clear()
+        self._outbox.clear()
+        self._lead.ahead = 0  # the far end drops its buffer too
         r = self._open_response()
         if r is not None:
             self._muted = r
@@ -198,10 +205,12 @@ class PhoneCall:
         log.info("call %s ended: %s", self.call_id, reason)
         if self.hangup_hook is not None:
             self.hangup_hook()
-        if self._pacer is not None:
-            self._pacer.cancel()
+        if self._leave is not None:
+            self._leave()
+        if self._sending is not None:
+            self._sending.cancel()
             with contextlib.suppress(asyncio.CancelledError, Exception):
-                await self._pacer
+                await self._sending
         live = self.live
         if live is not None:
             with contextlib.suppress(ValueError):

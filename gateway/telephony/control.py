@@ -37,6 +37,7 @@ from ..session_registry import TooManySessions
 from . import twilio, webhooks
 from .call import ANY_KEY, PhoneCall, telephone_session
 from .digest import DigestAuth
+from .playout import FRAME_MS
 from .sip import Dialog, SipPolicy, SipServer
 from .sip_transport import serve_stream, tls_context
 from .stream import StreamLine, serve
@@ -133,7 +134,8 @@ class TelephonyApi:
             await ws.close(CLOSE_POLICY, "no start message")
             return
         call_id = f"rtc_{secrets.token_hex(12)}"
-        call = PhoneCall(StreamLine(ws, start), call_id, cfg.mark_ms, lambda: self._forget(call_id))
+        line = StreamLine(ws, start, cfg.stream_lead_ms // FRAME_MS)
+        call = PhoneCall(line, call_id, cfg.mark_ms, lambda: self._forget(call_id))
         reader = asyncio.create_task(serve(ws, call), name="telephony-read")
         headers = [("X-Twilio-CallSid", start.call_sid), ("X-Twilio-StreamSid", start.stream_sid)]
         headers += [(f"X-Twilio-Param-{k}", v) for k, v in start.custom.items()]

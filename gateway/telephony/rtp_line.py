@@ -19,6 +19,7 @@ class RtpLine(asyncio.DatagramProtocol):
 
     def __init__(self, offer: sdp.Offer, jitter_depth: int = 3):
         self.codec = offer.codec
+        self.lead_frames = 0  # a phone's jitter buffer is tens of ms and its own: frames go out on the clock
         self.offer = offer
         self.remote: Addr = (offer.address, offer.port)
         self.call: PhoneCall | None = None

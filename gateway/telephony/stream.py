@@ -20,9 +20,10 @@ log = logging.getLogger("stream_omni.telephony")
 class StreamLine:
     codec = "audio/pcmu"  # Twilio streams carry µ-law only
 
-    def __init__(self, ws: WebSocket, start: twilio.Start):
+    def __init__(self, ws: WebSocket, start: twilio.Start, lead_frames: int = 0):
         self.ws = ws
         self.start = start
+        self.lead_frames = lead_frames  # the provider buffers and plays at its pace: a stall of ours is not heard
         self._lock = asyncio.Lock()  # the pacer and a clear never interleave their messages
 
     async def send(self, frames: list[bytes | str]) -> None:

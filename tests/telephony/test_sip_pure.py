@@ -3,6 +3,8 @@ vectors, nonces, replays) and session timers (RFC 4028) on a fake clock."""
 
 from __future__ import annotations
 
+import asyncio
+
 import pytest
 
 from gateway.telephony import digest, session_timer
@@ -149,3 +151,45 @@ def test_session_clock_refreshes_at_half_and_ends_an_unrefreshed_session():
     assert caller.due(60.0) is None and caller.due(105.0) == Expire()
     caller.refreshed(110.0, Timer(1800, "uac", True))  # a refresh may change the interval
     assert caller.next_at() == 110.0 + 1800 - 32
+
+
+def test_lead_refills_the_far_ends_buffer_and_drains_with_the_clock():
+    from gateway.telephony.pacer import Lead
+
+    lead = Lead(frames=10)
+    assert lead.budget(1) == 11  # the first tick of a reply: this tick's frame and the lead
+    lead.sent(11, 1)
+    assert lead.ahead == 10 and lead.budget(1) == 1  # then one frame a tick keeps it full
+    lead.sent(1, 1)
+    lead.sent(0, 3)  # a stall (or the reply's text still being spoken): the far end played 3 of its 10
+    assert lead.ahead == 7 and lead.budget(1) == 4
+    lead.sent(0, 50)
+    assert lead.ahead == 0  # drained: never below empty
+    rtp = Lead(frames=0)
+    assert rtp.budget(3) == 3  # RTP: only what real time owes, the catch-up of a late tick included
+
+
+async def test_one_pacer_ticks_every_call_and_stops_when_none_is_left():
+    from gateway.telephony.pacer import pacer
+
+    got: dict[str, list[int]] = {"a": [], "b": []}
+    two = asyncio.Event()
+
+    def tick(name: str):
+        def on(owed: int) -> None:
+            got[name].append(owed)
+            if len(got["a"]) >= 5 and len(got["b"]) >= 5:
+                two.set()
+
+        return on
+
+    clock = pacer()
+    assert pacer() is clock  # one per loop
+    leave_a, leave_b = clock.join(tick("a")), clock.join(tick("b"))
+    await asyncio.wait_for(two.wait(), 5)
+    assert len(got["a"]) - len(got["b"]) in (0, 1) and all(1 <= o <= 6 for o in got["a"] + got["b"])
+    leave_a()
+    leave_b()
+    task = clock._task
+    assert task is not None
+    await asyncio.wait_for(task, 1)  # no call left: the clock stops
