@@ -178,7 +178,7 @@ async def latency(addr: str, sip_port: int, turns: int) -> dict[str, Any]:
 async def together(addr: str, calls: int) -> dict[str, Any]:
     """``calls`` media-stream callers ask at once; each reply's arrival rate, arrival gaps and heard silences."""
     before = load()
-    answers = await asyncio.gather(*(one_turn(addr, SET[i % len(SET)], 90) for i in range(calls)))
+    answers = await asyncio.gather(*(one_turn(addr, SET[i % len(SET)], 150) for i in range(calls)))
     per_call = [gaps(t) for lat, t in answers if lat is not None]
     return {
         "calls": calls,
@@ -212,6 +212,9 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
             "telephony.sip_port": sip_port,
             "telephony.stream_lead_ms": lead,
             "speculative.drafter": "none",
+            # a seat per call: the row measures the send path of calls that are served, where the voice capacity
+            # measured at start-up on a loaded box would refuse most of them (server_busy)
+            "audio.max_concurrent_turns": args.calls,
         }
         with server_process(overrides) as addr:
             if n == 0 and args.turns:
