@@ -138,6 +138,19 @@ class SipCaller:
                 if not isinstance(msg, Response):
                     return msg
 
+    def reply(self, request: Message, code: int = 200, phrase: str = "OK") -> None:
+        """Answer a request the server sent (its UPDATE, REFER): the headers a response echoes, no body."""
+        answer = Response(code, phrase)
+        for name in ("Via", "From", "To", "Call-ID", "CSeq"):
+            for value in request.headers.getlist(name):
+                answer.headers.add(name, value)
+        answer.headers.add("Content-Length", "0")
+        if isinstance(self.sip, _Stream):
+            self.sip.writer.write(bytes(answer))
+        else:
+            assert self.sip.transport is not None
+            self.sip.transport.sendto(bytes(answer), self.server)
+
     def key(self, digit: int, timestamp: int, seq: int) -> None:
         """One RFC 4733 event as a phone sends it: start, then the end packet three times."""
         assert self.media.transport is not None

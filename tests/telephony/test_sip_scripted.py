@@ -167,3 +167,49 @@ async def test_tcp_caller_outside_the_allow_list_answers_a_digest_challenge_and_
             while call_id in addr.app.state.telephony.calls:  # noqa: ASYNC110 (the server's loop is another thread's)
                 await asyncio.sleep(0.01)
         c.close()
+
+
+async def test_session_timer_refreshes_with_update_and_ends_an_unrefreshed_call(monkeypatch):
+    """The gateway's side of RFC 4028 on the wire, in-process with intervals of seconds (the RFC's 90 s floor
+    lowered for the test): an UPDATE at half the interval when it is the refresher, a BYE when nobody refreshed."""
+    from gateway.telephony import session_timer
+    from gateway.telephony.sip import SipPolicy, SipServer
+
+    monkeypatch.setattr(session_timer, "RFC_MIN_SE", 1)
+
+    async def incoming(dialog: Any, call: Any, headers: Any) -> None:
+        dialog.answered.set_result((200, "OK"))  # answered at once; no session: the timer is what is tested
+
+    loop = asyncio.get_running_loop()
+    server = SipServer("127.0.0.1", SipPolicy(("127.0.0.0/8",), min_se=1), 100, incoming, lambda call_id: None)
+    port = free_port()
+    await loop.create_datagram_endpoint(lambda: server, local_addr=("127.0.0.1", port))
+    try:
+        # the caller cannot refresh (no Supported: timer): the gateway refreshes at half of 2 s
+        c = await SipCaller.open(port)
+        c.send("INVITE", c.offer(), headers=[("Session-Expires", "2")])
+        ok = await c.final()
+        assert ok.code == 200 and ok.headers.get("Session-Expires") == "2;refresher=uas"
+        c.send("ACK", cseq=1)
+        started = loop.time()
+        update = await c.request(3)
+        assert update.method == "UPDATE" and 0.8 <= loop.time() - started <= 1.6  # type: ignore[attr-defined]
+        c.reply(update)  # answered: the session goes on
+        answered = loop.time()
+        again = await c.request(3)  # the next refresh, a period after the answer; this one is not answered
+        assert again.method == "UPDATE" and loop.time() - answered >= 0.8  # type: ignore[attr-defined]
+        bye = await c.request(3)  # expired unrefreshed: 2 s less a third after the answer
+        assert bye.method == "BYE" and 1.2 <= loop.time() - answered <= 2.0  # type: ignore[attr-defined]
+        assert not server.dialogs
+        c.close()
+        # the caller refreshes (uac) and does not: the gateway ends the call
+        c = await SipCaller.open(port)
+        c.send("INVITE", c.offer(), headers=[("Supported", "timer"), ("Session-Expires", "2;refresher=uac")])
+        assert (await c.final()).headers.get("Session-Expires") == "2;refresher=uac"
+        c.send("ACK", cseq=1)
+        started = loop.time()
+        bye = await c.request(3)
+        assert bye.method == "BYE" and 1.2 <= loop.time() - started <= 2.0  # type: ignore[attr-defined]
+        c.close()
+    finally:
+        await server.close()
