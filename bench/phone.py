@@ -75,8 +75,10 @@ def pct(xs: list[float], q: float) -> float:
     return round(s[min(len(s) - 1, int(q * len(s)))], 1)
 
 
-async def one_turn(addr: str, text: str, wait_s: float = 180) -> tuple[float | None, list[float]]:
-    """(ms from the end of speech to the first reply frame, None if no reply came; its frames' arrival times)."""
+async def one_turn(addr: str, text: str, wait_s: float = 180, quiet_s: float = 1.0) -> tuple[float | None, list[float]]:
+    """(ms from the end of speech to the first reply frame, None if no reply came; its frames' arrival times).
+    The reply is over once nothing has arrived for ``quiet_s`` (longer than a loaded box's wait between
+    two synthesized sentences, or the rest of the reply is not counted)."""
     import numpy as np
 
     from testkit.phonecall import PhoneCall, to_ulaw
@@ -90,7 +92,7 @@ async def one_turn(addr: str, text: str, wait_s: float = 180) -> tuple[float | N
     await call.say(to_ulaw(silence(1.0)))  # the line stays open, as a phone's does
     try:
         await call.wait(lambda: call.first_audio_at is not None, wait_s)  # the first turn loads Whisper, the voice
-        await call.wait(lambda: not call.buffer and times and time.monotonic() - times[-1] > 1.0, 120)
+        await call.wait(lambda: not call.buffer and times and time.monotonic() - times[-1] > quiet_s, 120)
     except TimeoutError:
         return None, times  # refused (server_busy past the voice capacity) or too slow
     finally:
@@ -179,7 +181,7 @@ async def together(addr: str, calls: int) -> dict[str, Any]:
     """``calls`` media-stream callers ask at once; each reply's arrival rate, arrival gaps and heard silences."""
     await one_turn(addr, SET[0])  # warm: the first turn of a server loads Whisper's and the voice's caches
     before = load()
-    answers = await asyncio.gather(*(one_turn(addr, SET[i % len(SET)], 150) for i in range(calls)))
+    answers = await asyncio.gather(*(one_turn(addr, SET[i % len(SET)], 150, 6.0) for i in range(calls)))
     per_call = [gaps(t) for lat, t in answers if lat is not None]
     return {
         "calls": calls,

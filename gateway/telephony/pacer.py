@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from .playout import FRAME_MS
 
 FRAME_S = FRAME_MS / 1000
-MAX_CATCHUP = 5  # ticks one late wake-up may make up (100 ms); a longer stall is lost, not bursted out
+MAX_CATCHUP = 5  # ticks one late wake-up may make up, beside its own (120 ms in all); more is lost, not bursted
 
 
 @dataclass
