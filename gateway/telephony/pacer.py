@@ -5,7 +5,6 @@ tick (a busy loop) owes every call the same frames."""
 from __future__ import annotations
 
 import asyncio
-import weakref
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -50,11 +49,20 @@ class Pacer:
         self._next += 1
         self._ticks[key] = tick
         if self._task is None or self._task.done():
-            self._task = asyncio.get_running_loop().create_task(self._run(), name="telephony-pacer")
+            loop = asyncio.get_running_loop()
+            _PACERS[loop] = self
+            self._task = loop.create_task(self._run(), name="telephony-pacer")
         return lambda: self._ticks.pop(key, None) and None
 
     async def _run(self) -> None:
         loop = asyncio.get_running_loop()
+        try:
+            await self._clock(loop)
+        finally:
+            if _PACERS.get(loop) is self:
+                del _PACERS[loop]  # no call left: the loop holds no pacer (a closed loop is not kept alive)
+
+    async def _clock(self, loop: asyncio.AbstractEventLoop) -> None:
         due = loop.time()
         while self._ticks:
             due += FRAME_S
@@ -68,7 +76,8 @@ class Pacer:
                 tick(owed)
 
 
-_PACERS: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, Pacer] = weakref.WeakKeyDictionary()
+# the pacer of each loop with calls on it (not weak keys: uvloop's loop takes no weak reference)
+_PACERS: dict[asyncio.AbstractEventLoop, Pacer] = {}
 
 
 def pacer() -> Pacer:

@@ -192,4 +192,5 @@ async def test_one_pacer_ticks_every_call_and_stops_when_none_is_left():
     leave_b()
     task = clock._task
     assert task is not None
-    await asyncio.wait_for(task, 1)  # no call left: the clock stops
+    await asyncio.wait_for(task, 1)  # no call left: the clock stops, and the loop holds no pacer
+    assert pacer() is not clock
