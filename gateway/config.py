@@ -367,8 +367,11 @@ class ToolsConfig(_Frozen):
     mcp_max_tools: int = Field(default=64, ge=1, le=512)  # tools taken from one server's listing
     # tools one server's listing may hold, all pages together: past it paging stops and the listing fails
     mcp_max_listed_tools: int = Field(default=256, ge=1, le=4096)
-    # one HTTP answer to a tools/list (a page of a listing): the MCP SDK parses it whole on the event loop
+    # one HTTP answer to a tools/list (a page of a listing): the MCP SDK parses it whole (on its own thread)
     mcp_max_list_bytes: int = Field(default=256 * 1024, ge=4096, le=64 * 1024 * 1024)
+    # JSON values in one tools/list answer (each "{", "[", "," and ":" counts): the SDK's parse holds the GIL, so
+    # the gateway's loop waits for it; its time goes with the values (20000: about 50 ms at worst)
+    mcp_max_list_values: int = Field(default=20000, ge=1024, le=16 * 1024 * 1024)
     # MCP connections one session holds open (one per server label its tools name; dropped labels are closed)
     mcp_max_connections_per_session: int = Field(default=16, ge=1, le=1024)
     mcp_max_connections_per_key: int = Field(default=64, ge=1, le=100_000)  # all sessions of one API key together

@@ -29,7 +29,9 @@ async def test_a_hostile_listing_fails_naming_the_tool_and_the_session_goes_on(
     rogue = start_server(tmp_path, f"rogue:{what}")
     model = ToolScript(tiny_backend, "Hello there.")
     try:
-        with server_factory(model, **NO_AUDIO, **{"tools.mcp_allowed_urls": [rogue.url]}) as addr:
+        # the value cap would refuse "wide" before the schema budget names its tool (tested on its own below)
+        cfg = {"tools.mcp_allowed_urls": [rogue.url], "tools.mcp_max_list_values": 65536}
+        with server_factory(model, **NO_AUDIO, **cfg) as addr:
             manager, conn, seen = await open_session(addr, [tool(rogue, label="rogue")])
             try:
                 failed = await until(conn, "mcp_list_tools.failed", seen)
@@ -44,6 +46,28 @@ async def test_a_hostile_listing_fails_naming_the_tool_and_the_session_goes_on(
     (item,) = [e.item for e in seen if e.type == "conversation.item.done" and e.item.id == failed.item_id]
     assert item.tools == []
     assert done.status == "completed" and again.status == "completed", (done, again)
+
+
+async def test_a_listing_of_many_json_values_is_refused_before_it_is_parsed(tiny_backend, server_factory, tmp_path):
+    """800 KB of empty arrays (the page cap raised to let the bytes through): 400,000 JSON values, about
+    0.7 s of the SDK's parsing, which holds the GIL wherever it runs. The value cap refuses the page as
+    its bytes arrive, so the server's loop watch sees no callback over 100 ms, and the session goes on."""
+    rogue = start_server(tmp_path, "rogue:bulk")
+    model = ToolScript(tiny_backend, "Hello there.")
+    cfg = {"tools.mcp_allowed_urls": [rogue.url], "tools.mcp_max_list_bytes": 1024 * 1024}
+    try:
+        with server_factory(model, **NO_AUDIO, **cfg) as addr:
+            manager, conn, seen = await open_session(addr, [tool(rogue, label="rogue")])
+            try:
+                await until(conn, "mcp_list_tools.failed", seen)
+                done = await ask(conn, "hi", seen)
+            finally:
+                await manager.__aexit__(None, None, None)
+    finally:
+        stop(rogue)
+    errors = [e.error.message for e in seen if e.type == "error"]
+    assert any("tools.mcp_max_list_values" in m and "rogue" in m for m in errors), errors
+    assert done.status == "completed"
 
 
 async def _listed_names(addr: str, entry: dict) -> list[str]:
