@@ -9,7 +9,7 @@ byte), and the bystander's Realtime voice reply (``response.create`` to its firs
 requests alone just before (the ratios; target ≤ 1.5). ``--attacks speech`` runs the speech flood only.
 Attacks: the other key's 4,096-character unpunctuated speech inputs, two at a time; a Realtime session
 sending ``session.update``s of 64 new MCP server labels each; sessions listing the hostile server.
-Writes bench/results/abuse_voice.{json,md}.
+Writes bench/results/abuse_voice.{json,md} (``--attacks X``: abuse_voice_X.{json,md}).
 """
 
 from __future__ import annotations
@@ -206,7 +206,8 @@ def main() -> None:
 
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--attacks", choices=["speech", "MCP"], help="only these attacks (and the idle row)")
-    rows = run({"speech": "/v1/audio/speech", "MCP": "MCP"}.get(ap.parse_args().attacks or ""))
+    only = ap.parse_args().attacks
+    rows = run({"speech": "/v1/audio/speech", "MCP": "MCP"}.get(only or ""))
     cols = list(rows[0])
     info = machine()
     busy = info["loadavg_1m"] > info["cpus"]
@@ -222,7 +223,7 @@ def main() -> None:
         "each attack, side by side. "
         "Targets: /health p99 ≤ 100 ms, ratio ≤ 1.5.\n\n" + markdown_table(rows, cols)
     )
-    write("abuse_voice", {"machine": machine(), "rows": rows}, md)
+    write(f"abuse_voice_{only.lower()}" if only else "abuse_voice", {"machine": machine(), "rows": rows}, md)
 
 
 if __name__ == "__main__":
