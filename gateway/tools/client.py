@@ -110,7 +110,8 @@ class Connection:
         return await self._linked().call(name, arguments)
 
     async def close(self) -> None:
-        await loop_thread.run(self._on_loop_close())
+        """Closing starts on the MCP loop and ends there (within ``connect_timeout_s``); no caller waits."""
+        loop_thread.spawn(self._on_loop_close())
 
     async def _on_loop_close(self) -> None:
         if self._link is not None:

@@ -39,3 +39,9 @@ async def run(coro: Coroutine[Any, Any, T]) -> T:
     if asyncio.get_running_loop() is mcp:  # already there (a coroutine of this module's callers)
         return await coro
     return await asyncio.wrap_future(asyncio.run_coroutine_threadsafe(coro, mcp))
+
+
+def spawn(coro: Coroutine[Any, Any, None]) -> None:
+    """``coro`` started on the MCP loop, not waited for: it runs to its end there (bounded by its own
+    timeouts) even when the caller's loop is gone, as a server's is at shutdown."""
+    asyncio.run_coroutine_threadsafe(coro, loop())
