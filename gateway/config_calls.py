@@ -37,9 +37,14 @@ class WebRtcConfig(_Frozen):
     jitter_prefetch_frames: int = Field(default=0, ge=0, le=8)
     # ICE candidates one offer may hold (more: 400): each is an address the server sends STUN checks to
     max_candidates: int = Field(default=16, ge=1, le=256)
-    # check an offer's private (RFC 1918, ULA) and mDNS .local candidates: callers on the server's LAN; false
-    # on a public server, so an offer cannot make it probe its own network (loopback, link-local: never)
-    allow_private_candidates: bool = True
+    # check an offer's private (RFC 1918, ULA, CGNAT, documentation ranges) and mDNS .local candidates: on
+    # for a server that callers reach on its own LAN or machine (browsers offer .local host candidates);
+    # off, an offer cannot make a public server probe its own network (loopback, link-local: never checked)
+    allow_private_candidates: bool = False
+    # STUN connectivity checks one call starts per second, over all its candidate pairs (each is sent to an
+    # address the caller named, and retransmitted up to 6 times unanswered)
+    stun_checks_per_s: float = Field(default=20.0, gt=0, le=1000)
+    stun_checks_burst: int = Field(default=20, ge=1, le=1000)  # checks one call starts at once, before the rate
 
     @model_validator(mode="after")
     def _port_range(self) -> WebRtcConfig:

@@ -108,7 +108,9 @@ class PiperSpeaker:
         session, self.aligned = _session(model, threads, align=True)
         self.voice = PiperVoice(session=session, config=cfg)
         self.rate = int(cfg.sample_rate)
-        self._lock = threading.Lock()  # one synthesis at a time on this session
+        # phonemizing and the word cache, one thread at a time; the onnxruntime session runs concurrent calls
+        # itself, so a short synthesis is not held behind a long one on another thread
+        self._lock = threading.Lock()
         self._counts: dict[str, int] = {}  # word → its phoneme count (``_phoneme_count``)
 
     def synthesize(self, text: str, speed: float = 1.0) -> Spoken:
@@ -128,20 +130,17 @@ class PiperSpeaker:
         timeline: list[tuple[str, float]] = []  # every phoneme of the whole text and the sample it ends at
         offset = 0
         with self._lock:
-            for phonemes in self.voice.phonemize(clean):
-                if not phonemes:
-                    continue
-                ids = self.voice.phonemes_to_ids(phonemes)
-                result = self.voice.phoneme_ids_to_audio(ids, cfg, include_alignments=self.aligned)
-                audio, id_samples = result if isinstance(result, tuple) else (result, None)
-                audio = np.clip(np.asarray(audio, dtype=np.float32).reshape(-1), -1.0, 1.0)
-                timeline.extend(
-                    (ph, offset + end) for ph, end in self._phoneme_ends(phonemes, ids, id_samples, len(audio))
-                )
-                timeline.append((" ", float(offset + len(audio))))  # a sentence ends a word
-                parts.append(audio)
-                offset += len(audio)
+            sentences = [phonemes for phonemes in self.voice.phonemize(clean) if phonemes]
             counts = [self._phoneme_count(w) for w in words]
+        for phonemes in sentences:
+            ids = self.voice.phonemes_to_ids(phonemes)
+            result = self.voice.phoneme_ids_to_audio(ids, cfg, include_alignments=self.aligned)
+            audio, id_samples = result if isinstance(result, tuple) else (result, None)
+            audio = np.clip(np.asarray(audio, dtype=np.float32).reshape(-1), -1.0, 1.0)
+            timeline.extend((ph, offset + end) for ph, end in self._phoneme_ends(phonemes, ids, id_samples, len(audio)))
+            timeline.append((" ", float(offset + len(audio))))  # a sentence ends a word
+            parts.append(audio)
+            offset += len(audio)
         audio = np.concatenate(parts) if parts else np.zeros(0, np.float32)
         return Spoken(audio, self.rate, word_ends(counts, timeline, len(audio)))
 

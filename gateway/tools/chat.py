@@ -36,6 +36,7 @@ class ChatMcp:
             c.mcp_max_response_bytes,
             c.mcp_max_listed_tools,
             c.mcp_max_list_bytes,
+            c.mcp_max_list_values,
         )
         self.connections: dict[str, Connection] = {}
         for label in labels:

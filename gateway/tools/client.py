@@ -1,6 +1,8 @@
 """MCP connections through the official ``mcp`` SDK: Streamable HTTP (guarded, gateway.tools.guard) and
 stdio (the configured environment only). One connection per server per session, kept open between calls
-in a task of its own (the SDK's transports are context managers); every wait is bounded.
+in a task of its own (the SDK's transports are context managers); every wait is bounded. That task and
+every call run on the MCP loop (``gateway.tools.loop_thread``), so the SDK's parsing of what a server
+sends never runs on the gateway's event loop; ``Connection`` is the gateway's handle on it.
 """
 
 from __future__ import annotations
@@ -16,6 +18,7 @@ from mcp import ClientSession, StdioServerParameters, types
 from mcp.client.stdio import stdio_client
 from mcp.client.streamable_http import streamable_http_client
 
+from . import loop_thread
 from .guard import Guard, Refused, client
 
 log = logging.getLogger("stream_omni.mcp")
@@ -50,7 +53,8 @@ class Limits:
     call_timeout_s: float = 20.0
     max_response_bytes: int = 4 * 1024 * 1024
     max_listed_tools: int = 256  # tools one listing may hold, all pages together (more: the listing fails)
-    max_list_bytes: int = 256 * 1024  # one page of a listing (HTTP); the SDK parses it on the event loop
+    max_list_bytes: int = 256 * 1024  # one page of a listing (HTTP); the SDK parses it whole, holding the GIL
+    max_list_values: int = 20000  # JSON values of one page (HTTP): what that parse's time goes with
 
 
 def stdio_params(ep: Endpoint) -> StdioServerParameters:
@@ -75,9 +79,51 @@ def result_text(result: types.CallToolResult) -> str:
 
 
 class Connection:
+    """One server's connection as the gateway's loops see it: each operation runs on the MCP loop, in a
+    ``_Link`` made there on first use (its futures, events and streams belong to that loop)."""
+
     def __init__(self, ep: Endpoint, limits: Limits):
         self.ep, self.limits = ep, limits
-        self.guard = Guard(ep.allowed, limits.max_response_bytes, limits.max_list_bytes)
+        self._link: _Link | None = None  # touched on the MCP loop only
+
+    @property
+    def dead(self) -> bool:
+        return self._link is not None and self._link.dead
+
+    def _linked(self) -> _Link:
+        if self._link is None:
+            self._link = _Link(self.ep, self.limits)
+        return self._link
+
+    async def list_tools(self) -> list[dict[str, Any]]:
+        """The server's tools (all pages), as plain dicts; ``CallFailed`` when the listing failed."""
+        return await loop_thread.run(self._on_loop_list())
+
+    async def _on_loop_list(self) -> list[dict[str, Any]]:
+        return await self._linked().list_tools()
+
+    async def call(self, name: str, arguments: dict[str, Any]) -> str:
+        """The tool's text; ``CallFailed`` when it failed, timed out, or the server misbehaved."""
+        return await loop_thread.run(self._on_loop_call(name, arguments))
+
+    async def _on_loop_call(self, name: str, arguments: dict[str, Any]) -> str:
+        return await self._linked().call(name, arguments)
+
+    async def close(self) -> None:
+        """Closing starts on the MCP loop and ends there (within ``connect_timeout_s``); no caller waits."""
+        loop_thread.spawn(self._on_loop_close())
+
+    async def _on_loop_close(self) -> None:
+        if self._link is not None:
+            await self._link.close()
+
+
+class _Link:
+    """The SDK session of one connection, on the MCP loop."""
+
+    def __init__(self, ep: Endpoint, limits: Limits):
+        self.ep, self.limits = ep, limits
+        self.guard = Guard(ep.allowed, limits.max_response_bytes, limits.max_list_bytes, limits.max_list_values)
         self._ready: asyncio.Future[ClientSession] = asyncio.get_running_loop().create_future()
         self._closing = asyncio.Event()
         self._task: asyncio.Task[None] | None = None

@@ -1,8 +1,12 @@
 """The SSRF guard of client-supplied MCP servers: an HTTP transport that checks every request it sends
 (redirects included) against the allow-list, resolves the host itself, checks each address, and connects
 to the address it checked (so a second DNS answer cannot differ). It also caps every answer's size, a
-``tools/list`` answer's to ``max_list_bytes``: the MCP SDK parses each answer whole on the event loop
-(a 1 MB listing page is about 100 ms of it), and a listing within the schema budget is far smaller.
+``tools/list`` answer's to ``max_list_bytes`` and to ``max_list_values`` JSON values (counted on the bytes as
+they arrive, before anything parses them: each ``{``, ``[``, ``,`` and ``:``). The MCP SDK parses each answer whole
+in one pydantic-core call that holds the GIL, off the gateway's loop (``gateway.tools.loop_thread``) but
+not off its GIL: that call's cost goes with the values it builds (up to 2.5 µs each here), not the bytes (a
+1 MB page of empty arrays is 1 s of it), so the value cap is what bounds it; a listing within the schema
+budget is far smaller.
 """
 
 from __future__ import annotations
@@ -23,10 +27,17 @@ class Refused(httpx2.TransportError):
 class Guard:
     """What one server's connection may reach; remembers why it refused, for the client's error."""
 
-    def __init__(self, allowed: tuple[str, ...] | None, max_response_bytes: int, max_list_bytes: int | None = None):
+    def __init__(
+        self,
+        allowed: tuple[str, ...] | None,
+        max_response_bytes: int,
+        max_list_bytes: int | None = None,
+        max_list_values: int | None = None,
+    ):
         self.allowed = allowed  # None: a configured server (trusted), only the size caps apply
         self.max_response_bytes = max_response_bytes
         self.max_list_bytes = max_list_bytes if max_list_bytes is not None else max_response_bytes
+        self.max_list_values = max_list_values  # None: uncounted
         self.refusal: str | None = None
         self.refused = asyncio.Event()  # set with refusal: a pending operation stops waiting
 
@@ -60,16 +71,27 @@ class Guard:
         return host, addresses[0]
 
 
+def json_values(chunk: bytes) -> int:
+    """An upper bound of the JSON values ``chunk`` opens or separates (inside strings too: never under)."""
+    return chunk.count(b"{") + chunk.count(b"[") + chunk.count(b",") + chunk.count(b":")
+
+
 class _Capped(httpx2.AsyncByteStream):
-    def __init__(self, inner: httpx2.AsyncByteStream, guard: Guard, cap: int, key: str):
-        self.inner, self.guard, self.cap, self.key = inner, guard, cap, key
+    def __init__(self, inner: httpx2.AsyncByteStream, guard: Guard, cap: int, key: str, values: int | None = None):
+        self.inner, self.guard, self.cap, self.key, self.values = inner, guard, cap, key, values
 
     async def __aiter__(self) -> AsyncIterator[bytes]:
-        seen = 0
+        seen = counted = 0
         async for chunk in self.inner:
             seen += len(chunk)
             if seen > self.cap:
                 raise self.guard.refuse(f"the server's answer is over {self.cap} bytes ({self.key})")
+            if self.values is not None:
+                counted += json_values(chunk)
+                if counted > self.values:
+                    raise self.guard.refuse(
+                        f"the server's answer holds over {self.values} JSON values (tools.mcp_max_list_values)"
+                    )
             yield chunk
 
     async def aclose(self) -> None:
@@ -87,12 +109,12 @@ class GuardedTransport(httpx2.AsyncBaseTransport):
             request.url = request.url.copy_with(host=address)
             if request.url.scheme == "https":
                 request.extensions = {**request.extensions, "sni_hostname": host}
-        cap, key = self.guard.max_response_bytes, "tools.mcp_max_response_bytes"
+        cap, key, values = self.guard.max_response_bytes, "tools.mcp_max_response_bytes", None
         if _is_listing(request):
-            cap, key = self.guard.max_list_bytes, "tools.mcp_max_list_bytes"
+            cap, key, values = self.guard.max_list_bytes, "tools.mcp_max_list_bytes", self.guard.max_list_values
         response = await self.inner.handle_async_request(request)
         assert isinstance(response.stream, httpx2.AsyncByteStream)
-        response.stream = _Capped(response.stream, self.guard, cap, key)
+        response.stream = _Capped(response.stream, self.guard, cap, key, values)
         return response
 
     async def aclose(self) -> None:

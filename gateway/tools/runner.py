@@ -57,6 +57,7 @@ class McpRunner:
             config.mcp_max_response_bytes,
             config.mcp_max_listed_tools,
             config.mcp_max_list_bytes,
+            config.mcp_max_list_values,
         )
         self.listing_limits = listing.ListingLimits(config.mcp_max_tools)
         self.connections: dict[str, Connection] = {}

@@ -4,14 +4,19 @@ Synthesis never runs on the event loop nor on the engine's decode thread: it run
 ``audio.output.workers`` threads of its own, each onnxruntime call on ``audio.output.threads``
 cores (onnxruntime and espeak-ng release the GIL while they compute; docs/SPEECH.md has the
 measurements behind threads rather than a process). Waiting syntheses are taken first chunks
-first, then API keys in turn (``gateway.voice.tts_queue``), so a reply's first audio waits only for the
-syntheses running, and no key's long ``/v1/audio/speech`` request holds the others' voices.
+first, then API keys in turn (``gateway.voice.tts_queue``), and no key's long ``/v1/audio/speech``
+request holds the others' voices.
+
+A reply's first chunks are what a listener waits for, before the reply has any lead: besides the
+``audio.output.workers``, one more thread takes only those (and short first pieces of requests). So a first
+chunk never waits behind a long request's piece that a worker is running, only behind another first
+chunk; the two threads then share the cores for the piece's length (hundreds of ms at most: pieces are
+``audio.output.max_piece_chars`` long).
 
 With ``audio.output.nice`` the workers run that much below the decode's priority (``gateway.workers``):
 a reply's later chunks have seconds of lead (``gateway.voice.pacing``), so they can wait for the
 scheduler, and llama.cpp's decode threads, which wait on each other at every step, are preempted
-less. A reply's first chunks are what a listener waits for, before the reply has any lead: one more
-thread at normal priority takes only those.
+less. The first-chunk thread stays at normal priority.
 """
 
 from __future__ import annotations
@@ -46,8 +51,8 @@ class Synthesis:
 
 
 _Job = tuple[Future[Synthesis], str, SpeechSettings]
-# FIRST_CHUNKS: a reply's chunks that the normal-priority thread also takes: the first plays while the next two
-# are made, and by then the reply has the seconds of lead that let later chunks wait for a niced worker
+# FIRST_CHUNKS: a reply's chunks that the first-chunk thread also takes: the first plays while the next two are
+# made, and by then the reply has the seconds of lead that let later chunks wait for a worker
 
 
 @dataclass
@@ -55,7 +60,7 @@ class SpeechService:
     voices: dict[str, Any]  # name → processors.speech.PiperSpeaker (or anything with rate and synthesize)
     default: SpeechSettings
     workers: int = 1  # synthesis threads
-    nice: int = 0  # how far below the process's priority the workers run; > 0 adds a first-chunk thread
+    nice: int = 0  # how far below the process's priority the workers run (not the first-chunk thread)
     on_first_chunk: Callable[[float], None] | None = None  # seconds a reply's first chunk took, queued → made
     # /v1/audio/speech per key: requests at once and characters per minute (audio.output.http_*_per_key)
     budget: SpeechBudget = field(default_factory=lambda: SpeechBudget(2, 8192))
@@ -67,8 +72,8 @@ class SpeechService:
 
     def __post_init__(self) -> None:
         kinds: list[tuple[str, int | None, int]] = [(f"tts_{i}", None, self.nice) for i in range(self.workers)]
-        if self.nice > 0:  # a reply's first chunks, before it has any lead: at the decode's own priority
-            kinds.append(("tts_first", FIRST_CHUNKS - 1, 0))
+        # a reply's first chunks, before it has any lead: never behind a running piece, at the decode's priority
+        kinds.append(("tts_first", FIRST_CHUNKS - 1, 0))
         for name, max_rank, nice in kinds:
             thread = threading.Thread(target=self._work, args=(max_rank, nice), name=name, daemon=True)
             thread.start()

@@ -6,7 +6,11 @@ everyone's voice wait behind it. So the queue keeps two tiers:
 
 - urgent: a Realtime reply's first chunks (index below ``FIRST_CHUNKS``), lowest index first, then in
   arrival order. A reply's first audio is what a listener waits for, before the reply has any lead; it
-  waits only for the syntheses already running, never behind another key's queued request;
+  waits only for the syntheses already running, never behind another key's queued request. An HTTP
+  request's first piece is urgent too when it is short (``SHORT_PIECE`` characters: a "Hi."), ranked
+  after a reply's first chunk: as cheap as a reply's chunk, and its caller waits for its first audio as
+  well. Longer pieces never are, so the synthesis thread that takes only urgent jobs
+  (``gateway.voice.synthesis``) is never behind one of them;
 - the rest (a reply's later chunks, which have seconds of lead, and HTTP pieces, each one bounded in
   length by the route) in deficit round robin over owners (an API key): each turn an owner may spend
   ``quantum`` characters, so a key with a long request and a key with a short one each get their
@@ -24,6 +28,7 @@ from typing import Generic, TypeVar
 T = TypeVar("T")
 
 FIRST_CHUNKS = 3  # a Realtime reply's chunks taken as urgent: the first plays while the next two are made
+SHORT_PIECE = 64  # an HTTP request's first piece this short is urgent: a reply chunk's cost (a first chunk is short)
 QUANTUM = (
     64  # characters an owner may spend per turn: a short request goes at its first turn, a 200-character piece takes 4
 )
@@ -54,8 +59,13 @@ class SynthesisQueue(Generic[T]):
 
     def put(self, job: T, rank: int, owner: str = "", bulk: bool = False, cost: int = 1) -> None:
         """``rank``: the chunk's index in its reply or request (0: the first); ``owner``: whose turn it takes
-        (an API key's digest); ``bulk``: an HTTP request's piece (never urgent); ``cost``: its characters."""
+        (an API key's digest); ``bulk``: an HTTP request's piece (urgent only as a short first piece);
+        ``cost``: its characters."""
         entry = _Entry(max(0, rank), next(self._seq), max(1, cost), job)
+        if bulk and entry.rank == 0 and entry.cost <= SHORT_PIECE:  # a short first piece: after a reply's first chunk
+            entry.rank = FIRST_CHUNKS - 1
+            _insert(self._urgent, entry)
+            return
         if not bulk and entry.rank < FIRST_CHUNKS:
             _insert(self._urgent, entry)
             return

@@ -21,6 +21,7 @@ from ..realtime.protocol import CLOSE_TRY_AGAIN
 from ..realtime.speech_out import due_truncations
 from ..voice.speech_actions import PlayAudio
 from .channel import LABEL, DataChannelSocket
+from .checks import CheckPacer, pace_checks
 from .pacing import FRAME_MS, Cleared, OutboundAudio, PlayoutEvent, Started, Stopped, track_samples
 from .ports import bind_in_range
 from .sdp import Offer, with_opus_bitrate, with_public_ip
@@ -85,6 +86,7 @@ class Call:
                 break
         if self.cfg.udp_ports is not None:
             bind_in_range(pc, *self.cfg.udp_ports)
+        pace_checks(pc, CheckPacer(self.cfg.stun_checks_per_s, self.cfg.stun_checks_burst))
         await pc.setLocalDescription(await pc.createAnswer())
         sdp = with_opus_bitrate(pc.localDescription.sdp, offer.opus_payload, self.cfg.upstream_kbps * 1000)
         self.live.taps.append(self._heard)

@@ -22,7 +22,7 @@ class CandidatePolicy:
     """Which of an offer's ICE candidates the server's ICE agent may check (``webrtc.*_candidates``)."""
 
     max_candidates: int = 16  # candidate lines one offer may hold (more: the offer is refused)
-    allow_private: bool = True  # private (RFC 1918, ULA) and mDNS .local candidates: for callers on the LAN
+    allow_private: bool = False  # private (RFC 1918, ULA) and mDNS .local candidates: for callers on the LAN
 
 
 class OfferError(ValueError):

@@ -22,6 +22,18 @@ from tests.e2e.node import js_clients  # noqa: F401  (the fixture of the Node te
 # ---------------------------------------------------------------------------- fixtures
 
 
+@pytest.fixture
+def server_factory(server_factory: Callable[..., Any]) -> Callable[..., Any]:
+    """Servers that check private candidates: Chromium and the Node clients run on this machine and offer
+    its LAN address or mDNS .local names, which a public server refuses by default
+    (webrtc.allow_private_candidates)."""
+
+    def make(backend: Any, **overrides: Any) -> Any:
+        return server_factory(backend, **{"webrtc.allow_private_candidates": True, **overrides})
+
+    return make
+
+
 @pytest.fixture(scope="module")
 def speech_wav(tmp_path_factory: pytest.TempPathFactory) -> Path | None:
     """espeak-ng speech with silence around it, as the fake microphone's WAV (looped)."""

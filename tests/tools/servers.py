@@ -104,7 +104,9 @@ def wide_anyof(levels: int, width: int) -> dict[str, Any]:
 def rogue_tools(what: str) -> list[dict[str, Any]]:
     """``markup``: a name that closes the model's call markup; ``deep``: a schema nested 150 deep;
     ``wide``: 16 tools of nested anyOf (150 KB, over the schema budget); ``huge``: 64 of them (1 MB, over a
-    listing page's byte cap); ``many``: 300 plain tools over pages of 100."""
+    listing page's byte cap); ``many``: 300 plain tools over pages of 100; ``heavy``: 62 of ``huge``'s (1 MB,
+    just under the SDK's 1 MiB event: about 450 ms of its parsing, half of it the garbage collector's);
+    ``bulk``: 5 tools of 40,000 empty arrays each (800 KB, 400,000 JSON values: about 0.7 s of the SDK's parsing)."""
     add = {"name": "add", "inputSchema": {"type": "object", "properties": {"a": {"type": "integer"}}}}
     plain = {"type": "object", "properties": {"q": {"type": "string"}}}
     extra: list[dict[str, Any]] = {
@@ -113,6 +115,8 @@ def rogue_tools(what: str) -> list[dict[str, Any]]:
         "wide": [{"name": f"wide{i}", "inputSchema": wide_anyof(3, 5)} for i in range(16)],
         "huge": [{"name": f"huge{i}", "inputSchema": wide_anyof(3, 6)} for i in range(64)],
         "many": [{"name": f"t{i}", "inputSchema": plain} for i in range(300)],
+        "heavy": [{"name": f"heavy{i}", "inputSchema": wide_anyof(3, 6)} for i in range(62)],
+        "bulk": [{"name": f"bulk{i}", "inputSchema": {"type": "object", "enum": [[]] * 40000}} for i in range(5)],
     }[what]
     return [add, *extra]
 

@@ -12,6 +12,8 @@ import socket
 import pytest
 from aiortc import RTCPeerConnection, RTCSessionDescription
 
+from gateway.config_calls import WebRtcConfig
+from gateway.webrtc.checks import CheckPacer
 from gateway.webrtc.sdp import CandidatePolicy, OfferError, check_offer, screen_candidates
 from testkit.rtcclient import PlayTrack, post_offer
 from tests.webrtc.test_pure import OFFER
@@ -35,8 +37,24 @@ def kept(addresses: list[str], policy: CandidatePolicy) -> list[str]:
 
 def test_loopback_link_local_and_names_are_never_kept_and_private_ones_only_where_allowed():
     everything = REFUSED_ALWAYS + PRIVATE + PUBLIC
-    assert kept(everything, CandidatePolicy(max_candidates=64)) == PRIVATE + PUBLIC
+    assert kept(everything, CandidatePolicy(max_candidates=64, allow_private=True)) == PRIVATE + PUBLIC
     assert kept(everything, CandidatePolicy(max_candidates=64, allow_private=False)) == PUBLIC
+
+
+def test_private_candidates_are_refused_unless_the_config_allows_them():
+    assert kept(PRIVATE + PUBLIC, CandidatePolicy(max_candidates=64)) == PUBLIC
+    assert WebRtcConfig().allow_private_candidates is False
+
+
+def test_check_starts_are_paced_after_a_burst():
+    now = [0.0]
+    pacer = CheckPacer(rate_per_s=10, burst=3, clock=lambda: now[0])
+    assert [pacer.reserve() for _ in range(3)] == [0, 0, 0]  # the burst goes at once
+    waits = [pacer.reserve() for _ in range(4)]  # then each waits its turn behind the last
+    assert waits == pytest.approx([0.1, 0.2, 0.3, 0.4])
+    now[0] = 10.0  # a quiet while refills the burst, never past it
+    assert [pacer.reserve() for _ in range(3)] == [0, 0, 0]
+    assert pacer.reserve() == pytest.approx(0.1)
 
 
 def test_an_offer_over_the_candidate_cap_is_refused_naming_the_key():
@@ -95,3 +113,49 @@ async def test_a_real_offer_is_answered_and_its_loopback_candidate_never_hears_a
     finally:
         await pc.close()
         canary.close()
+
+
+async def test_a_call_starts_its_stun_checks_at_the_configured_rate(tiny_backend, server_factory):
+    """Sixteen candidates of the offer are UDP sockets of the test's own on this machine's LAN address:
+    the server sends binding requests to them at ``webrtc.stun_checks_per_s`` after its burst, counted by
+    transaction (a retransmission repeats one), not all sixteen within aioice's 20 ms pacing."""
+    pc = RTCPeerConnection()
+    canaries: list[socket.socket] = []
+    try:
+        pc.addTrack(PlayTrack())
+        pc.createDataChannel("oai-events")
+        await pc.setLocalDescription(await pc.createOffer())
+        sdp = pc.localDescription.sdp
+        first = re.search(r"^a=candidate:\S+ \d+ \S+ \d+ (\d+\.\d+\.\d+\.\d+) .*$", sdp, re.M)
+        assert first is not None, "the client gathered no IPv4 host candidate"
+        for _ in range(16):
+            canary = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+            canary.bind((first.group(1), 0))
+            canary.setblocking(False)
+            canaries.append(canary)
+        address = first.group(1)
+        planted = "".join(candidate(address, c.getsockname()[1], 90 + i) + "\r\n" for i, c in enumerate(canaries))
+        sdp = sdp[: first.start()] + planted + sdp[first.start() :]
+        cfg = {"audio.enabled": False, "webrtc.max_candidates": 32}
+        cfg |= {"webrtc.stun_checks_per_s": 2.0, "webrtc.stun_checks_burst": 2}
+        with server_factory(tiny_backend, **cfg) as addr:
+            resp = await post_offer(addr, sdp)
+            assert resp.status_code == 201, resp.text
+            window = 1.5
+            seen: set[bytes] = set()
+            loop = asyncio.get_running_loop()
+            deadline = loop.time() + window
+            while loop.time() < deadline:
+                for c in canaries:
+                    try:
+                        data = c.recv(2048)
+                    except BlockingIOError:
+                        continue
+                    if data[:2] == b"\x00\x01":  # a STUN binding request
+                        seen.add(data[8:20])  # its transaction id
+                await asyncio.sleep(0.01)
+    finally:
+        await pc.close()
+        for c in canaries:
+            c.close()
+    assert 1 <= len(seen) <= 2 + 2 * window + 1, len(seen)
