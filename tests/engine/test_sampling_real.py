@@ -46,10 +46,30 @@ def answer(b: LlamaCppBackend, params: SamplingParams, question: str = README_QU
     return job
 
 
-def test_the_embedded_model_recommends_its_card_sampling_and_a_dry_guard(backend):
+def test_the_embedded_model_recommends_its_card_sampling_and_a_guard(backend):
     d = replace(SamplingParams(), **backend.sampling_defaults)
     assert (d.temperature, d.top_p) == (0.2, 0.9)
-    assert d.dry_multiplier > 0 and d.dry_allowed_length == 2
+    assert d.dry_multiplier > 0 and d.dry_allowed_length == 2 and d.frequency_penalty == 0.5
+
+
+def test_a_sentence_shape_repeated_across_line_breaks_ends_under_the_default_guard(backend):
+    """Asked to say goodbye in French, the model restarts "Je ne … pas." on each line until the limit under
+    DRY alone (its runs stop at a line break); the default guard's frequency penalty ends it, on every
+    seed tried."""
+    defaults = replace(SamplingParams(max_tokens=64), **backend.sampling_defaults)
+    dry_only = replace(defaults, frequency_penalty=0.0)
+    question = "Say goodbye in French."
+
+    def loops(params: SamplingParams) -> list[str]:
+        out = []
+        for seed in range(8):
+            job = answer(backend, replace(params, seed=seed), question)
+            if len(job.generated) == 64 and looped(job.generated):
+                out.append(backend.decode(job.generated))
+        return out
+
+    assert loops(dry_only), "DRY alone no longer loops here: this test shows nothing"
+    assert loops(defaults) == []
 
 
 def test_greedy_loops_without_the_guard_and_ends_with_it(backend):
