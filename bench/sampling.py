@@ -6,8 +6,8 @@
 side by side (so background load hits all alike), on the embedded model through llama.cpp with the
 served drafter:
 
-* ``defaults``: the model's recommended sampling as served (temperature 0.2, top-p 0.9, DRY guard;
-  seeded by the question's index);
+* ``defaults``: the model's recommended sampling as served (temperature 0.2, top-p 0.9, the guard:
+  DRY and a frequency penalty; seeded by the question's index);
 * ``defaults_no_guard``: the same without the guard;
 * ``greedy_guard``: temperature 0 with the guard (what a client asking for ``temperature: 0`` gets);
 * ``greedy_no_guard``: temperature 0, no guard (plain greedy).
@@ -46,14 +46,14 @@ def loops(ids: list[int], hit_limit: bool) -> bool:
 
 
 def params_for(mode: str, defaults: Any, seed: int, max_tokens: int) -> Any:
-    from models.sampling import SamplingParams
+    from models.sampling import REPETITION_GUARD_KEYS, SamplingParams
 
     p = replace(defaults, seed=seed, max_tokens=max_tokens)
     if mode.startswith("greedy"):
         p = replace(p, temperature=0.0, top_p=1.0)
-    if mode.endswith("no_guard"):
+    if mode.endswith("no_guard"):  # every field of the guard back to "off", as session.repetition_guard: off does
         off = SamplingParams()
-        p = replace(p, dry_multiplier=off.dry_multiplier)
+        p = replace(p, **{key: getattr(off, key) for key in REPETITION_GUARD_KEYS})
     return p
 
 
@@ -74,6 +74,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     args = ap.parse_args(argv)
 
     t_start = time.perf_counter()
+    load_start = os.getloadavg()
     backend = LlamaCppBackend(LlamaCppConfig(threads=args.threads))
     defaults = replace(SamplingParams(), **backend.sampling_defaults)
     spec = Speculator(backend, SpecConfig(drafter=args.drafter)) if args.drafter != "none" else None
@@ -144,6 +145,8 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         "loop_rule": f"ran to max_tokens and a {LOOP_N}-gram occurs ≥ {LOOP_TIMES}x in the last {LOOP_WINDOW} tokens",
         "summary": summary,
         "total_s": round(time.perf_counter() - t_start, 1),
+        # the box is shared: its 1-minute load average at the start and the end of the run
+        "load_average": [round(load_start[0], 1), round(os.getloadavg()[0], 1)],
         "rows": rows,
     }
     out = Path(args.out)
@@ -162,7 +165,8 @@ def markdown(report: dict[str, Any]) -> str:
         "",
         f"{report['model']} (llama.cpp, {report['threads']} threads), {report['machine']}, "
         f"drafter {report['drafter']}, "
-        f"{report['questions']} questions, max_tokens {report['max_tokens']}. Model defaults: {report['defaults']}.",
+        f"{report['questions']} questions, max_tokens {report['max_tokens']}. Model defaults: {report['defaults']}. "
+        f"Load average {report['load_average'][0]} at the start, {report['load_average'][1]} at the end.",
         f"A loop: {report['loop_rule']}.",
         "",
         "| mode | looping replies | tokens | tok/s | guard µs/token | guard share of decode |",

@@ -141,7 +141,8 @@ class SessionConfig(_Frozen):
     # default sampling temperature (0: greedy); null: the model's recommended (the embedded model's 0.2, else 0)
     temperature: float | None = Field(default=None, ge=0, le=2)
     top_p: float | None = Field(default=None, gt=0, le=1)  # default nucleus mass; null: the model's recommended (or 1)
-    # "model": the model's own repetition guard is on by default (the embedded model's DRY; docs/API.md); "off": none
+    # "model": the model's own repetition guard is on by default (the embedded model's DRY and frequency penalty;
+    # docs/API.md); "off": none
     repetition_guard: Literal["model", "off"] = "model"
     max_output_tokens: int = Field(default=512, ge=1, le=4 * _MIB)  # cap on tokens per response
     # what a client that names no modality gets: text, so that text clients written against this server

@@ -23,15 +23,20 @@ EMBEDDED_GGUF = "SmolLM2-135M-Instruct.Q4_1.gguf"
 EMBEDDED_ID = "SmolLM2-135M-Instruct"
 # the embedded model's own recommended generation settings: its model card samples at temperature 0.2,
 # top-p 0.9. Its greedy answers fall into phrase loops ("la femme au martyre, la femme au martyre, …"
-# to the token limit), so a DRY repetition guard is part of its defaults, at the values DRY's author
-# suggests and llama.cpp documents (multiplier 0.8, base 1.75, allowed length 2): it costs only runs of
-# 3+ tokens that already occurred, never a single common token as a repetition penalty would
+# to the token limit), so a repetition guard is part of its defaults, in two parts. DRY, at the values
+# DRY's author suggests and llama.cpp documents (multiplier 0.8, base 1.75, allowed length 2), ends a
+# phrase loop within a few tokens and never costs a single common token. But its runs stop at a line
+# break (a sequence breaker), so a reply that restarts the same sentence shape on each line ("Je ne … pas.
+# Je ne … pas." to the limit) goes unseen by it; OpenAI's frequency penalty at 0.5 (in the 0.1-1 range
+# OpenAI suggests for "reducing repetitive samples") ends those, where 0.2-0.3 did not on every seed
+# (docs/BENCHMARKS.md, "Repetition guard")
 EMBEDDED_SAMPLING: dict[str, float] = {
     "temperature": 0.2,
     "top_p": 0.9,
     "dry_multiplier": 0.8,
     "dry_base": 1.75,
     "dry_allowed_length": 2,
+    "frequency_penalty": 0.5,
 }
 
 

@@ -38,7 +38,7 @@ class SamplingParams:
 
 
 # the fields of a model's repetition guard (models.llm.EMBEDDED_SAMPLING): ``session.repetition_guard: off`` drops them
-REPETITION_GUARD_KEYS = ("dry_multiplier", "dry_base", "dry_allowed_length", "dry_penalty_last_n")
+REPETITION_GUARD_KEYS = ("dry_multiplier", "dry_base", "dry_allowed_length", "dry_penalty_last_n", "frequency_penalty")
 
 
 def probs(logits: np.ndarray, params: SamplingParams) -> np.ndarray:

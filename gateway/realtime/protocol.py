@@ -1,15 +1,16 @@
 """Every wire event of /v1/realtime as a pydantic model, parsed once through a discriminated union.
 
 Pure: no asyncio, Starlette or torch. Client events are validated strictly on their ``type`` and
-on the fields we act on; unknown *fields* inside ``session``/``response`` objects are ignored so
-that clients written for the full OpenAI Realtime API (which sends more options than we
-implement) keep working. Server events are built through ``server_event`` so that every one of
-them has the same envelope (``type``, ``event_id``, ``seq``).
+on the fields we act on. An unknown key in a ``session.update`` or ``response.create`` is refused
+as OpenAI refuses it (``unknown_parameter``, ``gateway.realtime.strict_keys``), except the few GA
+keys documented as accepted and ignored. Server events are built through ``server_event`` so
+that every one of them has the same envelope (``type``, ``event_id``, ``seq``).
 """
 
 from __future__ import annotations
 
 import itertools
+import json
 import re
 from typing import Annotated, Any, Literal, get_args
 
@@ -18,6 +19,7 @@ from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError,
 
 from ..options import SamplingKnobs, SchedulerOptions
 from ..tools.wire import McpApprovalResponseItem, McpTool, NamedMcpTool
+from . import strict_keys
 
 MAX_JSON_DEPTH = 32  # a nesting limit far below any parser's recursion limit
 NOT_UTF8 = "invalid_utf8"  # a big text frame handed over undecoded (gateway.wsreader) was not UTF-8: closed 1007
@@ -398,7 +400,7 @@ def parse(raw: str | bytes, max_depth: int = MAX_JSON_DEPTH) -> Any:
     if _depth(text) > max_depth:
         raise ProtocolError("invalid_json", f"JSON nesting deeper than {max_depth} levels")
     try:
-        return _CLIENT_ADAPTER.validate_json(text)
+        event = _CLIENT_ADAPTER.validate_json(text)
     except ValidationError as exc:
         event_id = _event_id_of(text)
         errs = exc.errors(include_url=False, include_input=False)
@@ -414,6 +416,11 @@ def parse(raw: str | bytes, max_depth: int = MAX_JSON_DEPTH) -> Any:
             ) from None
         loc = ".".join(str(p) for p in first["loc"][1:]) or None
         raise ProtocolError("invalid_value", f"{loc or 'event'}: {first['msg']}", event_id, loc) from None
+    if isinstance(event, SessionUpdate | ResponseCreate):  # their options refuse keys they do not know
+        unknown = strict_keys.unknown_key(event, json.loads(text), "")
+        if unknown is not None:
+            raise ProtocolError("unknown_parameter", f"Unknown parameter: '{unknown}'.", event.event_id, unknown)
+    return event
 
 
 def _item_chars(item: object) -> int:

@@ -4,9 +4,12 @@ and a penalty moves real output the way it says."""
 
 from __future__ import annotations
 
+import asyncio
+import re
 from collections import Counter
 from collections.abc import Iterator
 from dataclasses import replace
+from pathlib import Path
 
 import pytest
 
@@ -20,6 +23,7 @@ from tests.wsclient import RealtimeClient  # noqa: E402
 
 pytestmark = pytest.mark.real_model
 README_QUESTION = "What is the capital of France?"
+README = Path(__file__).resolve().parents[2] / "README.md"
 
 
 @pytest.fixture(scope="module")
@@ -42,10 +46,30 @@ def answer(b: LlamaCppBackend, params: SamplingParams, question: str = README_QU
     return job
 
 
-def test_the_embedded_model_recommends_its_card_sampling_and_a_dry_guard(backend):
+def test_the_embedded_model_recommends_its_card_sampling_and_a_guard(backend):
     d = replace(SamplingParams(), **backend.sampling_defaults)
     assert (d.temperature, d.top_p) == (0.2, 0.9)
-    assert d.dry_multiplier > 0 and d.dry_allowed_length == 2
+    assert d.dry_multiplier > 0 and d.dry_allowed_length == 2 and d.frequency_penalty == 0.5
+
+
+def test_a_sentence_shape_repeated_across_line_breaks_ends_under_the_default_guard(backend):
+    """Asked to say goodbye in French, the model restarts "Je ne … pas." on each line until the limit under
+    DRY alone (its runs stop at a line break); the default guard's frequency penalty ends it, on every
+    seed tried."""
+    defaults = replace(SamplingParams(max_tokens=64), **backend.sampling_defaults)
+    dry_only = replace(defaults, frequency_penalty=0.0)
+    question = "Say goodbye in French."
+
+    def loops(params: SamplingParams) -> list[str]:
+        out = []
+        for seed in range(8):
+            job = answer(backend, replace(params, seed=seed), question)
+            if len(job.generated) == 64 and looped(job.generated):
+                out.append(backend.decode(job.generated))
+        return out
+
+    assert loops(dry_only), "DRY alone no longer loops here: this test shows nothing"
+    assert loops(defaults) == []
 
 
 def test_greedy_loops_without_the_guard_and_ends_with_it(backend):
@@ -90,3 +114,29 @@ async def test_readme_realtime_example_at_temperature_0_answers_in_one_line(back
     assert bare["response"]["status"] == "completed" and "\n" not in bare_text.strip(), bare_text
     assert done["response"]["status"] == "completed", text
     assert text.strip() == "The capital of France is Paris.", text
+
+
+def readme_realtime_example() -> str:
+    """The README's Realtime example, as printed there (the first Python block that connects)."""
+    blocks = re.findall(r"```python\n(.*?)```", README.read_text(), flags=re.S)
+    return next(b for b in blocks if "client.realtime.connect(" in b)
+
+
+async def test_the_readme_realtime_example_runs_as_written_and_prints_paris(backend, server_factory):
+    """The README's code itself (only its address changed), through the unmodified ``openai`` SDK, against
+    a served embedded model: one line that names Paris, ended by the model (a loop runs to the limit)."""
+    code = readme_realtime_example()
+    assert "http://127.0.0.1:8000/v1" in code and "asyncio.run(main())" in code
+    printed: list[str] = []
+
+    def capture(*args: object, end: str = "\n", **_: object) -> None:
+        printed.append(" ".join(map(str, args)) + end)
+
+    with server_factory(backend, **{"audio.enabled": False}) as addr:
+        run = code.replace("http://127.0.0.1:8000/v1", f"http://{addr}/v1")
+        # the example runs its own event loop (asyncio.run), so it gets a thread of its own
+        await asyncio.wait_for(asyncio.to_thread(exec, run, {"__name__": "readme", "print": capture}), 120)
+    text = "".join(printed)
+    assert "Paris" in text, text
+    assert "\n" not in text.strip() and len(text) < 200, text
+    assert not looped(backend.tokenize(text)), text

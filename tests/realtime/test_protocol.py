@@ -27,7 +27,7 @@ def test_parses_each_client_event_type_to_its_model():
     assert isinstance(p.parse('{"type":"response.cancel"}'), p.ResponseCancel)
 
 
-def test_unknown_session_fields_from_full_realtime_clients_are_ignored():
+def test_ga_session_fields_from_full_realtime_clients_are_accepted():
     ev = p.parse('{"type":"session.update","session":{"type":"realtime","tools":[],"tracing":"auto"}}')
     assert isinstance(ev, p.SessionUpdate)
 
