@@ -37,10 +37,11 @@ class WebRtcConfig(_Frozen):
     jitter_prefetch_frames: int = Field(default=0, ge=0, le=8)
     # ICE candidates one offer may hold (more: 400): each is an address the server sends STUN checks to
     max_candidates: int = Field(default=16, ge=1, le=256)
-    # check an offer's private (RFC 1918, ULA, CGNAT, documentation ranges) and mDNS .local candidates: on
-    # for a server that callers reach on its own LAN or machine (browsers offer .local host candidates);
-    # off, an offer cannot make a public server probe its own network (loopback, link-local: never checked)
-    allow_private_candidates: bool = False
+    # check an offer's private (RFC 1918, ULA, CGNAT, documentation ranges) and mDNS .local candidates:
+    # true for a server callers reach on its own LAN; false: an offer cannot make the server probe its own
+    # network; null (auto): checked only on a loopback-bound server with no API keys, whose callers are on
+    # its own machine (loopback and link-local candidates are never checked)
+    allow_private_candidates: bool | None = None
     # STUN connectivity checks one call starts per second, over all its candidate pairs (each is sent to an
     # address the caller named, and retransmitted up to 6 times unanswered)
     stun_checks_per_s: float = Field(default=20.0, gt=0, le=1000)

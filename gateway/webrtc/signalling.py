@@ -25,6 +25,7 @@ from starlette.websockets import WebSocket
 from ..client_secrets import Grant, VaultUnavailable
 from ..cluster.node import ClusterNode
 from ..cluster.store import StoreUnavailable
+from ..config import Config, is_loopback
 from ..http.errors import error_body
 from ..realtime import protocol as p
 from ..realtime.connection import Connection
@@ -46,6 +47,16 @@ MAX_KEYS_TRACKED = 10_000  # offer buckets kept (one per API key digest); the ol
 
 def _error(status: int, code: str, message: str, headers: dict[str, str] | None = None) -> JSONResponse:
     return JSONResponse(error_body(status, code, message), status_code=status, headers=headers)
+
+
+def private_candidates_checked(config: Config) -> bool:
+    """``webrtc.allow_private_candidates``, with null resolved: a server bound to loopback with no API
+    keys can only be called from its own machine, whose browser offers only private and .local
+    candidates; any other server needs the operator's yes."""
+    if config.webrtc.allow_private_candidates is not None:
+        return config.webrtc.allow_private_candidates
+    server = config.server
+    return not server.api_keys and server.api_keys_env is None and is_loopback(server.host)
 
 
 class _Refused(Exception):
@@ -97,7 +108,7 @@ class WebRtcApi:
         try:
             key, grant = await self._admit_offer(s, request, resuming=token is not None)
             sdp, session = await self._read_offer(s, request)
-            offer = check_offer(sdp, CandidatePolicy(cfg.max_candidates, cfg.allow_private_candidates))
+            offer = check_offer(sdp, CandidatePolicy(cfg.max_candidates, private_candidates_checked(s.config)))
         except _Refused as refused:
             return refused.response
         except OfferError as exc:

@@ -12,9 +12,11 @@ import socket
 import pytest
 from aiortc import RTCPeerConnection, RTCSessionDescription
 
+from gateway.config import Config
 from gateway.config_calls import WebRtcConfig
 from gateway.webrtc.checks import CheckPacer
 from gateway.webrtc.sdp import CandidatePolicy, OfferError, check_offer, screen_candidates
+from gateway.webrtc.signalling import private_candidates_checked
 from testkit.rtcclient import PlayTrack, post_offer
 from tests.webrtc.test_pure import OFFER
 
@@ -43,7 +45,20 @@ def test_loopback_link_local_and_names_are_never_kept_and_private_ones_only_wher
 
 def test_private_candidates_are_refused_unless_the_config_allows_them():
     assert kept(PRIVATE + PUBLIC, CandidatePolicy(max_candidates=64)) == PUBLIC
-    assert WebRtcConfig().allow_private_candidates is False
+    assert WebRtcConfig().allow_private_candidates is None  # auto: see the next test
+
+
+def test_private_candidates_are_checked_by_default_only_on_a_local_server():
+    local = Config()  # loopback, no API keys: the caller is on this machine
+    assert private_candidates_checked(local)
+    keyed = Config.model_validate({"server": {"api_keys": ["sk-test"]}})
+    assert not private_candidates_checked(keyed)
+    public = Config.model_validate({"server": {"host": "0.0.0.0", "api_keys": ["sk-test"]}})
+    assert not private_candidates_checked(public)
+    forced = Config.model_validate({"server": {"api_keys": ["sk-test"]}, "webrtc": {"allow_private_candidates": True}})
+    assert private_candidates_checked(forced)
+    refused = Config.model_validate({"webrtc": {"allow_private_candidates": False}})
+    assert not private_candidates_checked(refused)
 
 
 def test_check_starts_are_paced_after_a_burst():
