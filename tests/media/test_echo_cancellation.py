@@ -1,5 +1,5 @@
 """The assistant's own reply played back into the microphone (a speakerphone) over a real server: with the
-server's echo cancellation on, the reply does not interrupt itself; with it off, it does."""
+server's echo cancellation on (the default), the reply does not interrupt itself; with it off, it does."""
 
 from __future__ import annotations
 
@@ -83,8 +83,8 @@ async def run_call(addr: str, echo_cancellation: bool) -> Speakerphone:
     c = await RealtimeClient.connect(addr, query="")
     await c.until("session.created")
     audio_in: dict = {"turn_detection": {"type": "server_vad", "transcription_interval_ms": 0}}
-    # the server cancels when asked; without it the client says it cancels its own, and it does not
-    audio_in["echo_cancellation"] = {"type": "server" if echo_cancellation else "client"}
+    if not echo_cancellation:  # the client says it cancels its own echo, and it does not
+        audio_in["echo_cancellation"] = {"type": "client"}
     await c.update_session({"output_modalities": ["audio"], "audio": {"input": audio_in}})
     phone = Speakerphone(c)
     user = np.frombuffer(pcm24(np.concatenate([silence(0.3), speak("Please open the kitchen window.")])), "<i2")
