@@ -111,15 +111,15 @@ def test_a_headset_hears_no_echo_and_the_canceller_never_acts():
     cleaner.played(i16(reply).tobytes(), RATE)
     out = clean(cleaner, mic).astype(np.float64)
     assert cleaner.echo is not None and not cleaner.echo.presence.found and cleaner.echo.gated == 0
-    span = slice(start, start + len(user))
-    assert abs(db(out[span]) - db(near[span] * 32767)) < 2
-    assert best_corr(near[span], out[start:]) >= 0.9
+    span = slice(start, start + len(user))  # (at 24 kHz the frames go through the resamplers: not byte for byte)
+    assert abs(db(out[span]) - db(near[span] * 32767)) < 1
+    assert best_corr(near[span], out[start:]) >= 0.99
 
 
 @pytest.mark.parametrize("start_s", [0.0, 0.1, 0.3, 1.5])
 def test_a_barge_in_from_a_client_with_no_echo_passes_byte_for_byte(start_s):
-    # at 16 kHz nothing is resampled: an echo-free client's microphone must come out exactly as it went in,
-    # the barge-in's first word included, whenever in the reply it starts (the first estimates see it first)
+    # an echo-free client's microphone comes out exactly as it went in, the barge-in's first word included,
+    # whenever in the reply it starts (the first estimates see it first)
     rate = 16_000
     reply = speak(REPLY, rate=rate)
     user = speak("Wait, stop, I want to ask something else.", rate=rate, voice="en-us+f3")
