@@ -45,11 +45,11 @@ class NoiseSuppressor:
 
     name = "noise"
 
-    def __init__(self, kind: NoiseReduction):
+    def __init__(self, kind: NoiseReduction, level: int | None = None):
         from webrtc_noise_gain import AudioProcessor  # a 27 MB native library: loaded when a session asks
 
         self.kind = kind
-        self._ap = AudioProcessor(0, NS_LEVEL[kind])
+        self._ap = AudioProcessor(0, NS_LEVEL[kind] if level is None else level)
 
     def active(self, pos: int, n: int) -> bool:
         return True
@@ -67,11 +67,16 @@ class InputCleaner:
     """The stages of one session in order, with resampling around them and the CPU each one spent."""
 
     def __init__(
-        self, rate: int, echo: EchoConfig | None = None, noise: NoiseReduction | None = None, echo_on: bool = True
+        self,
+        rate: int,
+        echo: EchoConfig | None = None,
+        noise: NoiseReduction | None = None,
+        echo_on: bool = True,
+        noise_level: int | None = None,  # WebRTC's level (0-4) instead of ``NS_LEVEL[noise]`` (the bench's)
     ):
         self.rate = rate
         self.echo = EchoCanceller(echo) if echo_on else None
-        self.noise = NoiseSuppressor(noise) if noise is not None else None
+        self.noise = NoiseSuppressor(noise, noise_level) if noise is not None else None
         self.stages: list[Stage] = [s for s in (self.echo, self.noise) if s is not None]
         self.cpu_s: dict[str, float] = {s.name: 0.0 for s in self.stages}  # thread CPU per stage
         self.cpu_s["resample"] = 0.0

@@ -1,4 +1,5 @@
-"""The echo presence rule on made-up estimates: when the canceller may touch the microphone."""
+"""The echo presence rule on made-up estimates (when the canceller may touch the microphone), and when the
+server cancels echo by default."""
 
 from __future__ import annotations
 
@@ -67,3 +68,19 @@ def test_a_found_echo_that_is_lost_is_probed_for_and_forgotten_after_two_seconds
     # found again at a new delay: it follows it, and stops probing
     moved = observe(observe(run(est(100), est(600)), est(4_600, **quiet), CFG), est(4_800, delay=1_600), CFG)
     assert moved.found and moved.delay == 1_600 and moved.lost_at is None and not probing(moved)
+
+
+def test_the_server_cancels_echo_by_default_except_on_webrtc_or_when_the_client_cancels_its_own():
+    from gateway.realtime import protocol as p
+    from gateway.realtime.audio_settings import cleaning
+
+    def opts(audio_in: dict | None) -> p.SessionOptions:
+        return p.SessionOptions.model_validate({"audio": {"input": audio_in}} if audio_in is not None else {})
+
+    assert cleaning(opts(None), webrtc=False) == (None, True)  # a WebSocket or phone client: on
+    assert cleaning(opts({"format": {"type": "audio/pcm", "rate": 24000}}), webrtc=False) == (None, True)
+    assert cleaning(opts(None), webrtc=True) == (None, False)  # the browser cancels its own
+    assert cleaning(opts({"echo_cancellation": {"type": "client"}}), webrtc=False) == (None, False)
+    assert cleaning(opts({"echo_cancellation": None}), webrtc=False) == (None, False)
+    assert cleaning(opts({"echo_cancellation": {"type": "server"}}), webrtc=True) == (None, True)
+    assert cleaning(opts({"noise_reduction": {"type": "far_field"}}), webrtc=True) == ("far_field", False)
