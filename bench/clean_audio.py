@@ -153,9 +153,10 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     parser = argparse.ArgumentParser(prog="stream-omni bench clean_audio", description=__doc__)
     parser.add_argument("--clips", type=int, default=len(CLIPS), help="utterances per condition")
     parser.add_argument("--snr", default="0,5,10", help="SNRs in dB")
+    parser.add_argument("--asr-model", default="tiny.en", help="Whisper model (tiny.en: the default; base)")
     args = parser.parse_args(argv)
     start = machine()
-    asr = FasterWhisper(AsrConfig())
+    asr = FasterWhisper(AsrConfig(model=args.asr_model))
     clips = [(t, speak(t, rate=RATE)) for t in CLIPS[: args.clips]]
     lead = int(0.6 * RATE)
     noise = noises(60.0)
@@ -233,7 +234,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
             + f"{len(clips)} espeak-ng utterances per condition; "
             + ", ".join(f"{k}: {v[1]}" for k, v in noise.items()),
             "",
-            "## WER (Whisper tiny.en) by noise and suppressor",
+            f"## WER (Whisper {args.asr_model}) by noise and suppressor",
             "",
             markdown_table(rows, ["condition"] + [f"WER {o}" for o in SUPPRESSORS]),
             "",
@@ -251,7 +252,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
             "",
         ]
     )
-    write("clean_audio", data, md)
+    write("clean_audio" if args.asr_model == "tiny.en" else f"clean_audio_{args.asr_model}", data, md)
     print(md)
     return data
 
