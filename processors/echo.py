@@ -141,6 +141,12 @@ class EchoCanceller:
         self.gain2: float | None = None  # the echo path's power gain while one is found (least squares)
         self._settled_at = 0  # position from which the filter has had settle_ms to learn the path
         self.gated = 0  # frames the gate silenced
+        self.touched = 0  # frames it worked on (the rest it handed back as they came)
+
+    @property
+    def passing(self) -> bool:
+        """Whether it hands frames back as they came for now: no echo sighted."""
+        return not acting(self.presence)
 
     def active(self, pos: int, n: int) -> bool:
         """Whether a frame over ``[pos, pos + n)`` can hold echo: the reference played within the reach."""
@@ -162,6 +168,7 @@ class EchoCanceller:
         self.far.forget(pos - self.max_lag - self.window - self.tail)
         if not acting(self.presence):
             return frame.copy()  # no echo seen: the microphone as it came (the filter has learned from it)
+        self.touched += 1
         return self._gate(out, pos)
 
     def _gate(self, out: np.ndarray, pos: int) -> np.ndarray:

@@ -109,11 +109,11 @@ def test_a_headset_hears_no_echo_and_the_canceller_never_acts():
     mic = i16(near + np.random.default_rng(1).normal(0, 3e-4, len(reply)))
     cleaner = InputCleaner(RATE)
     cleaner.played(i16(reply).tobytes(), RATE)
-    out = clean(cleaner, mic).astype(np.float64)
+    out = clean(cleaner, mic)
     assert cleaner.echo is not None and not cleaner.echo.presence.found and cleaner.echo.gated == 0
-    span = slice(start, start + len(user))  # (at 24 kHz the frames go through the resamplers: not byte for byte)
-    assert abs(db(out[span]) - db(near[span] * 32767)) < 1
-    assert best_corr(near[span], out[start:]) >= 0.99
+    assert cleaner.echo.touched == 0 and cleaner.cpu_s["echo"] > 0  # it ran all along, and changed nothing:
+    assert len(out) >= len(mic) - RATE // 20  # (the resamplers hold back a few ms while streaming)
+    assert out.tobytes() == mic[: len(out)].tobytes()  # the microphone as it came, not resampled twice
 
 
 @pytest.mark.parametrize("start_s", [0.0, 0.1, 0.3, 1.5])
