@@ -11,7 +11,7 @@ defaults) and Whisper (faster-whisper tiny.en, the default).
 - Self-interruptions: the assistant's reply (espeak-ng, another voice, 60 s in all) played back into the
   microphone at -6 and -12 dB through a room (120 ms delay: playout buffer + sound; reflections at +23 ms and
   +56 ms), a -60 dBFS noise floor; every VAD ``speech_started`` during the reply is a self-interruption.
-  Also the user talking over that echo (WER of the user's words).
+  Also the user talking over that echo (WER of the user's words), and over a headset that hears no echo.
 - False turns: 30 s of each noise alone at its 5 dB SNR level; VAD ``speech_started`` per minute.
 - CPU: each stage's thread CPU per second of audio, in % of a core.
 Writes bench/results/clean_audio.{json,md}. Needs espeak-ng and libspeexdsp1.
@@ -52,8 +52,10 @@ OPTIONS: dict[str, dict[str, Any]] = {
     "none": {"echo_on": False},
     "near_field": {"echo_on": False, "noise": "near_field"},
     "far_field": {"echo_on": False, "noise": "far_field"},
+    "gentle": {"echo_on": False, "noise": "near_field", "noise_level": 1},  # WebRTC's mildest, for comparison
     "echo": {"echo_on": True},
 }
+SUPPRESSORS = ("none", "near_field", "far_field", "gentle")
 
 
 def _ogg(name: str) -> np.ndarray | None:
@@ -151,9 +153,10 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     parser = argparse.ArgumentParser(prog="stream-omni bench clean_audio", description=__doc__)
     parser.add_argument("--clips", type=int, default=len(CLIPS), help="utterances per condition")
     parser.add_argument("--snr", default="0,5,10", help="SNRs in dB")
+    parser.add_argument("--asr-model", default="tiny.en", help="Whisper model (tiny.en: the default; base)")
     args = parser.parse_args(argv)
     start = machine()
-    asr = FasterWhisper(AsrConfig())
+    asr = FasterWhisper(AsrConfig(model=args.asr_model))
     clips = [(t, speak(t, rate=RATE)) for t in CLIPS[: args.clips]]
     lead = int(0.6 * RATE)
     noise = noises(60.0)
@@ -165,12 +168,12 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     cpu: dict[str, list[float]] = {}
     silent = np.zeros(len(noise["white"][0]), np.float32)
     rows.append({"condition": "clean"})
-    for o in ("none", "near_field", "far_field"):
+    for o in SUPPRESSORS:
         rows[0][f"WER {o}"] = float(np.mean([wer(run(mix_at(s, silent, 0, lead), o)[0], t) for t, s in clips]))
     for name, (nz, _) in noise.items():
         for snr in [float(x) for x in args.snr.split(",")]:
             row: dict[str, Any] = {"condition": f"{name} {snr:g} dB"}
-            for o in ("none", "near_field", "far_field"):
+            for o in SUPPRESSORS:
                 ws = []
                 for k, (t, s) in enumerate(clips):
                     audio, c = run(mix_at(s, np.roll(nz, k * RATE), snr, lead), o)
@@ -187,16 +190,16 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         seg = nz[: 30 * RATE] * level / (float(np.sqrt(np.mean(nz[: 30 * RATE] ** 2))) + 1e-12)
         false_rows.append(
             {"noise alone (5 dB SNR level)": name}
-            | {f"speech_started/min {o}": starts(run(seg, o)[0]) * 2.0 for o in ("none", "near_field", "far_field")}
+            | {f"speech_started/min {o}": starts(run(seg, o)[0]) * 2.0 for o in SUPPRESSORS}
         )
 
     reply = speak(REPLY, rate=RATE, voice="en-us+m3")
     reply = np.concatenate([reply] * max(1, int(np.ceil(60 * RATE / len(reply)))))[: 60 * RATE]
     floor = np.random.default_rng(5).normal(0, 1e-3, len(reply)).astype(np.float32)
     echo_rows: list[dict[str, Any]] = []
-    for db in (-6.0, -12.0):
-        mic = room(reply, db) + floor
-        row = {"echo": f"{db:g} dB"}
+    for db in (-6.0, -12.0, None):  # None: a headset, no echo (the canceller must leave the user's words be)
+        mic = room(reply, db) + floor if db is not None else floor
+        row = {"echo": f"{db:g} dB" if db is not None else "none (headset)"}
         for o in ("none", "echo"):
             audio, c = run(mic, o, reply)
             row[f"self-interruptions/min {o}"] = starts(audio) / (len(reply) / RATE / 60)
@@ -231,9 +234,9 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
             + f"{len(clips)} espeak-ng utterances per condition; "
             + ", ".join(f"{k}: {v[1]}" for k, v in noise.items()),
             "",
-            "## WER (Whisper tiny.en) by noise and suppressor",
+            f"## WER (Whisper {args.asr_model}) by noise and suppressor",
             "",
-            markdown_table(rows, ["condition", "WER none", "WER near_field", "WER far_field"]),
+            markdown_table(rows, ["condition"] + [f"WER {o}" for o in SUPPRESSORS]),
             "",
             "## False turns: the VAD's speech_started on noise alone",
             "",
@@ -249,7 +252,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
             "",
         ]
     )
-    write("clean_audio", data, md)
+    write("clean_audio" if args.asr_model == "tiny.en" else f"clean_audio_{args.asr_model}", data, md)
     print(md)
     return data
 

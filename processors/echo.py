@@ -15,10 +15,11 @@ Shapes: every array is int16 at ``RATE``; positions are microphone sample indice
 from __future__ import annotations
 
 from collections import deque
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 
+from .echo_presence import Estimate, Presence, PresenceConfig, acting, observe, probing, sighting
 from .speexdsp import SpeexEcho
 
 RATE = 16_000  # the rate the cleaning stages run at (the VAD's and Whisper's)
@@ -33,11 +34,23 @@ class EchoConfig:
     max_delay_ms: int = 400  # longest echo delay searched (client playout buffer + sound in the room)
     margin_ms: int = 16  # the filter starts this much before the estimated delay (estimation error)
     window_ms: int = 500  # audio one delay estimate correlates
-    every_ms: int = 250  # a new estimate this often while the reference plays
-    min_peak: float = 0.08  # GCC-PHAT peak (0..1) below which an estimate is not trusted
+    every_ms: int = 250  # a new estimate this often while the reference plays and the echo is known
+    # until an echo is found the microphone passes untouched, so a speakerphone's echo leaks until then: at the
+    # start of each reply the search runs this often, over the last probe_window_ms (from probe_min_ms of
+    # microphone on), for probe_for_ms (the VAD takes a speech start from ~60 ms of echo; a reply's echo is
+    # back within max_delay_ms)
+    probe_ms: int = 10
+    probe_window_ms: int = 100
+    probe_min_ms: int = 60
+    probe_for_ms: int = 1_500
+    presence: PresenceConfig = field(default_factory=PresenceConfig)  # when a correlation peak is an echo
     gate_db: float = -40.0  # what the echo gate does to a frame it judges to be echo only
     slack_ms: int = 64  # the gate's reach beyond the filter's window both ways (the delay moving under load)
     headroom_db: float = 0.0  # echo the gate allows for above the direct path's (6 dB cut a barge-in's words)
+    # … and while the filter is new (its first settle_ms after the echo is found or the filter restarts), when
+    # its output is nearly the raw echo and the reflections add up to more than the direct path alone
+    settle_db: float = 6.0
+    settle_ms: int = 2_000
 
 
 class FarEnd:
@@ -100,7 +113,11 @@ def estimate_delay(near: np.ndarray, far: np.ndarray, max_lag: int) -> tuple[int
 
 class EchoCanceller:
     """One session's canceller: ``process`` each 10 ms microphone frame at its position; ``far`` is fed by the
-    playout side. Keeps the last ``window_ms`` of microphone for the delay estimate."""
+    playout side. Keeps the last ``window_ms`` of microphone for the delay estimate.
+
+    The microphone passes untouched until an echo of the reference has been found in it
+    (``processors.echo_presence``): a client with no echo loses nothing, not even the first word of a barge-in
+    over the first reply. The filter learns from the start all the same, so it has converged some once it acts."""
 
     name = "echo"
 
@@ -112,15 +129,24 @@ class EchoCanceller:
         self.margin = self.cfg.margin_ms * ms
         self.window = self.cfg.window_ms * ms
         self.far = FarEnd()
-        self.delay: int | None = None  # estimated echo delay in samples (None: not found yet)
+        self.presence = Presence()  # whether the microphone hears the reference at all
+        self.delay: int | None = None  # the echo's delay in samples while one is found (None: none)
         self.shift = 0  # how far behind the microphone the reference is read (the filter's first tap)
         self.resets = 0  # times the filter restarted on a new delay
         self._speex = SpeexEcho(FRAME, self.tail + self.margin, RATE)
         self._mic: deque[np.ndarray] = deque()  # the last window_ms of microphone frames
         self._mic_end = 0  # position after the newest of them
         self._since = 0  # samples since the last estimate
-        self.gain2: float | None = None  # the echo path's power gain at the delay (least squares); None: unknown
+        self._probed = 0  # samples of this reply searched at the fast cadence (probe_for_ms at most)
+        self.gain2: float | None = None  # the echo path's power gain while one is found (least squares)
+        self._settled_at = 0  # position from which the filter has had settle_ms to learn the path
         self.gated = 0  # frames the gate silenced
+        self.touched = 0  # frames it worked on (the rest it handed back as they came)
+
+    @property
+    def passing(self) -> bool:
+        """Whether it hands frames back as they came for now: no echo sighted."""
+        return not acting(self.presence)
 
     def active(self, pos: int, n: int) -> bool:
         """Whether a frame over ``[pos, pos + n)`` can hold echo: the reference played within the reach."""
@@ -130,11 +156,19 @@ class EchoCanceller:
     def process(self, frame: np.ndarray, pos: int) -> np.ndarray:
         """int16 ``[FRAME]`` microphone at ``pos`` → the same with the echo of the reference removed."""
         self._remember(frame, pos)
-        if self._since >= self.cfg.every_ms * RATE // 1000:
+        lost = self.presence.lost_at is not None
+        fast = probing(self.presence) and (lost or self._probed < self.cfg.probe_for_ms * RATE // 1000)
+        every = (self.cfg.probe_ms if fast else self.cfg.every_ms) * RATE // 1000
+        if self._since >= every:
+            if fast:
+                self._probed += self._since
             self._since = 0
-            self._estimate(pos + FRAME)
+            self._estimate(pos + FRAME, fast)
         out = self._speex.cancel(frame, self.far.take(pos - self.shift, FRAME))
         self.far.forget(pos - self.max_lag - self.window - self.tail)
+        if not acting(self.presence):
+            return frame.copy()  # no echo seen: the microphone as it came (the filter has learned from it)
+        self.touched += 1
         return self._gate(out, pos)
 
     def _gate(self, out: np.ndarray, pos: int) -> np.ndarray:
@@ -142,24 +176,25 @@ class EchoCanceller:
 
         The adaptive filter takes seconds of speech to converge (2-10 dB in the first second), and the VAD
         hears a residual 10 dB down as speech. So while the reference plays, a frame whose energy is below
-        the loudest echo the played audio could produce at it (the path's gain × the reference's loudest
-        10 ms where the echo can be: the filter's window and ``slack_ms`` around it, plus ``headroom_db``)
-        is silenced; a barge-in louder than the
-        echo passes. Until the delay and gain are measured (the first ``window_ms`` of the first reply) the gain
-        is taken as 0 dB over the whole search range: a user quieter than the reply is heard from then on
-        (on a client with no echo, once the reply has played through a whole search window: the gain is 0)."""
-        if self.gain2 is None:  # the whole search range
-            lo, hi, gain2 = self.max_lag + self.tail, 0, 1.0
-        else:  # the filter's window and a slack around it: a client that stalls (a loaded box, a gap in the
-            # reply) moves the echo's delay, and the gate must hold while the next estimate catches up
-            slack = self.cfg.slack_ms * RATE // 1000
-            lo, hi, gain2 = self.shift + self.tail + self.margin + slack, max(0, self.shift - slack), self.gain2
+        the loudest echo the played audio could produce at it (the path's measured gain × the reference's
+        loudest 10 ms where the echo can be: the filter's window and ``slack_ms`` around it, plus
+        ``headroom_db``, ``settle_db`` while the filter is new or the echo lost) is silenced; a barge-in
+        louder than the echo passes. It runs only once an echo has been sighted, so its gain is a measured one."""
+        assert self.gain2 is not None
+        # the filter's window and a slack around it: a client that stalls (a loaded box, a gap in the reply)
+        # moves the echo's delay, and the gate must hold while the next estimate catches up
+        slack = self.cfg.slack_ms * RATE // 1000
+        lo, hi = self.shift + self.tail + self.margin + slack, max(0, self.shift - slack)
+        if self.presence.lost_at is not None:  # it moved, to where is not known yet: the whole search range
+            lo, hi = self.max_lag + self.tail + self.margin, 0
         ref: np.ndarray = self.far.take(pos - lo, lo - hi + FRAME).astype(np.float32)
         usable = len(ref) // FRAME * FRAME
         loudest = float(np.max(np.mean(ref[len(ref) - usable :].reshape(-1, FRAME) ** 2, axis=1)))
         if loudest <= 0:
             return out
-        echo = gain2 * loudest * 10 ** (self.cfg.headroom_db / 10)
+        settled = pos >= self._settled_at and self.presence.lost_at is None
+        headroom = self.cfg.headroom_db if settled else self.cfg.settle_db
+        echo = self.gain2 * loudest * 10 ** (headroom / 10)
         if float(np.mean(out.astype(np.float32) ** 2)) >= echo:
             return out
         self.gated += 1
@@ -167,39 +202,57 @@ class EchoCanceller:
         return gated
 
     def _remember(self, frame: np.ndarray, pos: int) -> None:
-        if pos != self._mic_end:  # a gap (the cleaner skipped idle audio): the history restarts
+        if pos != self._mic_end:  # a gap (the cleaner skipped idle audio): the history restarts, a reply begins
             self._mic.clear()
+            self._probed = 0
         self._mic.append(frame)
         self._mic_end = pos + len(frame)
         while len(self._mic) * FRAME > self.window:
             self._mic.popleft()
         self._since += len(frame)
 
-    def _estimate(self, end: int) -> None:
-        if len(self._mic) * FRAME < self.window:
+    def _estimate(self, end: int, fast: bool) -> None:
+        have = len(self._mic) * FRAME
+        if fast:
+            w = min(have, self.cfg.probe_window_ms * RATE // 1000)
+            if w < self.cfg.probe_min_ms * RATE // 1000:
+                return
+        elif have < self.window:
             return
-        far = self.far.take(end - self.window - self.max_lag, self.window + self.max_lag)
+        else:
+            w = self.window
+        far = self.far.take(end - w - self.max_lag, w + self.max_lag)
         if not far.any():
+            self._probed = 0  # nothing played in the search's reach: the next reply's start is probed again
             return
-        near = np.concatenate(self._mic)
+        near = np.concatenate(self._mic)[-w:]
         delay, peak = estimate_delay(near, far, self.max_lag)
-        if peak < self.cfg.min_peak:
-            # no echo of a reply that played through the whole search (a headset): the gate stands down.
-            # Not on a window the reply only began in: its echo may not have come back yet
-            playing = np.mean(np.abs(far[: len(far) // FRAME * FRAME].reshape(-1, FRAME)).max(axis=1) > 0)
-            if self.gain2 is None and playing >= 0.8:
-                self.gain2 = 0.0
+        ref: np.ndarray = far[self.max_lag - delay : self.max_lag - delay + w].astype(np.float64)
+        mic = near.astype(np.float64)
+        cross, ref2 = float(np.dot(mic, ref)), float(np.dot(ref, ref))
+        gain = cross / max(ref2, 1.0)  # least squares: the user's speech, uncorrelated with the reply, leaves it be
+        rho = cross / max(float(np.sqrt(float(np.dot(mic, mic)) * ref2)), 1.0)
+        playing = float(np.mean(np.abs(far[: len(far) // FRAME * FRAME].reshape(-1, FRAME)).max(axis=1) > 0))
+        est = Estimate(delay, peak, gain * gain, rho, playing, w, end)
+        was = acting(self.presence)
+        self.presence = observe(self.presence, est, self.cfg.presence)
+        seen = sighting(est, self.cfg.presence)
+        if acting(self.presence) and not was:
+            self._settled_at = end + self.cfg.settle_ms * RATE // 1000
+        if not acting(self.presence):
+            self.delay = self.gain2 = None
+        elif seen:  # follow it
+            self.delay, self.gain2 = delay, est.gain2
+        if not seen:
             return
-        ref: np.ndarray = far[self.max_lag - delay : self.max_lag - delay + self.window].astype(np.float64)
-        gain = float(np.dot(near.astype(np.float64), ref) / max(float(np.dot(ref, ref)), 1.0))
-        self.gain2 = gain * gain  # least squares: the user's speech, uncorrelated with the reply, leaves it be
-        self.delay = delay
-        # the filter models [shift, shift + tail + margin): moving it throws away what it learned, so only
-        # when the delay leaves the part of it that also holds the reflections after the direct sound
+        # the filter models [shift, shift + tail + margin) (from the first sighting on, so it has learned some
+        # once the echo is confirmed): moving it throws away what it learned, so only when the delay leaves
+        # the part of it that also holds the reflections after the direct sound
         if not self.shift + self.margin // 2 <= delay <= self.shift + self.tail // 2:
             self.shift = max(0, delay - self.margin)
             self._speex.reset()
             self.resets += 1
+            self._settled_at = end + self.cfg.settle_ms * RATE // 1000
 
     def close(self) -> None:
         self._speex.close()

@@ -3,7 +3,9 @@
 Pure and synchronous (the gateway runs it off the event loop). The stages run at 16 kHz on 10 ms frames,
 each a ``Stage``: the echo canceller (``processors.echo``, the server's own played audio as reference) then
 the noise suppressor (WebRTC's, ``audio.input.noise_reduction``). While no stage has work (no suppressor and
-nothing played within the echo's reach) the input comes back byte for byte and nothing is resampled.
+nothing played within the echo's reach) the input comes back byte for byte and nothing is resampled; while
+the stages run but none changes a frame (an echo canceller that has found no echo), it comes back byte for
+byte too, as late as the cleaned audio would be.
 
 Shapes: ``push`` takes and returns little-endian pcm16 bytes at ``rate``; stages see int16 ``[FRAME]``.
 """
@@ -28,6 +30,12 @@ class Stage(Protocol):
     """One cleaning step on 10 ms frames at 16 kHz; ``pos`` is the frame's microphone sample index."""
 
     name: str
+    touched: int  # frames it has worked on so far (one it hands back as it came is not counted)
+
+    @property
+    def passing(self) -> bool:
+        """Whether it hands frames back as they came for now (an echo canceller that has found no echo)."""
+        ...
 
     def active(self, pos: int, n: int) -> bool:
         """Whether frames over ``[pos, pos + n)`` need this stage (False: it may be skipped)."""
@@ -45,16 +53,22 @@ class NoiseSuppressor:
 
     name = "noise"
 
-    def __init__(self, kind: NoiseReduction):
+    def __init__(self, kind: NoiseReduction, level: int | None = None):
         from webrtc_noise_gain import AudioProcessor  # a 27 MB native library: loaded when a session asks
 
         self.kind = kind
-        self._ap = AudioProcessor(0, NS_LEVEL[kind])
+        self._ap = AudioProcessor(0, NS_LEVEL[kind] if level is None else level)
+        self.touched = 0
+
+    @property
+    def passing(self) -> bool:
+        return False
 
     def active(self, pos: int, n: int) -> bool:
         return True
 
     def process(self, frame: np.ndarray, pos: int) -> np.ndarray:
+        self.touched += 1
         out = self._ap.Process10ms(np.ascontiguousarray(frame, dtype="<i2").tobytes()).audio
         cleaned: np.ndarray = np.frombuffer(out, dtype="<i2").copy()
         return cleaned
@@ -67,11 +81,16 @@ class InputCleaner:
     """The stages of one session in order, with resampling around them and the CPU each one spent."""
 
     def __init__(
-        self, rate: int, echo: EchoConfig | None = None, noise: NoiseReduction | None = None, echo_on: bool = True
+        self,
+        rate: int,
+        echo: EchoConfig | None = None,
+        noise: NoiseReduction | None = None,
+        echo_on: bool = True,
+        noise_level: int | None = None,  # WebRTC's level (0-4) instead of ``NS_LEVEL[noise]`` (the bench's)
     ):
         self.rate = rate
         self.echo = EchoCanceller(echo) if echo_on else None
-        self.noise = NoiseSuppressor(noise) if noise is not None else None
+        self.noise = NoiseSuppressor(noise, noise_level) if noise is not None else None
         self.stages: list[Stage] = [s for s in (self.echo, self.noise) if s is not None]
         self.cpu_s: dict[str, float] = {s.name: 0.0 for s in self.stages}  # thread CPU per stage
         self.cpu_s["resample"] = 0.0
@@ -82,6 +101,9 @@ class InputCleaner:
         self._down: soxr.ResampleStream | None = None  # rate → 16 kHz while streaming
         self._up: soxr.ResampleStream | None = None  # 16 kHz → rate
         self._far: dict[int, soxr.ResampleStream] = {}  # played audio at its rate → 16 kHz
+        # the input while streaming, not yet handed back: the resamplers' output is aligned sample for sample
+        # with their input, so while no stage changes anything the same count of these goes out instead
+        self._raw = bytearray()
 
     @property
     def streaming(self) -> bool:
@@ -107,11 +129,29 @@ class InputCleaner:
             if not busy:
                 return raw
             self._start(at)
+        self._raw += raw
+        before = self._untouched()
         out = self._run(np.frombuffer(raw, dtype="<i2"), last=False)
+        out = self._as_came(out, before)
         if not busy and not any(s.active(self._pos, FRAME) for s in self.stages):
-            out += self._run(np.zeros(0, dtype=np.int16), last=True)  # nothing left to clean: flush, pass through
+            before = self._untouched()
+            tail = self._run(np.zeros(0, dtype=np.int16), last=True)  # nothing left to clean: flush, pass through
+            out += self._as_came(tail, before, rest=True)
             self._down = self._up = None
+            self._raw.clear()
         return out
+
+    def _untouched(self) -> int | None:
+        """Frames the stages have worked on; None while one works on every frame (nothing passes as it came)."""
+        return sum(s.touched for s in self.stages) if all(s.passing for s in self.stages) else None
+
+    def _as_came(self, cleaned: bytes, before: int | None, rest: bool = False) -> bytes:
+        """``cleaned``, or the same stretch of the input as it came when no stage changed a frame of it: an
+        echo canceller that has found no echo leaves the microphone byte for byte, not resampled twice."""
+        n = len(self._raw) if rest else len(cleaned)
+        came = bytes(self._raw[:n])
+        del self._raw[:n]
+        return came if before is not None and self._untouched() == before else cleaned
 
     def played(self, pcm: bytes, rate: int) -> None:
         """``pcm`` (pcm16 at ``rate``) went out to the client now: it plays from the microphone's present on."""

@@ -62,12 +62,15 @@ def idle_timeout_ms(a: AudioIn) -> int | None:
         return None
 
 
-def cleaning(options: p.SessionOptions) -> tuple[NoiseReduction | None, bool]:
-    """(noise reduction type or None, whether to cancel echo). Echo is cancelled when the client asks
-    (``echo_cancellation: {"type": "server"}``), not by default: on a client that has no echo (a headset,
-    Pipecat's WebSocket transport) the canceller's gate and filter cost a barge-in its first word and more
-    (measured: Whisper's word error rate on a spoken barge-in 0.375 → 0.5), docs/VOICE.md."""
+def cleaning(options: p.SessionOptions, webrtc: bool) -> tuple[NoiseReduction | None, bool]:
+    """(noise reduction type or None, whether to cancel echo). Echo is cancelled unless the client says it
+    cancels its own (``echo_cancellation``: ``client`` or null) or is a WebRTC call (its browser does). A client
+    with no echo loses nothing to it: the canceller leaves the microphone untouched until it finds the reply in
+    it (``processors.echo_presence``), and a session that plays nothing never runs it."""
     given = options.audio.input if options.audio and options.audio.input else None
     noise = given.noise_reduction.type if given is not None and given.noise_reduction else None
-    echo = given is not None and given.echo_cancellation is not None and given.echo_cancellation.type == "server"
+    if given is not None and "echo_cancellation" in given.model_fields_set:
+        echo = given.echo_cancellation is not None and given.echo_cancellation.type == "server"
+    else:
+        echo = not webrtc
     return noise, echo

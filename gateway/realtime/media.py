@@ -135,7 +135,7 @@ class MediaInput:
 
     def _configure_clean(self, options: p.SessionOptions, rate: int) -> None:
         """The input cleaner these options ask for (``audio_settings.cleaning``), when it changed."""
-        noise, echo = audio_settings.cleaning(options)
+        noise, echo = audio_settings.cleaning(options, webrtc=self.session.audio_track)
         echo = echo and echo_available()
         key = (rate, noise, echo)
         if key == self._clean_key:

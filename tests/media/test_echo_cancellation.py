@@ -1,14 +1,18 @@
 """The assistant's own reply played back into the microphone (a speakerphone) over a real server: with the
-server's echo cancellation on, the reply does not interrupt itself; with it off, it does."""
+server's echo cancellation on (the default), the reply does not interrupt itself; with it off, it does. And a
+client with no echo (a headset) that barges in at the start of the reply, while the canceller is still looking
+for an echo, keeps every word of it."""
 
 from __future__ import annotations
 
 import asyncio
 import base64
+from collections.abc import Callable
 
 import numpy as np
 import pytest
 
+from processors.asr import normalize_words, word_error_rate
 from processors.speexdsp import available
 from testkit.fake_backend import FakeBackend
 from testkit.speech import silence, speak
@@ -29,8 +33,9 @@ class Speakerphone:
     moment it arrives (after what is already playing) and its microphone picks that up ``ROOM_DELAY_S``
     later at ``ECHO_DB``, with a reflection, on top of the user's own speech."""
 
-    def __init__(self, c: RealtimeClient):
+    def __init__(self, c: RealtimeClient, echo_db: float | None = ECHO_DB):
         self.c = c
+        self.echo_db = echo_db  # None: a headset, the microphone hears no loudspeaker
         self.sent = 0  # microphone samples sent
         self.play = np.zeros(0, dtype=np.float32)  # the loudspeaker, indexed by microphone sample
         self.events: list[dict] = []
@@ -45,16 +50,19 @@ class Speakerphone:
     def echo(self, n: int) -> np.ndarray:
         d, r = int(ROOM_DELAY_S * RATE), int(0.023 * RATE)
         out = np.zeros(n, np.float32)
+        if self.echo_db is None:
+            return out
         for lag, gain in ((d, 1.0), (d + r, 0.3)):
             lo, hi = self.sent - lag, self.sent - lag + n
             seg = self.play[max(lo, 0) : max(hi, 0)]
             if len(seg):
                 out[max(0, -lo) : max(0, -lo) + len(seg)] += gain * seg
-        return out * 10 ** (ECHO_DB / 20)
+        return out * 10 ** (self.echo_db / 20)
 
-    async def talk(self, user: np.ndarray, until: str, limit_s: float = 90) -> dict | None:
+    async def talk(self, user: np.ndarray, until: str | Callable[[dict], bool], limit_s: float = 90) -> dict | None:
         """Stream ``user`` (float32 at 24 kHz) then silence in real time, echo added, until an event of type
-        ``until`` arrives (returned) or ``limit_s`` passes; every received event is kept."""
+        ``until`` (or one it accepts) arrives (returned) or ``limit_s`` passes; every received event is kept."""
+        wanted = until if callable(until) else lambda ev: ev["type"] == until
         loop = asyncio.get_running_loop()
         t0, k = loop.time(), 0
         while loop.time() - t0 < limit_s:
@@ -74,7 +82,7 @@ class Speakerphone:
                 except TimeoutError:
                     break
                 self.heard(ev)
-                if ev["type"] == until:
+                if wanted(ev):
                     return ev
         return None
 
@@ -83,8 +91,8 @@ async def run_call(addr: str, echo_cancellation: bool) -> Speakerphone:
     c = await RealtimeClient.connect(addr, query="")
     await c.until("session.created")
     audio_in: dict = {"turn_detection": {"type": "server_vad", "transcription_interval_ms": 0}}
-    # the server cancels when asked; without it the client says it cancels its own, and it does not
-    audio_in["echo_cancellation"] = {"type": "server" if echo_cancellation else "client"}
+    if not echo_cancellation:  # the client says it cancels its own echo, and it does not
+        audio_in["echo_cancellation"] = {"type": "client"}
     await c.update_session({"output_modalities": ["audio"], "audio": {"input": audio_in}})
     phone = Speakerphone(c)
     user = np.frombuffer(pcm24(np.concatenate([silence(0.3), speak("Please open the kitchen window.")])), "<i2")
@@ -117,3 +125,36 @@ async def test_the_reply_played_into_the_microphone_interrupts_only_without_canc
             assert done["response"]["status"] == "cancelled"
             assert done["response"]["status_details"]["reason"] == "turn_detected"
         await phone.c.close()
+
+
+BARGE_IN = "Wait, stop, please turn on the lights instead."
+
+
+async def test_a_headset_barging_in_as_the_reply_starts_keeps_its_first_word(server_factory):
+    # the default session (no echo_cancellation given): the canceller runs, looking for the reply in the
+    # microphone; the user starts talking 0.2 s into the reply, when it has not yet had a full window to judge
+    with server_factory(FakeBackend(answer_tokens=40), **{"speculative.drafter": "none"}) as addr:
+        c = await RealtimeClient.connect(addr, query="")
+        await c.until("session.created")
+        td = {"type": "server_vad", "transcription_interval_ms": 0}
+        await c.update_session({"output_modalities": ["audio"], "audio": {"input": {"turn_detection": td}}})
+        phone = Speakerphone(c, echo_db=None)
+        question = np.frombuffer(pcm24(np.concatenate([silence(0.3), speak("Please open the kitchen window.")])), "<i2")
+        assert await phone.talk(question.astype(np.float32) / 32768, "response.output_audio.delta") is not None
+        barge = np.frombuffer(pcm24(np.concatenate([silence(0.2), speak(BARGE_IN)])), "<i2").astype(np.float32)
+        asked = next(e["item_id"] for e in phone.events if e["type"] == "input_audio_buffer.committed")
+
+        def barge_in_transcribed(ev: dict) -> bool:
+            return ev["type"] == "conversation.item.input_audio_transcription.completed" and ev["item_id"] != asked
+
+        done = await phone.talk(barge / 32768, barge_in_transcribed)
+        assert done is not None, "the barge-in was never transcribed"
+        token = phone.c.events[0]["resume"]["token"]
+        echo = addr.call(lambda: addr.services.registry.sessions[token].media.clean.cleaner.echo)
+        await phone.c.close()
+    reply = next(e for e in phone.events if e["type"] == "response.done")
+    assert reply["response"]["status_details"]["reason"] == "turn_detected"  # it did barge in
+    words = normalize_words(done["transcript"])
+    assert words[:1] == ["wait"] and word_error_rate(BARGE_IN, done["transcript"]) <= 0.25, done["transcript"]
+    # the canceller was there, found no echo, and left the microphone as it came
+    assert echo is not None and not echo.presence.found and echo.gated == 0
