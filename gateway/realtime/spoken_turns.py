@@ -29,6 +29,8 @@ from ..voice.turntaking import (
     Drop,
     PassKind,
     Prepare,
+    Reopen,
+    Reopener,
     SetSilence,
     ShowDelta,
     Stopped,
@@ -70,6 +72,8 @@ class SpokenTurns:
         self._stopped_turns: deque[SpokenTurn] = deque()
         self.on_pass: Callable[[str, str, float, float], None] | None = None  # (item, kind, queued, text in): timing
         self._held: HeldBargeIn | None = None  # speech over a reply not cancelled yet: a backchannel?
+        self._reopener = Reopener()  # may speech that resumes continue the last answered turn?
+        self._answered: SpokenTurn | None = None  # that turn, while the reopener holds it open
 
     @property
     def voice(self) -> VoiceInput | None:
@@ -114,7 +118,9 @@ class SpokenTurns:
         voice = self.voice
         cfg = voice.vad_config if voice else None
         self._held = None  # an earlier overlap's turn is over; this one is judged afresh
-        if self.session.response is not None and cfg is not None and cfg.interrupt_response:
+        reopen = self._reopener.started(start_ms) if self._reply_unheard() else []
+        lead = self._reopen(reopen[0]) if reopen else None  # not None: its reply went quietly, no barge-in
+        if lead is None and self.session.response is not None and cfg is not None and cfg.interrupt_response:
             if cfg.backchannel_ms > 0 and voice is not None:  # a backchannel must not cut the reply: judge it first
                 self._held = HeldBargeIn(self._current_item, voice.now_ms, cfg.backchannel_ms)
             else:
@@ -123,8 +129,46 @@ class SpokenTurns:
             self.abandon()
             modelled = cfg.model == "smart_turn" and self.svc.turn_model is not None
             spoken = self._spoken = SpokenTurn.start(self._current_item, cfg, start_ms, modelled)
+            spoken.lead = lead
             if spoken.end is not None:
                 self._window(spoken, spoken.end.window_ms)
+
+    def _reply_unheard(self) -> bool:
+        """Nothing of the last answered turn's reply reached the client yet (no audio, or for a text
+        reply no text): its transcript is not out, or the reply is still silent."""
+        answered = self._answered
+        if answered is None:
+            return False
+        if not answered.taker.done or answered in self._stopped_turns:
+            return True  # still being transcribed: no reply yet
+        r = self.session.response
+        if r is None:
+            return False  # the reply ended (heard), or none was started
+        return not r.started if r.audio is None else r.audio.audio_ms == 0
+
+    def _reopen(self, reopen: Reopen) -> np.ndarray | None:
+        """Speech continues the last answered turn: its reply goes quietly and the turn's items leave the
+        conversation (once its transcript is out); returns the turn's audio, which leads the new turn."""
+        prev, self._answered = self._answered, None
+        if prev is None or prev.item_id != reopen.item_id or prev.audio is None:
+            return None
+        self.svc.metrics.turns_reopened.inc()
+        if not prev.taker.done or prev in self._stopped_turns:
+            prev.reopened = True  # _completed answers nothing for it and takes its item out
+            return prev.audio
+        r = self.session.response
+        if r is not None:
+            assistant = r.item_id if r.started and r.store else None
+            self.send(self.session.cancel("turn_detected"))
+            if assistant is not None:
+                self._delete(assistant)  # nothing of it was heard: it is no part of the conversation
+        self._delete(prev.item_id)
+        return prev.audio
+
+    def _delete(self, item_id: str) -> None:
+        """Take an item out of the conversation (``conversation.item.deleted``), unless already gone."""
+        if self.session.conversation.get(item_id) is not None:
+            self.send(self.session.handle(p.ItemDelete(type="conversation.item.delete", item_id=item_id)))
 
     def _window(self, spoken: SpokenTurn, ms: int) -> None:
         """The turn in progress now ends after ``ms`` of silence (semantic_vad, the end-of-turn model)."""
@@ -139,7 +183,7 @@ class SpokenTurns:
             return
         probe = spoken.end.paused()
         self._window(spoken, spoken.end.window_ms)
-        self._spawn(self._score(spoken, probe.probe, vad.turn_audio()))
+        self._spawn(self._score(spoken, probe.probe, spoken.joined(vad.turn_audio())))
 
     async def _score(self, spoken: SpokenTurn, probe: int, audio: np.ndarray) -> None:
         try:
@@ -179,10 +223,15 @@ class SpokenTurns:
         self._current_item = None
         if spoken is None:  # cannot happen: a VAD turn always starts first
             spoken = SpokenTurn(f"item_{secrets.token_hex(8)}", TurnTaker(TurnConfig(interval_ms=0), turn.start_ms))
-        spoken.audio = turn.audio
+        spoken.audio = spoken.joined(turn.audio)
         if self._held is not None and self._held.item_id == spoken.item_id:
             self._held.stopped(turn.end_ms)
         self._stopped_turns.append(spoken)
+        cfg = self.voice.vad_config if self.voice else None
+        if cfg is not None and cfg.reopen_ms > 0 and spoken.taker.config.respond:
+            self._reopener.reopen_ms = cfg.reopen_ms
+            self._reopener.answered(spoken.item_id, turn.end_ms)
+            self._answered = spoken
         self._act(spoken, spoken.taker.stopped(turn.end_ms))
         self._unblock(spoken)
 
@@ -208,7 +257,8 @@ class SpokenTurns:
                     audio = spoken.audio
                 else:  # partial and pause passes: the turn so far (a copy; the VAD keeps appending)
                     vad = self.voice.vad if self.voice else None
-                    audio = vad.turn_audio() if vad is not None and spoken is self._spoken else spoken.audio
+                    live = vad is not None and spoken is self._spoken
+                    audio = spoken.joined(vad.turn_audio()) if vad is not None and live else spoken.audio
                 self._spawn(self._pass(spoken, a.pass_id, a.kind, audio))
             elif isinstance(a, ShowDelta):
                 self.send(self.session.transcript_delta(item_id, a.delta))
@@ -218,14 +268,18 @@ class SpokenTurns:
                 self.session.item_pending(item_id)
             elif isinstance(a, Completed):
                 a = self._judge(item_id, a)
+                if not a.respond or spoken.reopened:
+                    self._reopener.closed(item_id)  # no reply to this turn will come
+                if spoken.reopened:
+                    a = self._quiet(a)
                 if spoken not in self._stopped_turns:
-                    self._completed(item_id, a, seconds_of(spoken.audio))
+                    self._completed(spoken, a)
                     continue
                 spoken.completed = a
                 while self._stopped_turns and self._stopped_turns[0].completed is not None:
                     done = self._stopped_turns.popleft()
                     assert done.completed is not None
-                    self._completed(done.item_id, done.completed, seconds_of(done.audio))
+                    self._completed(done, done.completed)
             elif isinstance(a, Prepare):
                 if self.speculator is not None:
                     self.speculator.prepare(a.speculation, a.transcript)
@@ -238,7 +292,14 @@ class SpokenTurns:
                 elif a.ms is not None:
                     self._window(spoken, a.ms)
 
-    def _completed(self, item_id: str, a: Completed, seconds: float) -> None:
+    def _quiet(self, a: Completed) -> Completed:
+        """A turn a later one continues: its transcript goes out, it answers nothing."""
+        if a.speculation is not None and self.speculator is not None:
+            self.speculator.drop(a.speculation)
+        return replace(a, respond=False, speculation=None)
+
+    def _completed(self, spoken: SpokenTurn, a: Completed) -> None:
+        item_id, seconds = spoken.item_id, seconds_of(spoken.audio)
         if a.transcript is None:
             self.send(self.session.transcript_failed(item_id, "transcription_failed", "could not transcribe audio"))
         else:
@@ -249,6 +310,8 @@ class SpokenTurns:
         go = self.session.settle(item_id)
         if a.respond and go is None:
             go = self.session.want_response(p.ResponseCreate(type="response.create"))
+        if spoken.reopened:
+            self._delete(item_id)  # the turn that continues it holds its words
         if go is not None:
             self.start_response(go)
 

@@ -27,6 +27,11 @@ touches the engine, so every ordering of VAD events and transcription results is
   as it stands (no second pass). semantic_vad also sets this turn's silence window from that
   text (``SetSilence``).
 
+- **Reopening** (``Reopener``, ``turn_detection.reopen_ms``: our extension, off by default). Speech
+  that comes back soon after a turn ended, before any of the reply to it was heard, continues that
+  turn: the reply is cancelled quietly and the new turn's passes hear the old turn's audio first,
+  so a user who paused mid-sentence is answered once, for the whole sentence.
+
 Only one pass runs at a time per turn (Whisper is serial anyway); a pass asked for while
 another runs waits for it.
 """
@@ -328,3 +333,52 @@ class TurnTaker:
         transcript, delta, consistent = self._final_text(text)
         respond = self.config.respond and bool(transcript)
         return Completed(transcript, delta, respond, speculation if respond else None, consistent)
+
+
+# ---------------------------------------------------------------- reopening a turn
+
+
+@dataclass(frozen=True)
+class Reopen:
+    """Speech came back ``gap_ms`` after turn ``item_id`` ended, before any of its reply was heard: that
+    reply is cancelled quietly and the new speech continues the turn (the glue leads the new turn with
+    the old one's audio and takes the old item out of the conversation once its transcript is out)."""
+
+    item_id: str
+    gap_ms: int
+
+
+class Reopener:
+    """The latest turn that will be answered, while speech resuming may still reopen it.
+
+    Sans-I/O like ``TurnTaker``: the glue reports when a turn ends and will be answered, when the
+    first audio of a reply reaches the client, and when speech starts (on the VAD's clock, in ms).
+    A turn reopens only while nothing of its reply was heard and the speech starts at most
+    ``reopen_ms`` after the turn's end (0: never, OpenAI's semantics): a user who paused mid-sentence
+    and went on is not answered twice, and a reply already playing is a barge-in as before.
+    """
+
+    def __init__(self, reopen_ms: int = 0):
+        self.reopen_ms = reopen_ms
+        self._open: tuple[str, int] | None = None  # (item, end ms) of the turn that may still reopen
+        self.reopened = 0  # turns reopened so far
+
+    def answered(self, item_id: str, end_ms: int) -> None:
+        """Turn ``item_id`` ended at ``end_ms`` and its reply is on the way."""
+        self._open = (item_id, end_ms) if self.reopen_ms > 0 else None
+
+    def closed(self, item_id: str | None = None) -> None:
+        """The reply was heard (its first audio went out), ended, or will not come (``item_id``'s only, if given)."""
+        if item_id is None or (self._open is not None and self._open[0] == item_id):
+            self._open = None
+
+    def started(self, start_ms: int) -> list[Reopen]:
+        """Speech starts at ``start_ms`` (where its turn's audio begins): does it reopen the last turn?"""
+        if self._open is None:
+            return []
+        (item_id, end_ms), self._open = self._open, None
+        gap = max(0, start_ms - end_ms)
+        if gap > self.reopen_ms:
+            return []
+        self.reopened += 1
+        return [Reopen(item_id, gap)]
