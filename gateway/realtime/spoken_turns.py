@@ -193,6 +193,12 @@ class SpokenTurns:
             return
         if spoken.end is not None and not spoken.taker.done:
             self._window(spoken, spoken.end.scored(probe, p_complete))
+            self._if_confident(spoken)
+
+    def _if_confident(self, spoken: SpokenTurn) -> None:
+        """Both end-of-turn signals say complete: the reply is prepared now, not after speculation_ms."""
+        if spoken.end is not None and spoken.end.complete:
+            self._act(spoken, spoken.taker.confident())
 
     def _interrupt(self) -> None:
         """The speech over the reply is an interruption: cancel the reply now (barge-in)."""
@@ -289,6 +295,7 @@ class SpokenTurns:
             elif isinstance(a, SetSilence):
                 if spoken.end is not None:
                     self._window(spoken, spoken.end.transcribed(a.text))
+                    self._if_confident(spoken)
                 elif a.ms is not None:
                     self._window(spoken, a.ms)
 

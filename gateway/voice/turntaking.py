@@ -18,7 +18,8 @@ touches the engine, so every ordering of VAD events and transcription results is
   ``PAUSE_PASS_MS``), a pass over the turn so far runs at once (or a pass already running that
   heard the silence begin stands for it); its text is the turn's transcript if the silence
   lasts, and once the silence reaches ``prepare_after_ms`` (``speculation_ms``) the reply to it is
-  prepared unseen (``Prepare``). The pass starts at the pause, not at ``speculation_ms``, because
+  prepared unseen (``Prepare``), or at once when the end-of-turn model and the text agree the
+  turn is complete (``confident``). The pass starts at the pause, not at ``speculation_ms``, because
   a Whisper pass on a small CPU takes longer than what is left of the window after it (0.5 s
   passes against 300 ms: ``bench voice``); the reply still waits for ``speculation_ms``, since the
   engine is shared. Speech coming back drops it (``Drop``: nothing was shown, nothing entered the
@@ -145,6 +146,7 @@ class TurnTaker:
         self._pause_text: str | None = None  # the pause pass's transcript, while the pause lasts
         self._speculation: int | None = None  # the prepared reply, while the pause lasts
         self._to_prepare: str | None = None  # the reply's transcript, until the silence is long enough
+        self._confident = False  # the end-of-turn model and the pause text say complete: prepare at once
         self._end_ms: int | None = None  # set by stopped()
         self.done = False  # Completed (or abandoned): nothing more happens
         self.discarded = 0  # prepared replies dropped because speech resumed
@@ -190,6 +192,7 @@ class TurnTaker:
         self._paused = False
         self._pause_text = None
         self._to_prepare = None
+        self._confident = False
         if self._want == "pause":
             self._want = None
         if self._running is not None and self._running[1] == "pause":
@@ -199,6 +202,17 @@ class TurnTaker:
         dropped, self._speculation = self._speculation, None
         self.discarded += 1
         return [Drop(dropped)]
+
+    def confident(self) -> list[TurnAction]:
+        """The end-of-turn model and the pause text both say this pause ends the turn: prepare the reply
+        now (once the text is in) instead of after ``prepare_after_ms`` of silence. That wait keeps a
+        shared engine from preparing replies at every breath; a confident pause is not a breath, and
+        its turn ends a short window after the silence began, so the reply's prefill and first chunk
+        would otherwise start only about when the turn ends."""
+        if self._busy or not self._paused:
+            return []
+        self._confident = True
+        return self._prepare_if_due()
 
     def stopped(self, end_ms: int) -> list[TurnAction]:
         """The silence window closed: the turn is committed; its transcript follows (now, if ready)."""
@@ -301,7 +315,9 @@ class TurnTaker:
 
     def _prepare_if_due(self) -> list[TurnAction]:
         """Prepare the reply once the pause text is in and the silence has lasted ``prepare_after_ms``."""
-        if self._to_prepare is None or self._now - self._silence_from < self.config.prepare_after_ms:
+        if self._to_prepare is None:
+            return []
+        if not self._confident and self._now - self._silence_from < self.config.prepare_after_ms:
             return []
         self._ids += 1
         self._speculation = self._ids

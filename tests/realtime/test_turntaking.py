@@ -275,3 +275,29 @@ def test_speech_whose_padding_reaches_back_before_the_end_has_no_negative_gap():
     r = Reopener(reopen_ms=500)
     r.answered("item_a", end_ms=2000)
     assert r.started(1800) == [Reopen("item_a", 0)]  # prefix padding starts the new turn's audio early
+
+
+# ---------------------------------------------------------------- a confident pause
+
+
+def test_a_confident_pause_prepares_the_reply_before_prepare_after_ms():
+    t = TurnTaker(TurnConfig(interval_ms=0, prepare_after_ms=200, pause_text=True), start_ms=0)
+    [p] = t.paused(1064, silence_start_ms=1000)
+    assert t.heard(1120) == []
+    assert only(t.transcribed(p.pass_id, "Turn off the lights."), Prepare) == []  # 120 ms of silence < 200
+    [prep] = t.confident()  # the model and the text say complete
+    assert prep == Prepare(2, "Turn off the lights.")
+    assert t.confident() == [] and t.heard(1300) == []  # prepared once
+    done = t.stopped(1200)
+    assert done[1] == Completed("Turn off the lights.", "Turn off the lights.", True, 2)
+
+
+def test_confidence_before_the_text_prepares_when_the_text_comes_and_resuming_forgets_it():
+    t = TurnTaker(TurnConfig(interval_ms=0, prepare_after_ms=200, pause_text=True), start_ms=0)
+    [p] = t.paused(1064, silence_start_ms=1000)
+    assert t.confident() == []  # no text yet: nothing to prepare
+    assert only(t.transcribed(p.pass_id, "Set a timer"), Prepare) == [Prepare(2, "Set a timer")]
+    assert t.resumed() == [Drop(2)]
+    [p2] = t.paused(2064, silence_start_ms=2000)
+    assert only(t.transcribed(p2.pass_id, "Set a timer for ten minutes."), Prepare) == []  # this pause: not yet
+    assert only(t.heard(2200), Prepare) == [Prepare(4, "Set a timer for ten minutes.")]  # at prepare_after_ms
