@@ -111,6 +111,8 @@ class SpokenTurns:
         """``input_audio_buffer.clear``: the turn being spoken goes, and its item with it."""
         self.abandon()
         self._current_item = None
+        self._reopener.closed()  # the client dropped what was said: nothing to continue
+        self._answered = None
 
     def _speech_started(self, start_ms: int) -> None:
         self._current_item = f"item_{secrets.token_hex(8)}"
@@ -118,7 +120,9 @@ class SpokenTurns:
         voice = self.voice
         cfg = voice.vad_config if voice else None
         self._held = None  # an earlier overlap's turn is over; this one is judged afresh
-        reopen = self._reopener.started(start_ms) if self._reply_unheard() else []
+        if not self._reply_unheard():
+            self._reopener.closed()  # its reply was heard (or ended): this speech is a turn of its own
+        reopen = self._reopener.started(start_ms)
         lead = self._reopen(reopen[0]) if reopen else None  # not None: its reply went quietly, no barge-in
         if lead is None and self.session.response is not None and cfg is not None and cfg.interrupt_response:
             if cfg.backchannel_ms > 0 and voice is not None:  # a backchannel must not cut the reply: judge it first
