@@ -267,8 +267,8 @@ class SpokenTurns:
                     audio = spoken.audio
                 else:  # partial and pause passes: the turn so far (a copy; the VAD keeps appending)
                     vad = self.voice.vad if self.voice else None
-                    live = vad is not None and spoken is self._spoken
-                    audio = spoken.joined(vad.turn_audio()) if vad is not None and live else spoken.audio
+                    live = vad.turn_audio() if vad is not None and spoken is self._spoken else None
+                    audio = spoken.audio if live is None else spoken.joined(live)
                 self._spawn(self._pass(spoken, a.pass_id, a.kind, audio))
             elif isinstance(a, ShowDelta):
                 self.send(self.session.transcript_delta(item_id, a.delta))
