@@ -17,8 +17,12 @@ package, so none is used.
 
 Per configuration (side by side, same server, same run): end of speech → ``speech_stopped`` (the
 turn decided; on the wall clock and on the audio clock), → first ``response.output_audio.delta``,
-p50 / p90 over the complete and paused turns; false cut-offs in % of paused turns; backchannel
-cancels in %. Writes bench/results/turns.{json,md}. Needs espeak-ng.
+p50 / p90 over the complete and paused turns; false cut-offs in % of paused turns (a turn that
+ended at the pause and was answered: one reopened by the rest of the sentence is not a cut-off);
+backchannel cancels in %; the median of each stage of ``response.metrics.turn_latency`` (where
+the time went). ``--transport webrtc`` runs the complete and paused turns over WebRTC too (aiortc,
+Opus in; first audio is ``output_audio_buffer.started``). Writes bench/results/turns.{json,md}.
+Needs espeak-ng.
 """
 
 from __future__ import annotations
@@ -38,7 +42,10 @@ CONFIGS: list[tuple[str, dict[str, Any]]] = [
     ("server_vad 500 ms (today)", {"type": "server_vad"}),
     ("semantic_vad, transcript heuristic (today)", {"type": "semantic_vad", "model": "none", "backchannel_ms": 0}),
     ("semantic_vad, Smart Turn + backchannels", {"type": "semantic_vad"}),
+    ("semantic_vad, Smart Turn + backchannels + reopen 1000 ms", {"type": "semantic_vad", "reopen_ms": 1000}),
 ]
+# where a turn's time went: response.metrics.turn_latency's stages (gateway.realtime.turnlatency)
+STAGES = ("vad_settle_ms", "transcription_ms", "queue_ms", "prefill_ms", "first_token_ms", "first_audio_ms")
 COMPLETE = [
     "Can you turn off the lights?",
     "What time is it in Tokyo?",
@@ -135,6 +142,9 @@ async def turn(addr: str, td: dict[str, Any], speech16: Any, text: str) -> dict[
     eos_byte, eos_audio_ms = len(pcm), (len(lead) + len(speech16)) // 16
     marks: dict[str, float] = {}
     stops: list[int] = []
+    stopped_items: list[str] = []
+    reopened: set[str] = set()  # items a later turn continued (turn_detection.reopen_ms)
+    latency: dict[str, Any] = {}
     transcript = ""
     errors: list[str] = []
     done = asyncio.Event()
@@ -151,7 +161,10 @@ async def turn(addr: str, td: dict[str, Any], speech16: Any, text: str) -> dict[
                     marks.setdefault(kind, time.perf_counter())
                 if kind == "input_audio_buffer.speech_stopped":
                     stops.append(ev["audio_end_ms"])
+                    stopped_items.append(ev["item_id"])
                     marks["stop"] = time.perf_counter()
+                if kind == "conversation.item.deleted":
+                    reopened.add(ev["item_id"])
                 if kind == "conversation.item.input_audio_transcription.completed":
                     transcript = ev["transcript"]
                 if kind == "error" or (kind == "response.done" and ev["response"]["status"] == "failed"):
@@ -159,6 +172,7 @@ async def turn(addr: str, td: dict[str, Any], speech16: Any, text: str) -> dict[
                 # the reply to the whole utterance: a turn cut at the pause was answered before the rest
                 final = bool(stops) and stops[-1] >= eos_audio_ms
                 if kind == "response.done" and final and ev["response"]["status"] != "cancelled":
+                    latency.update((ev["response"].get("metrics") or {}).get("turn_latency") or {})
                     done.set()
                     return
 
@@ -173,10 +187,80 @@ async def turn(addr: str, td: dict[str, Any], speech16: Any, text: str) -> dict[
         "failed": False,
         "text": text,
         "turns": len(stops),
-        "cut": any(stop < eos_audio_ms for stop in stops),  # a turn ended before the speech did
+        # a turn ended before the speech did and was answered (not continued by the rest: reopened)
+        "cut": any(s < eos_audio_ms and i not in reopened for s, i in zip(stops, stopped_items, strict=True)),
+        "reopened": sum(item in reopened for item in stopped_items),
+        "latency": latency,
         "eos_to_stop_ms": (marks["stop"] - e) * 1000,
         "eos_to_stop_audio_ms": stops[-1] - eos_audio_ms,
         "eos_to_first_audio_ms": (marks["response.output_audio.delta"] - e) * 1000,
+        "wer": word_error_rate(text, transcript),
+        "transcript": transcript,
+    }
+
+
+async def turn_rtc(addr: str, td: dict[str, Any], speech16: Any, text: str) -> dict[str, Any]:
+    """``turn`` over WebRTC (aiortc, as a browser calls): Opus in; first audio is the client told the
+    reply's audio started on the track (``output_audio_buffer.started``)."""
+    import numpy as np
+
+    from processors.asr import word_error_rate
+    from testkit.rtcclient import RtcClient, pcm48
+
+    lead = np.zeros(int(0.4 * 16_000), np.float32)
+    eos_audio_ms = (len(lead) + len(speech16)) // 16
+    session = {"output_modalities": ["audio"], "max_output_tokens": 16, "audio": {"input": {"turn_detection": td}}}
+    c = await RtcClient.call(addr)
+    stops: list[int] = []
+    stopped_items: list[str] = []
+    reopened: set[str] = set()
+    latency: dict[str, Any] = {}
+    marks: dict[str, float] = {}
+    transcript = ""
+    try:
+        await c.until("session.created", 30)
+        await c.send({"type": "session.update", "session": session})
+        await c.until("session.updated", 30)
+        c.mic.play(pcm48(np.concatenate([lead, speech16])))
+
+        async def eos() -> None:
+            await c.mic.done.wait()  # the mic's last speech frame went out (≤ 20 ms after the speech ended)
+            marks["eos"] = time.perf_counter()
+
+        eos_task = asyncio.create_task(eos())
+        while True:
+            ev = await c.recv(60)
+            kind = ev["type"]
+            if "eos" in marks:
+                marks.setdefault(kind, time.perf_counter())
+            if kind == "input_audio_buffer.speech_stopped":
+                stops.append(ev["audio_end_ms"])
+                stopped_items.append(ev["item_id"])
+                marks["stop"] = time.perf_counter()
+            elif kind == "conversation.item.deleted":
+                reopened.add(ev["item_id"])
+            elif kind == "conversation.item.input_audio_transcription.completed":
+                transcript = ev["transcript"]
+            elif kind == "response.done" and stops and stops[-1] >= eos_audio_ms:
+                if ev["response"]["status"] != "cancelled":
+                    latency.update((ev["response"].get("metrics") or {}).get("turn_latency") or {})
+                    break
+        await eos_task
+    except TimeoutError:
+        return {"text": text, "failed": True, "turns": len(stops), "errors": [], "transcript": transcript}
+    finally:
+        await c.close()
+    e = marks["eos"]
+    return {
+        "failed": False,
+        "text": text,
+        "turns": len(stops),
+        "cut": any(s < eos_audio_ms and i not in reopened for s, i in zip(stops, stopped_items, strict=True)),
+        "reopened": sum(item in reopened for item in stopped_items),
+        "latency": latency,
+        "eos_to_stop_ms": (marks["stop"] - e) * 1000,
+        "eos_to_stop_audio_ms": stops[-1] - eos_audio_ms,
+        "eos_to_first_audio_ms": (marks["output_audio_buffer.started"] - e) * 1000,
         "wer": word_error_rate(text, transcript),
         "transcript": transcript,
     }
@@ -235,12 +319,23 @@ def pct(xs: list[float], q: float) -> float | None:
     return s[min(len(s) - 1, int(q * len(s)))]
 
 
+def stages(runs: list[dict[str, Any]]) -> str:
+    """The p50 of each turn_latency stage over ``runs`` (``-`` where a stage never happened)."""
+    out = []
+    for k in STAGES:
+        xs = [r["latency"][k] for r in runs if r.get("latency", {}).get(k) is not None]
+        out.append(f"{pct(xs, 0.5):.0f}" if xs else "-")
+    prepared = sum(bool(r.get("latency", {}).get("prepared")) for r in runs)
+    return "/".join(out) + f" ({prepared}/{len(runs)} prepared)"
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__)
     ap.add_argument("--voices", default="espeak,piper", help="espeak, piper or both")
     ap.add_argument("--configs", default="all", help="comma-separated indexes into CONFIGS, or all")
     ap.add_argument("--name", default="turns", help="results file name under bench/results/")
     ap.add_argument("--limit", type=int, default=None, help="only the first N sentences of each set (a smoke run)")
+    ap.add_argument("--transport", default="ws", help="ws, webrtc or both (webrtc: complete and paused turns)")
     ap.add_argument("--n", type=int, default=1, help="speakers at once: above 1, only complete turns, N at a time")
     args = ap.parse_args()
     lim = slice(args.limit)
@@ -258,7 +353,9 @@ def main() -> None:
     rows, raw = [], {}
     with server_process(overrides) as addr:
         asyncio.run(turn(addr, CONFIGS[0][1], complete[0][2], complete[0][1]))  # warm-up
-        for label, td in chosen:  # interleaved per clip would be fairer to load bursts; configs are short
+        legs = [(f"{label} [{t}]", td, t) for t in args.transport.split(",") for label, td in chosen]
+        for label, td, transport in legs:  # interleaved per clip would be fairer to load bursts; configs are short
+            one = turn_rtc if transport == "webrtc" else turn
             t0 = time.perf_counter()
             runs_p: list[dict[str, Any]] = []
             runs_b: list[dict[str, Any]] = []
@@ -269,9 +366,10 @@ def main() -> None:
                     for r in asyncio.run(group(addr, td, complete[k : k + args.n]))
                 ]
             else:
-                runs_c = [asyncio.run(turn(addr, td, a, t)) | {"voice": v} for v, t, a in complete]
-                runs_p = [asyncio.run(turn(addr, td, a, t)) | {"voice": v, "pause_ms": ms} for v, ms, t, a in paused]
-                runs_b = [asyncio.run(over_reply(addr, td, a, t)) | {"voice": v} for v, t, a in backs]
+                runs_c = [asyncio.run(one(addr, td, a, t)) | {"voice": v} for v, t, a in complete]
+                runs_p = [asyncio.run(one(addr, td, a, t)) | {"voice": v, "pause_ms": ms} for v, ms, t, a in paused]
+                if transport == "ws":  # speech over a reply is judged the same whatever carries it
+                    runs_b = [asyncio.run(over_reply(addr, td, a, t)) | {"voice": v} for v, t, a in backs]
             failed = [r for r in runs_c + runs_p if r["failed"]]
             runs_c = [r for r in runs_c if not r["failed"]]
             runs_p = [r for r in runs_p if not r["failed"]]
@@ -287,17 +385,21 @@ def main() -> None:
                     "eos→first audio p50/p90 ms": f"{pct(audio, 0.5):.0f} / {pct(audio, 0.9):.0f}",
                     "first audio max ms": round(max(audio)),
                     "false cut-offs": f"{sum(r['cut'] for r in runs_p)}/{len(runs_p)}",
-                    "backchannel cancels": f"{sum(r['cancelled'] for r in runs_b)}/{len(runs_b)}",
+                    "reopened": sum(r["reopened"] for r in runs_c + runs_p),
+                    "backchannel cancels": f"{sum(r['cancelled'] for r in runs_b)}/{len(runs_b)}" if runs_b else "-",
                     "no reply": len(failed),
                     "mean WER": round(sum(r["wer"] for r in runs_c) / len(runs_c), 3),
+                    "stages p50 ms (vad/asr/queue/prefill/token/tts)": stages(ended),
                     "minutes": round((time.perf_counter() - t0) / 60, 1),
+                    "load 1m at end": round(os.getloadavg()[0], 1),  # the box is shared: read numbers beside it
                 }
             )
             raw[label] = {"complete": runs_c, "paused": runs_p, "backchannels": runs_b, "no_reply": failed}
             print(rows[-1], flush=True)
         metrics = _model_cost(addr)
     md = (
-        f"# bench turns — {machine()}\n\nWebSocket, N = {args.n}, voices {', '.join(voices)}: {len(complete)} complete "
+        f"# bench turns — {machine()}\n\n{args.transport}, N = {args.n}, voices {', '.join(voices)}: "
+        f"{len(complete)} complete "
     )
     if args.n > 1:
         md += f"turns, {args.n} speakers at once (starts 250 ms apart), capacity {args.n} seats. "

@@ -119,6 +119,11 @@ class Metrics:
             "End-of-turn model compute seconds per second of voice input heard (all sessions, since start)",
             registry=r,
         )
+        self.turns_reopened = Counter(
+            "stream_omni:voice_turns_reopened",
+            "Spoken turns continued by speech that resumed before their reply was heard (turn_detection.reopen_ms)",
+            registry=r,
+        )
         self.voice_overlaps = Counter(
             "stream_omni:voice_overlaps",
             "Speech over a reply by outcome: backchannel and false_start keep the reply, interruption cancels it",

@@ -80,6 +80,7 @@ class ServerVadConfig:
     idle_timeout_ms: int | None = None  # silence after a response.done that prompts a response (GA: 5..30 s)
     model: str = "none"  # extension: "smart_turn" ends the turn by the end-of-turn model (semantic_vad's default)
     backchannel_ms: int = 0  # extension: shorter acknowledgements over a reply keep it going (0: any speech cuts)
+    reopen_ms: int = 0  # extension: speech this soon after a turn ended, its reply unheard, continues it (0: off)
 
     @property
     def neg_threshold(self) -> float:
@@ -99,6 +100,7 @@ class ServerVadConfig:
             "transcription_interval_ms": self.transcription_interval_ms,
             "model": self.model,
             "backchannel_ms": self.backchannel_ms,
+            "reopen_ms": self.reopen_ms,
         }
         if self.idle_timeout_ms is not None:
             common["idle_timeout_ms"] = self.idle_timeout_ms
@@ -124,6 +126,7 @@ class ServerVadConfig:
             "speculation_ms": _number(raw, "speculation_ms", 200, 0, 10_000, int),
             "transcription_interval_ms": _number(raw, "transcription_interval_ms", 500, 0, 60_000, int),
             "idle_timeout_ms": _number(raw, "idle_timeout_ms", None, 5_000, 30_000, int),
+            "reopen_ms": _number(raw, "reopen_ms", 0, 0, 10_000, int),
         }
         semantic = kind == "semantic_vad"
         model = raw.get("model") or ("smart_turn" if semantic else "none")

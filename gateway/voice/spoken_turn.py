@@ -25,6 +25,8 @@ class SpokenTurn:
     tickets: dict[int, int] = field(default_factory=dict)  # pass id → the worker's ticket, while queued or running
     completed: Completed | None = None  # its transcript, held until every earlier turn's is out
     end: EndOfTurn | None = None  # its silence window from the end-of-turn model (turn_detection.model)
+    lead: np.ndarray | None = None  # the audio of the turn this one reopened: it leads every pass and probe
+    reopened: bool = False  # a later turn continues this one: it answers nothing and its item goes
 
     @classmethod
     def start(cls, item_id: str, cfg: ServerVadConfig, start_ms: int, modelled: bool) -> SpokenTurn:
@@ -41,6 +43,10 @@ class SpokenTurn:
         if modelled:
             spoken.end = EndOfTurn(windows_for(cfg.semantic, cfg.eagerness, cfg.silence_duration_ms))
         return spoken
+
+    def joined(self, audio: np.ndarray) -> np.ndarray:
+        """``audio`` of this turn, led by the audio of the turn it reopened (if it did)."""
+        return audio if self.lead is None else np.concatenate([self.lead, audio])
 
 
 def seconds_of(audio: np.ndarray | None) -> float:

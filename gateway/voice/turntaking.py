@@ -18,7 +18,8 @@ touches the engine, so every ordering of VAD events and transcription results is
   ``PAUSE_PASS_MS``), a pass over the turn so far runs at once (or a pass already running that
   heard the silence begin stands for it); its text is the turn's transcript if the silence
   lasts, and once the silence reaches ``prepare_after_ms`` (``speculation_ms``) the reply to it is
-  prepared unseen (``Prepare``). The pass starts at the pause, not at ``speculation_ms``, because
+  prepared unseen (``Prepare``), or at once when the end-of-turn model and the text agree the
+  turn is complete (``confident``). The pass starts at the pause, not at ``speculation_ms``, because
   a Whisper pass on a small CPU takes longer than what is left of the window after it (0.5 s
   passes against 300 ms: ``bench voice``); the reply still waits for ``speculation_ms``, since the
   engine is shared. Speech coming back drops it (``Drop``: nothing was shown, nothing entered the
@@ -26,6 +27,11 @@ touches the engine, so every ordering of VAD events and transcription results is
   prepared reply is adopted; a pause text that arrives after the window closed is the transcript
   as it stands (no second pass). semantic_vad also sets this turn's silence window from that
   text (``SetSilence``).
+
+- **Reopening** (``Reopener``, ``turn_detection.reopen_ms``: our extension, off by default). Speech
+  that comes back soon after a turn ended, before any of the reply to it was heard, continues that
+  turn: the reply is cancelled quietly and the new turn's passes hear the old turn's audio first,
+  so a user who paused mid-sentence is answered once, for the whole sentence.
 
 Only one pass runs at a time per turn (Whisper is serial anyway); a pass asked for while
 another runs waits for it.
@@ -140,6 +146,7 @@ class TurnTaker:
         self._pause_text: str | None = None  # the pause pass's transcript, while the pause lasts
         self._speculation: int | None = None  # the prepared reply, while the pause lasts
         self._to_prepare: str | None = None  # the reply's transcript, until the silence is long enough
+        self._confident = False  # the end-of-turn model and the pause text say complete: prepare at once
         self._end_ms: int | None = None  # set by stopped()
         self.done = False  # Completed (or abandoned): nothing more happens
         self.discarded = 0  # prepared replies dropped because speech resumed
@@ -185,6 +192,7 @@ class TurnTaker:
         self._paused = False
         self._pause_text = None
         self._to_prepare = None
+        self._confident = False
         if self._want == "pause":
             self._want = None
         if self._running is not None and self._running[1] == "pause":
@@ -194,6 +202,17 @@ class TurnTaker:
         dropped, self._speculation = self._speculation, None
         self.discarded += 1
         return [Drop(dropped)]
+
+    def confident(self) -> list[TurnAction]:
+        """The end-of-turn model and the pause text both say this pause ends the turn: prepare the reply
+        now (once the text is in) instead of after ``prepare_after_ms`` of silence. That wait keeps a
+        shared engine from preparing replies at every breath; a confident pause is not a breath, and
+        its turn ends a short window after the silence began, so the reply's prefill and first chunk
+        would otherwise start only about when the turn ends."""
+        if self._busy or not self._paused:
+            return []
+        self._confident = True
+        return self._prepare_if_due()
 
     def stopped(self, end_ms: int) -> list[TurnAction]:
         """The silence window closed: the turn is committed; its transcript follows (now, if ready)."""
@@ -296,7 +315,9 @@ class TurnTaker:
 
     def _prepare_if_due(self) -> list[TurnAction]:
         """Prepare the reply once the pause text is in and the silence has lasted ``prepare_after_ms``."""
-        if self._to_prepare is None or self._now - self._silence_from < self.config.prepare_after_ms:
+        if self._to_prepare is None:
+            return []
+        if not self._confident and self._now - self._silence_from < self.config.prepare_after_ms:
             return []
         self._ids += 1
         self._speculation = self._ids
@@ -328,3 +349,52 @@ class TurnTaker:
         transcript, delta, consistent = self._final_text(text)
         respond = self.config.respond and bool(transcript)
         return Completed(transcript, delta, respond, speculation if respond else None, consistent)
+
+
+# ---------------------------------------------------------------- reopening a turn
+
+
+@dataclass(frozen=True)
+class Reopen:
+    """Speech came back ``gap_ms`` after turn ``item_id`` ended, before any of its reply was heard: that
+    reply is cancelled quietly and the new speech continues the turn (the glue leads the new turn with
+    the old one's audio and takes the old item out of the conversation once its transcript is out)."""
+
+    item_id: str
+    gap_ms: int
+
+
+class Reopener:
+    """The latest turn that will be answered, while speech resuming may still reopen it.
+
+    Sans-I/O like ``TurnTaker``: the glue reports when a turn ends and will be answered, when the
+    first audio of a reply reaches the client, and when speech starts (on the VAD's clock, in ms).
+    A turn reopens only while nothing of its reply was heard and the speech starts at most
+    ``reopen_ms`` after the turn's end (0: never, OpenAI's semantics): a user who paused mid-sentence
+    and went on is not answered twice, and a reply already playing is a barge-in as before.
+    """
+
+    def __init__(self, reopen_ms: int = 0):
+        self.reopen_ms = reopen_ms
+        self._open: tuple[str, int] | None = None  # (item, end ms) of the turn that may still reopen
+        self.reopened = 0  # turns reopened so far
+
+    def answered(self, item_id: str, end_ms: int) -> None:
+        """Turn ``item_id`` ended at ``end_ms`` and its reply is on the way."""
+        self._open = (item_id, end_ms) if self.reopen_ms > 0 else None
+
+    def closed(self, item_id: str | None = None) -> None:
+        """The reply was heard (its first audio went out), ended, or will not come (``item_id``'s only, if given)."""
+        if item_id is None or (self._open is not None and self._open[0] == item_id):
+            self._open = None
+
+    def started(self, start_ms: int) -> list[Reopen]:
+        """Speech starts at ``start_ms`` (where its turn's audio begins): does it reopen the last turn?"""
+        if self._open is None:
+            return []
+        (item_id, end_ms), self._open = self._open, None
+        gap = max(0, start_ms - end_ms)
+        if gap > self.reopen_ms:
+            return []
+        self.reopened += 1
+        return [Reopen(item_id, gap)]

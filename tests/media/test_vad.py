@@ -307,6 +307,7 @@ def test_view_reports_every_field_of_its_type():
         "transcription_interval_ms": 500,
         "model": "none",
         "backchannel_ms": 0,
+        "reopen_ms": 0,
     }
     semantic = ServerVadConfig.from_turn_detection({"type": "semantic_vad", "eagerness": "low"}).view()
     assert semantic["eagerness"] == "low" and "silence_duration_ms" not in semantic

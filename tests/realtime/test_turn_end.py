@@ -99,6 +99,16 @@ def test_turn_detection_model_and_backchannel_defaults_and_bad_values():
             ServerVadConfig.from_turn_detection({"type": "semantic_vad", **bad})
 
 
+def test_reopen_ms_is_off_by_default_and_checked():
+    for kind in ("server_vad", "semantic_vad"):
+        assert ServerVadConfig.from_turn_detection({"type": kind}).reopen_ms == 0  # OpenAI's semantics
+        cfg = ServerVadConfig.from_turn_detection({"type": kind, "reopen_ms": 1500})
+        assert cfg.reopen_ms == 1500 and cfg.view()["reopen_ms"] == 1500
+    for bad in (-1, 10_001, "soon", 1.5, True):
+        with pytest.raises(Exception, match="turn_detection.reopen_ms"):
+            ServerVadConfig.from_turn_detection({"type": "server_vad", "reopen_ms": bad})
+
+
 # ---------------------------------------------------------------- backchannels
 
 

@@ -6,6 +6,8 @@ from gateway.voice.turntaking import (
     Completed,
     Drop,
     Prepare,
+    Reopen,
+    Reopener,
     SetSilence,
     ShowDelta,
     Stopped,
@@ -225,3 +227,77 @@ def test_speech_resuming_before_the_reply_is_due_prepares_nothing():
     assert t.resumed() == []
     assert t.heard(1600) == [Transcribe(2, 1600, "partial")]  # partial passes go on; nothing prepared
     assert t.discarded == 0
+
+
+# ---------------------------------------------------------------- reopening a turn
+
+
+def test_speech_soon_after_a_turn_ended_reopens_it_once():
+    r = Reopener(reopen_ms=1500)
+    r.answered("item_a", end_ms=2000)
+    assert r.started(2900) == [Reopen("item_a", 900)]
+    assert r.started(3000) == []  # the turn it reopened is spoken again, not reopened twice
+    assert r.reopened == 1
+
+
+def test_speech_after_the_reopen_window_is_a_turn_of_its_own():
+    r = Reopener(reopen_ms=1500)
+    r.answered("item_a", end_ms=2000)
+    assert r.started(3501) == []
+    r.answered("item_b", end_ms=5000)
+    assert r.started(6500) == [Reopen("item_b", 1500)]  # the window's edge still reopens
+
+
+def test_a_heard_reply_closes_the_turn():
+    r = Reopener(reopen_ms=1500)
+    r.answered("item_a", end_ms=2000)
+    r.closed()  # the reply's first audio went out
+    assert r.started(2100) == []
+
+
+def test_closing_another_turn_leaves_the_open_one_open():
+    r = Reopener(reopen_ms=1500)
+    r.answered("item_b", end_ms=2000)
+    r.closed("item_a")  # an earlier turn's transcript came out unanswered
+    assert r.started(2100) == [Reopen("item_b", 100)]
+    r.answered("item_c", end_ms=4000)
+    r.closed("item_c")  # this one will not be answered (an acknowledgement, an empty transcript)
+    assert r.started(4100) == []
+
+
+def test_reopening_is_off_by_default_as_in_openais_api():
+    r = Reopener()
+    r.answered("item_a", end_ms=2000)
+    assert r.started(2001) == []
+
+
+def test_speech_whose_padding_reaches_back_before_the_end_has_no_negative_gap():
+    r = Reopener(reopen_ms=500)
+    r.answered("item_a", end_ms=2000)
+    assert r.started(1800) == [Reopen("item_a", 0)]  # prefix padding starts the new turn's audio early
+
+
+# ---------------------------------------------------------------- a confident pause
+
+
+def test_a_confident_pause_prepares_the_reply_before_prepare_after_ms():
+    t = TurnTaker(TurnConfig(interval_ms=0, prepare_after_ms=200, pause_text=True), start_ms=0)
+    [p] = t.paused(1064, silence_start_ms=1000)
+    assert t.heard(1120) == []
+    assert only(t.transcribed(p.pass_id, "Turn off the lights."), Prepare) == []  # 120 ms of silence < 200
+    [prep] = t.confident()  # the model and the text say complete
+    assert prep == Prepare(2, "Turn off the lights.")
+    assert t.confident() == [] and t.heard(1300) == []  # prepared once
+    done = t.stopped(1200)
+    assert done[1] == Completed("Turn off the lights.", "Turn off the lights.", True, 2)
+
+
+def test_confidence_before_the_text_prepares_when_the_text_comes_and_resuming_forgets_it():
+    t = TurnTaker(TurnConfig(interval_ms=0, prepare_after_ms=200, pause_text=True), start_ms=0)
+    [p] = t.paused(1064, silence_start_ms=1000)
+    assert t.confident() == []  # no text yet: nothing to prepare
+    assert only(t.transcribed(p.pass_id, "Set a timer"), Prepare) == [Prepare(2, "Set a timer")]
+    assert t.resumed() == [Drop(2)]
+    [p2] = t.paused(2064, silence_start_ms=2000)
+    assert only(t.transcribed(p2.pass_id, "Set a timer for ten minutes."), Prepare) == []  # this pause: not yet
+    assert only(t.heard(2200), Prepare) == [Prepare(4, "Set a timer for ten minutes.")]  # at prepare_after_ms
