@@ -45,11 +45,13 @@ from ..voice.turntaking import (
 )
 from ..voice.voice_input import SpeechPaused, SpeechResumed, Turn, VoiceInput
 from . import audio_settings
+from . import inputs as i
 from . import protocol as p
 from .actions import Output
 from .session import Session
 
 log = logging.getLogger("stream_omni.media")
+NOT_HEARD = "could not transcribe audio"
 
 
 class MediaInput:
@@ -58,13 +60,11 @@ class MediaInput:
         session: Session,
         services: Services,
         send: Callable[[Output], None],
-        start_response: Callable[[p.ResponseCreate], None],
         speculator: ReplyPreparer | None = None,
     ):
         self.session = session
         self.svc = services
         self.send = send
-        self.start_response = start_response  # runs a response.create once its turn's transcript is in
         self._current_item: str | None = None  # the user item of the turn being spoken
         self.voice: VoiceInput | None = None
         self.speculator = speculator
@@ -93,11 +93,6 @@ class MediaInput:
         """The sample rate the voice input expects now, from the session's ``audio.input.format``."""
         return self._audio_opts(self.session.options)[0]
 
-    def describe(self, view: dict[str, Any]) -> None:
-        """Report the effective ``audio.input`` settings (turn detection with every field filled in)."""
-        a = audio_settings.audio_in(self.session.options, self.svc.default_turn_detection)
-        audio_settings.describe(view, a, self.svc.asr is not None)
-
     def idle_timeout(self) -> tuple[int, int] | None:
         """``(idle_timeout_ms, the input clock's now in ms)`` when the session's turn detection has an idle
         timeout and no one is speaking; else None."""
@@ -123,7 +118,7 @@ class MediaInput:
             else:
                 VoiceInput.check(self.svc.audio_limits, td, rate)
         except AudioError as exc:
-            return self.session.error(exc.code, exc.message, ev.event_id, "session.audio.input")
+            return self.session.handle(i.Report(exc.code, exc.message, ev.event_id, "session.audio.input"))
         return None
 
     def _voice(self) -> VoiceInput:
@@ -165,7 +160,9 @@ class MediaInput:
     def append(self, raw: bytes | str, event_id: str | None = None) -> None:
         """``input_audio_buffer.append`` (base64 str) or a binary frame (raw pcm16 bytes)."""
         if self.svc.asr is None:
-            self.send(self.session.error("audio_disabled", "audio input is not enabled on this server", event_id))
+            self.send(
+                self.session.handle(i.Report("audio_disabled", "audio input is not enabled on this server", event_id))
+            )
             return
         voice = self._voice()
         manual = voice.vad is None
@@ -177,7 +174,7 @@ class MediaInput:
             pcm = g711_to_pcm16(raw, self.g711) if self.g711 else raw
         except AudioError as exc:
             self.svc.metrics.errors.labels(code=exc.code).inc()
-            self.send(self.session.error(exc.code, exc.message, event_id, "audio"))
+            self.send(self.session.handle(i.Report(exc.code, exc.message, event_id, "audio")))
             return
         if self.clean is not None and len(pcm) % 2 == 0:
             self.clean.append(pcm, event_id)  # comes back cleaned through _feed, in order
@@ -194,7 +191,7 @@ class MediaInput:
             self.svc.metrics.voice_stage.labels(stage="vad").observe(time.perf_counter() - t0)
         except AudioError as exc:
             self.svc.metrics.errors.labels(code=exc.code).inc()
-            self.send(self.session.error(exc.code, exc.message, event_id, "audio"))
+            self.send(self.session.handle(i.Report(exc.code, exc.message, event_id, "audio")))
             return
         if not manual and (events or voice.in_speech) and not self._seated(event_id):
             voice.clear()  # speech with no seat: not heard, and no speech_started for it
@@ -243,7 +240,7 @@ class MediaInput:
                 f"session{'' if worker.capacity == 1 else 's'} speaking at once; "
                 "this speech is not heard until one ends (text still works)"
             )
-            self.send(self.session.error("server_busy", msg, event_id, "audio"))
+            self.send(self.session.handle(i.Report("server_busy", msg, event_id, "audio")))
         return False
 
     def commit(self, event_id: str | None = None) -> None:
@@ -254,7 +251,7 @@ class MediaInput:
         try:
             turn = self._voice().commit()
         except AudioError as exc:
-            self.send(self.session.error(exc.code, exc.message, event_id))
+            self.send(self.session.handle(i.Report(exc.code, exc.message, event_id)))
             return
         self._committed(turn)
 
@@ -266,13 +263,13 @@ class MediaInput:
         if self.voice is not None:
             self.voice.clear()
         self._current_item = None
-        self.send(self.session.audio_cleared())
+        self.send(self.session.handle(i.AudioCleared()))
 
     # ------------------------------------------------------------------ turns
 
     def _speech_started(self, start_ms: int) -> None:
         self._current_item = f"item_{secrets.token_hex(8)}"
-        self.send(self.session.speech_started(self._current_item, start_ms))
+        self.send(self.session.handle(i.SpeechStarted(self._current_item, start_ms)))
         voice = self.voice
         cfg = voice.vad_config if voice else None
         self._held = None  # an earlier overlap's turn is over; this one is judged afresh
@@ -280,7 +277,7 @@ class MediaInput:
             if cfg.backchannel_ms > 0 and voice is not None:  # a backchannel must not cut the reply: judge it first
                 self._held = HeldBargeIn(self._current_item, voice.now_ms, cfg.backchannel_ms)
             else:
-                self.send(self.session.cancel("turn_detected"))  # barge-in: priority path
+                self.send(self.session.handle(i.Cancel("turn_detected")))  # barge-in: priority path
         if cfg is not None:
             self._abandon()
             modelled = cfg.model == "smart_turn" and self.svc.turn_model is not None
@@ -316,7 +313,7 @@ class MediaInput:
         """The speech over the reply is an interruption: cancel the reply now (barge-in)."""
         self._held = None
         self.svc.metrics.voice_overlaps.labels(outcome="interruption").inc()
-        self.send(self.session.cancel("turn_detected"))
+        self.send(self.session.handle(i.Cancel("turn_detected")))
 
     def _judge(self, item_id: str, a: Completed) -> Completed:
         """A held overlap's turn is complete: a backchannel or a false start keeps the reply and is not
@@ -328,7 +325,7 @@ class MediaInput:
         kind = held.verdict(held.start_ms, a.transcript or "")  # its speech ended at its pause or stop
         if not keeps_reply(kind):
             self.svc.metrics.voice_overlaps.labels(outcome="interruption").inc()
-            self.send(self.session.cancel("turn_detected"))
+            self.send(self.session.handle(i.Cancel("turn_detected")))
             return a
         self.svc.metrics.voice_overlaps.labels(outcome=kind).inc()
         if a.speculation is not None and self.speculator is not None:
@@ -373,11 +370,10 @@ class MediaInput:
                     audio = vad.turn_audio() if vad is not None and spoken is self._spoken else spoken.audio
                 self._spawn(self._pass(spoken, a.pass_id, a.kind, audio))
             elif isinstance(a, ShowDelta):
-                self.send(self.session.transcript_delta(item_id, a.delta))
+                self.send(self.session.handle(i.TranscriptDelta(item_id, a.delta)))
             elif isinstance(a, Stopped):
-                self.send(self.session.speech_stopped(item_id, a.end_ms))
-                self.send(self.session.audio_committed(item_id))
-                self.session.item_pending(item_id)
+                self.send(self.session.handle(i.SpeechStopped(item_id, a.end_ms)))
+                self.send(self.session.handle(i.AudioCommitted(item_id)))
             elif isinstance(a, Completed):
                 a = self._judge(item_id, a)
                 if spoken not in self._stopped_turns:
@@ -402,17 +398,13 @@ class MediaInput:
 
     def _completed(self, item_id: str, a: Completed, seconds: float) -> None:
         if a.transcript is None:
-            self.send(self.session.transcript_failed(item_id, "transcription_failed", "could not transcribe audio"))
+            self.send(self.session.handle(i.TranscriptFailed(item_id, "transcription_failed", NOT_HEARD)))
         else:
             if a.delta:
-                self.send(self.session.transcript_delta(item_id, a.delta))
-            self.send(self.session.transcript_done(item_id, a.transcript, seconds))
+                self.send(self.session.handle(i.TranscriptDelta(item_id, a.delta)))
+            self.send(self.session.handle(i.TranscriptDone(item_id, a.transcript, seconds)))
             self.svc.metrics.transcripts.labels(consistent=str(a.consistent).lower()).inc()
-        go = self.session.settle(item_id)
-        if a.respond and go is None:
-            go = self.session.want_response(p.ResponseCreate(type="response.create"))
-        if go is not None:
-            self.start_response(go)
+        self.send(self.session.handle(i.TurnEnded(item_id, a.respond)))
 
     async def _pass(self, spoken: SpokenTurn, pass_id: int, kind: PassKind, audio: np.ndarray | None) -> None:
         if spoken.taker.done or audio is None:
@@ -453,8 +445,7 @@ class MediaInput:
         itself (the client asks with ``response.create``; VAD turns go through ``TurnTaker``)."""
         item_id = self._current_item or f"item_{secrets.token_hex(8)}"
         self._current_item = None
-        self.send(self.session.audio_committed(item_id))
-        self.session.item_pending(item_id)
+        self.send(self.session.handle(i.AudioCommitted(item_id)))
         self._spawn(self._run_asr(item_id, turn))
 
     async def _run_asr(self, item_id: str, turn: Turn) -> None:
@@ -464,15 +455,12 @@ class MediaInput:
                 text = await shared_worker(self.svc).transcribe(self.session.id, "final", turn.audio)
         except Exception as exc:  # a failed transcription ends this item only
             log.error("transcription failed: %s", type(exc).__name__)
-            self.send(self.session.transcript_failed(item_id, "transcription_failed", "could not transcribe audio"))
-        finally:
-            go = self.session.settle(item_id)
+            self.send(self.session.handle(i.TranscriptFailed(item_id, "transcription_failed", NOT_HEARD)))
         if text is not None:
             if text:
-                self.send(self.session.transcript_delta(item_id, text))
-            self.send(self.session.transcript_done(item_id, text, seconds_of(turn.audio)))
-        if go is not None:
-            self.start_response(go)
+                self.send(self.session.handle(i.TranscriptDelta(item_id, text)))
+            self.send(self.session.handle(i.TranscriptDone(item_id, text, seconds_of(turn.audio))))
+        self.send(self.session.handle(i.TurnEnded(item_id)))  # a response.create held for it may start
 
     # ------------------------------------------------------------------ content parts
 
