@@ -1,9 +1,11 @@
-"""A realtime session that outlives its socket: conversation, cache, generation, replay buffer.
+"""The shell of a Realtime session that outlives its socket: it feeds the ``Session`` and runs its actions.
 
-Generation is decoupled from the WebSocket: a ``LiveSession`` keeps running when its socket
-drops, for the configured grace period, so a client can reconnect with its resume token and
-``last_seq`` and get every event it missed (``gateway.realtime.replay``). At most one socket is attached
-at a time; the newer one wins.
+It hands the sans-I/O ``Session`` every input through its one door (``Session.handle``: client events, the
+engine's chunks, speech, images, MCP answers) and runs the actions that come back (generation,
+synthesis, media, tools). Generation is decoupled from the WebSocket: a ``LiveSession`` keeps running
+when its socket drops, for the configured grace period, so a client can reconnect with its resume
+token and ``last_seq`` and get every event it missed (``gateway.realtime.replay``). At most one socket
+is attached at a time; the newer one wins.
 """
 
 from __future__ import annotations

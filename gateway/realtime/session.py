@@ -228,7 +228,7 @@ class Session(ResponseFlow, SpeechOutput, McpOutput, ItemEvents):
         ``server_busy`` when the engine has no room for it, else created."""
         if self.response is None and not self.defaults.has_room():
             return self._out(p.error_event("server_busy", BUSY, ev.event_id), actions=[Refused("server_busy")])
-        return self.create_response(ev)
+        return self._create_response(ev)
 
     def _item_resolved(self, key: str, ev: p.ItemCreate | None) -> Output:
         """Item ``key``'s media is text now (``ev``), or it was refused (None): a response held for it may start."""
@@ -348,7 +348,7 @@ class Session(ResponseFlow, SpeechOutput, McpOutput, ItemEvents):
         )
         return None if isinstance(planned, Output) else planned[0]
 
-    def create_response(self, ev: p.ResponseCreate) -> Output:
+    def _create_response(self, ev: p.ResponseCreate) -> Output:
         """A ``response.create`` the engine has room for (``_admit``), or refused here."""
         if self.options.type == "transcription":
             return self.error("unsupported_event", transcription.NO_RESPONSES, ev.event_id, "type")
