@@ -9,6 +9,7 @@ from models.sampling import SamplingParams
 from models.toolplan import ToolPlan
 
 from ..tools.actions import CallTool, ListTools
+from ..voice.speech_actions import PlayAudio, Played, Speak
 from . import protocol as p
 
 
@@ -79,7 +80,8 @@ class Refused:
 
 
 ClientAction = AppendAudio | CommitAudio | ClearAudio | ResolveItem | Refused
-Action = StartResponse | CancelResponse | StartImage | ListTools | CallTool | ClientAction  # what the I/O layer must do
+SpeechAction = Speak | PlayAudio | Played  # synthesis, a call's track, echo reference (gateway.voice)
+Action = StartResponse | CancelResponse | StartImage | ListTools | CallTool | SpeechAction | ClientAction  # to run
 
 
 @dataclass

@@ -343,9 +343,7 @@ class Session(ResponseFlow, SpeechOutput, McpOutput, ItemEvents):
         start now (one in progress, or bad settings)."""
         if self.response is not None or self._pending or self._held is not None or self.options.type == "transcription":
             return None
-        planned = planning.plan(
-            self, p.ResponseCreate(type="response.create"), _new_id("spec"), [{"role": "user", "content": user_text}]
-        )
+        planned = planning.plan(self, SESSION_REPLY, _new_id("spec"), [{"role": "user", "content": user_text}])
         return None if isinstance(planned, Output) else planned[0]
 
     def _create_response(self, ev: p.ResponseCreate) -> Output:
