@@ -14,6 +14,8 @@ PURE = (
     "gateway.realtime.protocol",
     "gateway.realtime.session",
     "gateway.realtime.actions",
+    "gateway.realtime.inputs",
+    "gateway.realtime.response_flow",
     "gateway.realtime.image_output",
     "gateway.realtime.conversation",
     "gateway.realtime.responses",

@@ -12,6 +12,7 @@ import dataclasses
 from typing import Any
 
 from ..realtime import protocol as p
+from ..realtime.inputs import Abandon
 from ..realtime.responses import ResponseState
 from ..realtime.session import Session
 
@@ -88,4 +89,4 @@ def take_over(session: Session, snap: dict[str, Any], later: list[dict[str, Any]
         if ev.get("type") == TEXT_DELTA and ev.get("response_id") == r.id:
             r.text += ev["delta"]
             r.started = True
-    return session.abandon("server_error").events
+    return session.handle(Abandon("server_error")).events

@@ -9,6 +9,7 @@ from models.sampling import SamplingParams
 from models.toolplan import ToolPlan
 
 from ..tools.actions import CallTool, ListTools
+from ..voice.speech_actions import PlayAudio, Played, Speak
 from . import protocol as p
 
 
@@ -39,7 +40,7 @@ class StartImage:
 
 
 # what a client event asks of the I/O layer (Session.handle): the voice layer's audio buffer, media to
-# resolve, checks of things the session cannot see; each runs in the order its frame arrived
+# resolve, a refusal to count; each runs in the order its frame arrived
 
 
 @dataclass(frozen=True)
@@ -63,32 +64,24 @@ class ClearAudio:
 
 
 @dataclass(frozen=True)
-class CheckUpdate:
-    """Action: check ``event``'s audio input settings with the voice layer, then apply it
-    (``Session.apply_update``), or send the voice layer's refusal."""
-
-    event: p.SessionUpdate
-
-
-@dataclass(frozen=True)
 class ResolveItem:
     """Action: turn ``event``'s media parts into text (transcripts, descriptions, files), after every item
-    resolved before it, then hand it back (``Session.item_resolved``); responses wait for ``key``."""
+    resolved before it, then hand it back (``inputs.ItemResolved``); responses wait for ``key``."""
 
     event: p.ItemCreate
     key: str
 
 
 @dataclass(frozen=True)
-class CheckCapacity:
-    """Action: start ``event``'s response (``Session.create_response``) if the engine has room for it, else
-    refuse it with ``server_busy``."""
+class Refused:
+    """Action: count a request the session refused for the server's sake (``server_busy``) in the metrics."""
 
-    event: p.ResponseCreate
+    code: str
 
 
-ClientAction = AppendAudio | CommitAudio | ClearAudio | CheckUpdate | ResolveItem | CheckCapacity
-Action = StartResponse | CancelResponse | StartImage | ListTools | CallTool | ClientAction  # what the I/O layer must do
+ClientAction = AppendAudio | CommitAudio | ClearAudio | ResolveItem | Refused
+SpeechAction = Speak | PlayAudio | Played  # synthesis, a call's track, echo reference (gateway.voice)
+Action = StartResponse | CancelResponse | StartImage | ListTools | CallTool | SpeechAction | ClientAction  # to run
 
 
 @dataclass

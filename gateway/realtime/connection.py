@@ -21,6 +21,7 @@ from starlette.websockets import WebSocket, WebSocketDisconnect, WebSocketState
 from ..wsreader import UNDECODED_TEXT
 from . import protocol as p
 from .framegate import Admit, Close, FrameGate, Refuse
+from .inputs import Report
 from .live_session import LiveSession
 from .protocol import (
     CLOSE_NORMAL,
@@ -156,7 +157,8 @@ class Connection:
             except Exception as exc:  # a bug must cost one event, not the session
                 log.error("handling a client event failed: %s", type(exc).__name__, exc_info=True)
                 self.live.svc.metrics.errors.labels(code="server_error").inc()
-                self.live.send(self.live.session.error("server_error", "the server failed to handle this event"))
+                failed = Report("server_error", "the server failed to handle this event")
+                self.live.send(self.live.session.handle(failed))
             # counted once handled, with no await in between: a frame whose handling was cut short
             # (this socket superseded while it waited or parsed) is not counted, so the client resends it
             self.live.received += 1

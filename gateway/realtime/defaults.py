@@ -1,4 +1,4 @@
-"""A new Realtime session's defaults: the server's config, and what it loaded (model ids, voices, tokenizer)."""
+"""A new Realtime session's defaults: the server's config, and what it loaded (model ids, voices, tokenizer, ASR)."""
 
 from __future__ import annotations
 
@@ -37,4 +37,7 @@ def session_defaults(svc: Services) -> SessionDefaults:
             max_calls_per_response=c.tools.mcp_max_calls_per_response,
             max_tools=c.tools.mcp_max_tools,
         ),
+        turn_detection=svc.default_turn_detection,
+        transcribes=svc.asr is not None,
+        has_room=svc.engine_has_room,
     )

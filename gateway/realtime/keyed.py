@@ -16,11 +16,13 @@ from starlette.requests import HTTPConnection
 
 from ..client_secrets import Grant as Grant  # re-exported: LiveSession takes one
 from ..client_secrets import is_ephemeral, unseal
+from ..keylimits import BoundLimits
 from ..security import AuthRefused, offered_keys, ws_auth
 from ..services import Services
 from . import protocol as p
 from .actions import Output
 from .defaults import session_defaults
+from .inputs import Preset
 from .media import MediaInput
 from .session import Session
 
@@ -36,23 +38,22 @@ def update_of(session: dict[str, Any]) -> p.SessionUpdate:
     return p.SessionUpdate(type="session.update", session=p.SessionOptions.model_validate(session))
 
 
-def _apply(session: Session, media: MediaInput, ev: p.SessionUpdate) -> Output | None:
-    refused = media.check_update(ev)
+def _apply(
+    session: Session, media: MediaInput, ev: p.SessionUpdate | None, limiter: BoundLimits | None = None, sid: str = ""
+) -> Output | None:
+    """``ev`` applied and fixed on a session not yet opened (the voice layer checks its audio first), with
+    the key's budgets and the grant's session id; the error refusing it, or None."""
+    refused = media.check_update(ev) if ev is not None else None
     if refused is not None:
         return refused
-    merged = session.merged(ev)
-    if isinstance(merged, Output):
-        return merged
-    session.options = merged
-    session.locked = frozenset({*ev.session.model_fields_set, "model"})
-    return None
+    out = session.handle(Preset(limiter, sid or None, ev))
+    return out if out.events else None
 
 
 def check(svc: Services, ev: p.SessionUpdate) -> tuple[dict[str, Any], None] | tuple[None, dict[str, Any]]:
     """(the session object a session opened with this config starts with, None), or (None, the GA error)."""
     session = Session(session_defaults(svc), lambda e: e)
-    media = MediaInput(session, svc, lambda _out: None, lambda _ev: None)
-    session.view_hook = media.describe
+    media = MediaInput(session, svc, lambda _out: None)
     refused = _apply(session, media, ev)
     if refused is not None:
         return None, refused.events[0]["error"]
@@ -61,17 +62,14 @@ def check(svc: Services, ev: p.SessionUpdate) -> tuple[dict[str, Any], None] | t
 
 def bind(svc: Services, key: str, session: Session, media: MediaInput, grant: Grant | None) -> None:
     """Before ``session.created``: the budgets of key digest ``key``, and ``grant``'s config, fixed."""
-    if svc.key_limits is not None and svc.key_limits.enabled:
-        session.limiter = svc.key_limits.bound(key)
-    if grant is None:
-        return
-    if grant.session_id:
-        session.id = grant.session_id  # the id the client_secrets answer named
-    try:
-        ev = update_of(grant.session)
-    except ValueError as exc:
-        raise PresetRefused(f"the key's session config is not valid here: {exc}") from None
-    refused = _apply(session, media, ev)
+    limiter = svc.key_limits.bound(key) if svc.key_limits is not None and svc.key_limits.enabled else None
+    ev = None
+    if grant is not None:
+        try:
+            ev = update_of(grant.session)
+        except ValueError as exc:
+            raise PresetRefused(f"the key's session config is not valid here: {exc}") from None
+    refused = _apply(session, media, ev, limiter, grant.session_id if grant is not None else "")
     if refused is not None:
         raise PresetRefused(f"the key's session config is not valid here: {refused.events[0]['error']['message']}")
 

@@ -1,9 +1,11 @@
-"""A realtime session that outlives its socket: conversation, cache, generation, replay buffer.
+"""The shell of a Realtime session that outlives its socket: it feeds the ``Session`` and runs its actions.
 
-Generation is decoupled from the WebSocket: a ``LiveSession`` keeps running when its socket
-drops, for the configured grace period, so a client can reconnect with its resume token and
-``last_seq`` and get every event it missed (``gateway.realtime.replay``). At most one socket is attached
-at a time; the newer one wins.
+It hands the sans-I/O ``Session`` every input through its one door (``Session.handle``: client events, the
+engine's chunks, speech, images, MCP answers) and runs the actions that come back (generation,
+synthesis, media, tools). Generation is decoupled from the WebSocket: a ``LiveSession`` keeps running
+when its socket drops, for the configured grace period, so a client can reconnect with its resume
+token and ``last_seq`` and get every event it missed (``gateway.realtime.replay``). At most one socket
+is attached at a time; the newer one wins.
 """
 
 from __future__ import annotations
@@ -32,17 +34,17 @@ from ..tools.runner import McpRunner
 from ..uploads import REFUSALS
 from ..voice.speaker import Speaker
 from ..voice.speech_actions import PlayAudio, Played, Speak
-from . import image_output, keyed
+from . import inputs as i
+from . import keyed
 from . import protocol as p
 from .actions import (
     Action,
     AppendAudio,
     CancelResponse,
-    CheckCapacity,
-    CheckUpdate,
     ClearAudio,
     CommitAudio,
     Output,
+    Refused,
     ResolveItem,
     StartImage,
     StartResponse,
@@ -93,21 +95,20 @@ class LiveSession:
         self.handles: dict[str, Handle | Tokenizing] = {}
         self.filters: dict[str, ResponseFilter] = {}  # response id → its chunk filtering
         self.model_q: asyncio.Queue[ModelMessage] = asyncio.Queue()
-        self.media = MediaInput(self.session, services, self.send, self._create_response, self)
+        self.media = MediaInput(self.session, services, self.send, self)
         self.idle = IdleTimer(self.media.idle_timeout, self._idle_fired)
         self.speculation: Speculation | None = None
         self._preparing: asyncio.Task[None] | None = None  # a reply being tokenized to be prepared unseen
         self._preparing_key: int | None = None  # its turn, while it may still be submitted
         self.speaker = Speaker(
             services.speech,
-            lambda r: self.send(self.session.on_speech(r)),
+            lambda r: self.send(self.session.handle(i.SpeechMade(r))),
             services.config.audio.output.lead_s,
             lambda: services.engine.depth[0] > 0,
             key,
         )
         self._ignored: set[str] = set()  # dropped speculations: their late events mean nothing
         self._alias: dict[str, str] = {}  # an adopted speculation's job id → the response it became
-        self.session.view_hook = self.media.describe
         self.tools = McpRunner(  # MCP calls
             self,
             self.session,
@@ -132,7 +133,7 @@ class LiveSession:
         self._pump = asyncio.create_task(self._pump_loop(), name="session-pump")
         if replay is None:
             grace = services.config.server.grace_period_s
-            self.send(self.session.created({"resume": {"token": self.token, "expires_in_s": grace}}))
+            self.send(self.session.handle(i.Opened({"resume": {"token": self.token, "expires_in_s": grace}})))
 
     @property
     def deliverable(self) -> int:
@@ -158,9 +159,8 @@ class LiveSession:
             self._act(action)
 
     def _idle_fired(self, now_ms: int) -> None:
-        if not self.closed and self.session.response is None:
-            self.send(self.session.timeout_triggered(f"item_{secrets.token_hex(8)}", now_ms))
-            self.on_parsed(p.ResponseCreate(type="response.create"))  # held behind pending items, like any
+        if not self.closed:  # the session answers, held behind pending items like any reply
+            self.send(self.session.handle(i.IdleTimedOut(f"item_{secrets.token_hex(8)}", now_ms)))
 
     # ------------------------------------------------------------------ actions
 
@@ -188,21 +188,18 @@ class LiveSession:
             self.media.commit(action.event_id)
         elif isinstance(action, ClearAudio):
             self.media.clear()
-        elif isinstance(action, CheckUpdate):
-            self.send(self.media.check_update(action.event) or self.session.apply_update(action.event))
-            self.tools.prune()  # servers the update dropped are closed
         elif isinstance(action, ResolveItem):  # serialised behind earlier items by the media lock
             self._spawn(self.timing.resolving(self._item_with_media(action.event, action.key), action.event))
-        elif isinstance(action, CheckCapacity):
-            self._check_capacity(action.event)
+        elif isinstance(action, Refused):
+            self.svc.metrics.errors.labels(code=action.code).inc()
         else:  # MCP listings and calls (gateway.tools)
             self.tools.act(action)
 
     def _start_image(self, action: StartImage) -> None:
         if not self.images.start(action):
             msg = "image output is not enabled on this server"
-            self.send(self.session.error("image_generation_disabled", msg))
-            self.send(image_output.progress(self.session, action.response_id, action.item_id, Failed(msg)))
+            self.send(self.session.handle(i.Report("image_generation_disabled", msg)))
+            self.send(self.session.handle(i.ImageProgressed(action.response_id, action.item_id, Failed(msg))))
 
     def _start(self, action: StartResponse) -> None:
         if self._preparing is not None:  # the reply to this turn may be a moment from prepared: wait for it
@@ -245,19 +242,17 @@ class LiveSession:
             self.handles[rid] = svc.engine.submit(job, AsyncSink(asyncio.get_running_loop(), self.model_q, rid))
             self.filters[rid] = ResponseFilter(svc.filters, self.session.id, rid)
         except ContextOverflow as exc:
-            self.send(self.session.error("context_length_exceeded", str(exc)))
-            self.send(self.session.on_done(rid, "error", {"error_code": "context_length_exceeded"}, {}))
+            self.send(self.session.handle(i.StartFailed(rid, "context_length_exceeded", str(exc))))
         except (EngineBusy, CompileBusy):
-            self.send(self.session.on_done(rid, "error", {"error_code": "server_busy"}, {}))
+            self.send(self.session.handle(i.StartFailed(rid, "server_busy")))
         except GrammarError as exc:  # a backend without a tokenizer a grammar can use
-            self.send(self.session.error("unsupported_value", f"forced tool calls are not available here: {exc}"))
-            self.send(self.session.on_done(rid, "error", {"error_code": "unsupported_value"}, {}))
+            msg = f"forced tool calls are not available here: {exc}"
+            self.send(self.session.handle(i.StartFailed(rid, "unsupported_value", msg)))
         except ValueError as exc:  # bad scheduler/sampling values
-            self.send(self.session.error("invalid_value", str(exc)))
-            self.send(self.session.on_done(rid, "error", {"error_code": "invalid_value"}, {}))
+            self.send(self.session.handle(i.StartFailed(rid, "invalid_value", str(exc))))
         except Exception as exc:  # a tokenizer failure costs this response, not the session
             log.error("starting a response failed: %s", type(exc).__name__)
-            self.send(self.session.on_done(rid, "error", {"error_code": "server_error"}, {}))
+            self.send(self.session.handle(i.StartFailed(rid, "server_error")))
         finally:
             if self.handles.get(rid) is pending:
                 del self.handles[rid]  # not submitted: nothing runs for it
@@ -346,7 +341,7 @@ class LiveSession:
         and said so when ``tell`` (not on every frame of a flood)."""
         self.svc.metrics.errors.labels(code="rate_limited").inc()
         if tell:
-            self.send(self.session.error("rate_limited", "too many messages; slow down"))
+            self.send(self.session.handle(i.Report("rate_limited", "too many messages; slow down")))
         self.received += 1
 
     def on_text(self, raw: str) -> None:
@@ -356,20 +351,17 @@ class LiveSession:
         """Act on what ``parse`` returned, in the order frames arrived."""
         if isinstance(ev, p.ProtocolError):
             self.svc.metrics.errors.labels(code=ev.code).inc()
-            self.send(self.session.error(ev.code, ev.message, ev.event_id, ev.param))
+            self.send(self.session.handle(i.Report(ev.code, ev.message, ev.event_id, ev.param)))
+            return
+        if isinstance(ev, p.SessionUpdate):  # its audio settings are the voice layer's to check, first
+            refused = self.media.check_update(ev)
+            if refused is not None:
+                self.send(refused)
+                return
+            self.send(self.session.handle(ev))
+            self.tools.prune()  # servers the update dropped are closed
             return
         self.send(self.session.handle(ev))
-
-    def _create_response(self, ev: p.ResponseCreate) -> None:
-        """A ``response.create`` released by the session (its items are in): started as the session says."""
-        self.send(self.session.admit(ev))
-
-    def _check_capacity(self, ev: p.ResponseCreate) -> None:
-        if not self.svc.engine_has_room():
-            self.svc.metrics.errors.labels(code="server_busy").inc()
-            self.send(self.session.error("server_busy", "the server is at capacity; retry shortly", ev.event_id))
-            return
-        self.send(self.session.create_response(ev))
 
     async def _item_with_media(self, ev: p.ItemCreate, key: str) -> None:
         """Resolve audio parts to transcripts and images to descriptions, then add the item.
@@ -383,9 +375,9 @@ class LiveSession:
                 resolved = await resolve_item(self.svc, owner, ev, self.media.resolve_audio_part)
         except REFUSALS as exc:
             self.svc.metrics.errors.labels(code=exc.code).inc()
-            self.send(self.session.error(exc.code, exc.message, ev.event_id, "item.content"))
+            self.send(self.session.handle(i.Report(exc.code, exc.message, ev.event_id, "item.content")))
         finally:
-            self.send(self.session.item_resolved(key, resolved))
+            self.send(self.session.handle(i.ItemResolved(key, resolved)))
 
     def _spawn(self, coro: Coroutine[Any, Any, None]) -> asyncio.Task[None]:
         task = asyncio.create_task(coro)
@@ -417,7 +409,7 @@ class LiveSession:
             if isinstance(ev, Failed):
                 log.warning("image generation failed: %s", ev.message)
             self.images.ended(rid, ev)
-            self.send(image_output.progress(self.session, rid, events.item_id, ev))
+            self.send(self.session.handle(i.ImageProgressed(rid, events.item_id, ev)))
             return
         spec = self.speculation
         if spec is not None and rid == spec.action.response_id:
@@ -439,11 +431,11 @@ class LiveSession:
                 if handle is not None:
                     handle.cancel()
             elif text:
-                self.send(self.session.on_chunk(rid, text))
+                self.send(self.session.handle(i.Chunk(rid, text)))
         for prompt in [] if flt is not None and flt.stopped else events.requests:  # never shown as text
-            self.send(image_output.request(self.session, rid, prompt))
+            self.send(self.session.handle(i.ImageRequested(rid, prompt)))
         for body in events.tool_calls:  # the model called a function: never shown as text
-            self.send(self.session.on_tool_call(rid, body))
+            self.send(self.session.handle(i.ToolCallCut(rid, body)))
         if events.done is not None:
             self.handles.pop(rid, None)
             self.filters.pop(rid, None)
@@ -453,9 +445,9 @@ class LiveSession:
                 self.svc.metrics.observe_response(m)
             reason = events.done.reason if flt is None or flt.reason is None else flt.reason
             if flt is not None and flt.error is not None:
-                self.send(self.session.error(FILTER_FAILED, flt.error))
+                self.send(self.session.handle(i.Report(FILTER_FAILED, flt.error)))
                 m = {**m, "error_code": FILTER_FAILED}
-            self.send(self.session.on_done(rid, reason, m, usage))
+            self.send(self.session.handle(i.Finished(rid, reason, m, usage)))
 
     # ------------------------------------------------------------------ lifecycle
 
@@ -478,7 +470,7 @@ class LiveSession:
             return
         self.closed = True
         self.idle.stop()
-        self.send(self.session.cancel(reason))
+        self.send(self.session.handle(i.Cancel(reason)))
         if self.speculation is not None:
             self.speculation.handle.cancel()
             self.speculation = None

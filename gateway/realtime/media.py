@@ -25,6 +25,7 @@ from ..voice.clean_input import CleanPump
 from ..voice.spoken_turn import ReplyPreparer
 from ..voice.voice_input import VoiceInput
 from . import audio_settings
+from . import inputs as i
 from . import protocol as p
 from .actions import Output
 from .session import Session
@@ -37,14 +38,13 @@ class MediaInput:
         session: Session,
         services: Services,
         send: Callable[[Output], None],
-        start_response: Callable[[p.ResponseCreate], None],
         speculator: ReplyPreparer | None = None,
     ):
         self.session = session
         self.svc = services
         self.send = send
         self.voice: VoiceInput | None = None
-        self.turns = SpokenTurns(session, services, send, start_response, speculator, lambda: self.voice)
+        self.turns = SpokenTurns(session, services, send, speculator, lambda: self.voice)
         self.g711: str | None = None  # the input format when it is G.711 (set with the audio options)
         self._refused = False  # told server_busy for voice; audio is dropped until a seat frees
         self.clean: CleanPump | None = None  # echo cancellation / noise reduction in front of the VAD
@@ -61,11 +61,6 @@ class MediaInput:
     def input_rate(self) -> int:
         """The sample rate the voice input expects now, from the session's ``audio.input.format``."""
         return self._audio_opts(self.session.options)[0]
-
-    def describe(self, view: dict[str, Any]) -> None:
-        """Report the effective ``audio.input`` settings (turn detection with every field filled in)."""
-        a = audio_settings.audio_in(self.session.options, self.svc.default_turn_detection)
-        audio_settings.describe(view, a, self.svc.asr is not None)
 
     def idle_timeout(self) -> tuple[int, int] | None:
         """``(idle_timeout_ms, the input clock's now in ms)`` when the session's turn detection has an idle
@@ -92,7 +87,7 @@ class MediaInput:
             else:
                 VoiceInput.check(self.svc.audio_limits, td, rate)
         except AudioError as exc:
-            return self.session.error(exc.code, exc.message, ev.event_id, "session.audio.input")
+            return self.session.handle(i.Report(exc.code, exc.message, ev.event_id, "session.audio.input"))
         return None
 
     def _voice(self) -> VoiceInput:
@@ -134,7 +129,9 @@ class MediaInput:
     def append(self, raw: bytes | str, event_id: str | None = None) -> None:
         """``input_audio_buffer.append`` (base64 str) or a binary frame (raw pcm16 bytes)."""
         if self.svc.asr is None:
-            self.send(self.session.error("audio_disabled", "audio input is not enabled on this server", event_id))
+            self.send(
+                self.session.handle(i.Report("audio_disabled", "audio input is not enabled on this server", event_id))
+            )
             return
         voice = self._voice()
         manual = voice.vad is None
@@ -146,7 +143,7 @@ class MediaInput:
             pcm = g711_to_pcm16(raw, self.g711) if self.g711 else raw
         except AudioError as exc:
             self.svc.metrics.errors.labels(code=exc.code).inc()
-            self.send(self.session.error(exc.code, exc.message, event_id, "audio"))
+            self.send(self.session.handle(i.Report(exc.code, exc.message, event_id, "audio")))
             return
         if self.clean is not None and len(pcm) % 2 == 0:
             self.clean.append(pcm, event_id)  # comes back cleaned through _feed, in order
@@ -163,7 +160,7 @@ class MediaInput:
             self.svc.metrics.voice_stage.labels(stage="vad").observe(time.perf_counter() - t0)
         except AudioError as exc:
             self.svc.metrics.errors.labels(code=exc.code).inc()
-            self.send(self.session.error(exc.code, exc.message, event_id, "audio"))
+            self.send(self.session.handle(i.Report(exc.code, exc.message, event_id, "audio")))
             return
         if not manual and (events or voice.in_speech) and not self._seated(event_id):
             voice.clear()  # speech with no seat: not heard, and no speech_started for it
@@ -197,7 +194,7 @@ class MediaInput:
                 f"session{'' if worker.capacity == 1 else 's'} speaking at once; "
                 "this speech is not heard until one ends (text still works)"
             )
-            self.send(self.session.error("server_busy", msg, event_id, "audio"))
+            self.send(self.session.handle(i.Report("server_busy", msg, event_id, "audio")))
         return False
 
     def commit(self, event_id: str | None = None) -> None:
@@ -208,7 +205,7 @@ class MediaInput:
         try:
             turn = self._voice().commit()
         except AudioError as exc:
-            self.send(self.session.error(exc.code, exc.message, event_id))
+            self.send(self.session.handle(i.Report(exc.code, exc.message, event_id)))
             return
         self.turns.committed(turn)
 
@@ -219,7 +216,7 @@ class MediaInput:
         self.turns.cleared()
         if self.voice is not None:
             self.voice.clear()
-        self.send(self.session.audio_cleared())
+        self.send(self.session.handle(i.AudioCleared()))
 
     # ------------------------------------------------------------------ content parts
 

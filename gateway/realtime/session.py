@@ -1,10 +1,12 @@
-"""Sans-I/O Realtime session: client events and engine results in, server events and actions out.
+"""Sans-I/O Realtime session: one typed input in (``handle``), stamped server events and actions out.
 
-No asyncio, Starlette or torch. The connection feeds it parsed client events
-(``handle``), scheduler chunks (``on_chunk``) and ends of generation (``on_done``); it returns
-the server events to send (already stamped with a contiguous ``seq``) plus ``actions`` for the
-I/O layer (start or cancel a generation). Illegal states raise ``RuntimeError`` naming the
-expected and actual state.
+No asyncio, Starlette or torch. The I/O layer feeds ``Session.handle`` one ``Input`` at a time: a parsed
+client event, or an internal input (``gateway.realtime.inputs``: a chunk the engine decoded, a transcript,
+an MCP answer, a barge-in). It returns the server events to send (already stamped with a contiguous
+``seq``) plus actions for the I/O layer to run (``gateway.realtime.actions``); nothing the I/O layer does
+comes back into the session except as a later input. Besides ``handle`` the I/O layer only reads
+(``id``, ``options``, ``response``, ``session_view``, ``preview_response``). Illegal states raise
+``RuntimeError`` naming the expected and actual state.
 """
 
 from __future__ import annotations
@@ -22,26 +24,21 @@ from ..tools.session import McpOutput
 from ..tools.state import McpPolicy, McpState
 from ..tools.wire import McpApprovalResponseItem
 from ..voice.speech_actions import SpeechSettings
-from . import functions, image_output, locks, planning, speech_out, transcription
+from . import audio_settings, functions, image_output, locks, planning, speech_out, transcription
+from . import inputs as i
 from . import protocol as p
-from .actions import (
-    Action,
-    AppendAudio,
-    CancelResponse,
-    CheckCapacity,
-    CheckUpdate,
-    ClearAudio,
-    CommitAudio,
-    Output,
-    ResolveItem,
-    StartResponse,
-)
+from .actions import Action, AppendAudio, ClearAudio, CommitAudio, Output, Refused, ResolveItem, StartResponse
 from .conversation import Conversation
 from .items import ItemEvents, has_media
-from .responses import ResponseState, final_events
+from .response_flow import ResponseFlow
+from .responses import ResponseState
 from .speech_out import AudioState, SpeechOutput, SpokenItem
 
 CANCEL_NOT_ACTIVE = "Cancellation failed: no active response found"  # OpenAI's message, word for word
+BUSY = "the server is at capacity; retry shortly"
+# a reply the server asks for itself (a VAD turn, the idle timeout) is one on the session's own settings:
+# what a response.create with no options asks for, so it is planned as one (never sent as a client event)
+SESSION_REPLY = p.ResponseCreate(type="response.create")
 
 
 def _new_id(prefix: str) -> str:
@@ -66,9 +63,12 @@ class SessionDefaults:
     context_tokens: int | None = None  # most tokens after the instructions that truncation keeps; None: no cap
     count_tokens: Callable[[str], int] | None = None  # a text's tokens (truncation's estimates)
     mcp: McpPolicy = field(default_factory=McpPolicy)  # what MCP servers it may reach (config tools)
+    turn_detection: dict[str, Any] | None = None  # the server's default audio.input.turn_detection
+    transcribes: bool = False  # a Whisper model is loaded (session views show input transcription)
+    has_room: Callable[[], bool] = lambda: True  # the engine takes another generation now (else server_busy)
 
 
-class Session(SpeechOutput, McpOutput, ItemEvents):
+class Session(ResponseFlow, SpeechOutput, McpOutput, ItemEvents):
     def __init__(
         self, defaults: SessionDefaults, stamp: Callable[[dict[str, Any]], dict[str, Any]], transcribe: bool = False
     ):
@@ -95,7 +95,6 @@ class Session(SpeechOutput, McpOutput, ItemEvents):
         self._held: p.ResponseCreate | None = None  # a response.create waiting for them
         self.dropped: set[str] = set()  # items truncated out of the model's context (still in the client's view)
         self.token_counts: dict[str, tuple[str, int]] = {}  # item id → (its text, its tokens), for truncation
-        self.view_hook: Callable[[dict[str, Any]], None] | None = None  # fills in effective audio settings
         # (response id, status, metrics) → the metrics response.done carries (the shell adds turn_latency)
         self.finish_hook: Callable[[str, str, dict[str, Any] | None], dict[str, Any] | None] | None = None
         self.limiter: BoundLimits | None = None  # its key's response and token budgets (gateway.keylimits)
@@ -109,11 +108,15 @@ class Session(SpeechOutput, McpOutput, ItemEvents):
     def error(self, code: str, message: str, event_id: str | None = None, param: str | None = None) -> Output:
         return self._out(p.error_event(code, message, event_id, param))
 
+    def has_item(self, item_id: str) -> bool:
+        """Whether the conversation holds ``item_id`` (a reopened turn's shell deletes only what exists)."""
+        return self.conversation.get(item_id) is not None
+
     def session_view(self) -> dict[str, Any]:
         view = self.options.model_dump(exclude_none=True)
         view.update(id=self.id, object="realtime.session")
-        if self.view_hook is not None:
-            self.view_hook(view)
+        audio_in = audio_settings.audio_in(self.options, self.defaults.turn_detection)
+        audio_settings.describe(view, audio_in, self.defaults.transcribes)  # effective settings, all filled in
         if self.options.type == "transcription":
             return transcription.view(view)
         speech_out.describe_output(view, self.defaults.speech, self.options)
@@ -124,46 +127,133 @@ class Session(SpeechOutput, McpOutput, ItemEvents):
 
     # ------------------------------------------------------------------ client events
 
-    def handle(self, ev: p.ClientEvent) -> Output:
-        """A parsed client event: the events answering it, and what the I/O layer must do for it (actions.py)."""
-        match ev:
-            case p.SessionUpdate():
-                return Output(actions=[CheckUpdate(ev)])  # its audio settings are the voice layer's to check
-            case p.ItemCreate() if has_media(ev.item):
-                key = f"media-{id(ev)}"
+    def handle(self, inp: i.Input) -> Output:
+        """The door: a parsed client event or an internal input (``inputs.py``) → the events answering it,
+        and what the I/O layer must do for it (``actions.py``)."""
+        match inp:
+            case p.SessionUpdate():  # (its audio input settings were checked by the voice layer first)
+                return self._apply_update(inp)
+            case p.ItemCreate() if has_media(inp.item):
+                key = f"media-{id(inp)}"
                 self.item_pending(key)  # now, so a response.create right behind it waits for it
-                return Output(actions=[ResolveItem(ev, key)])
+                return Output(actions=[ResolveItem(inp, key)])
             case p.ItemCreate():
-                return self._on_conversation_item_create(ev)
+                return self._on_conversation_item_create(inp)
             case p.ItemDelete():
-                return self._on_conversation_item_delete(ev)
+                return self._on_conversation_item_delete(inp)
             case p.ItemTruncate():
-                return self._on_conversation_item_truncate(ev)
+                return self._on_conversation_item_truncate(inp)
             case p.ItemRetrieve():
-                return self._on_conversation_item_retrieve(ev)
+                return self._on_conversation_item_retrieve(inp)
             case p.AudioAppend():
-                return Output(actions=[AppendAudio(ev.audio, ev.event_id)])
+                return Output(actions=[AppendAudio(inp.audio, inp.event_id)])
             case p.AudioCommit():
-                return Output(actions=[CommitAudio(ev.event_id)])
+                return Output(actions=[CommitAudio(inp.event_id)])
             case p.AudioClear():
                 return Output(actions=[ClearAudio()])
             case p.ResponseCreate():
-                go = self.want_response(ev)
-                return Output() if go is None else self.admit(go)
+                return self._request(inp)
             case p.ResponseCancel():
-                return self._on_response_cancel(ev)
-        raise AssertionError(f"unhandled client event {ev.type}")
+                return self._on_response_cancel(inp)
+        return self._internal(inp)
 
-    def admit(self, ev: p.ResponseCreate) -> Output:
-        """A ``response.create`` no pending item holds back: the engine's room is checked first, unless a
-        response is in progress (then it is refused at once)."""
-        return Output(actions=[CheckCapacity(ev)]) if self.response is None else self.create_response(ev)
+    def _internal(self, inp: i.Input) -> Output:
+        match inp:
+            case i.Chunk(rid, text):
+                return self.on_chunk(rid, text)
+            case i.ToolCallCut(rid, body):
+                return self.on_tool_call(rid, body)
+            case i.Finished(rid, reason, metrics, usage):
+                return self.on_done(rid, reason, metrics, usage)
+            case i.StartFailed(rid, code, message):
+                out = self.error(code, message) if message is not None else Output()
+                return out.extend(self.on_done(rid, "error", {"error_code": code}, {}))
+            case i.ImageRequested(rid, prompt):
+                return image_output.request(self, rid, prompt)
+            case i.ImageProgressed(rid, item_id, event):
+                return image_output.progress(self, rid, item_id, event)
+            case i.SpeechMade(result):
+                return self.on_speech(result)  # type: ignore[no-any-return]
+            case i.SpeechStarted(item_id, ms):
+                return self.speech_started(item_id, ms)
+            case i.SpeechStopped(item_id, ms):
+                return self.speech_stopped(item_id, ms)
+            case i.AudioCommitted(item_id):
+                self.item_pending(item_id)  # its transcript is to come: responses wait for it
+                return self.audio_committed(item_id)
+            case i.AudioCleared():
+                return self.audio_cleared()
+            case i.TranscriptDelta(item_id, delta):
+                return self.transcript_delta(item_id, delta)
+            case i.TranscriptDone(item_id, transcript, seconds):
+                return self.transcript_done(item_id, transcript, seconds)
+            case i.TranscriptFailed(item_id, code, message):
+                return self.transcript_failed(item_id, code, message)
+            case i.TurnEnded(item_id, respond):
+                go = self.settle(item_id)
+                if respond and go is None:
+                    go = self.want_response(SESSION_REPLY)
+                return Output() if go is None else self._admit(go)
+            case i.IdleTimedOut(item_id, now_ms):
+                if self.response is not None:  # a reply is under way: the user is listening, not idle
+                    return Output()
+                return self.timeout_triggered(item_id, now_ms).extend(self._request(SESSION_REPLY))
+            case i.HeardUpTo(item_id, played_ms):
+                return self.truncate_heard(item_id, played_ms)  # type: ignore[no-any-return]
+            case i.PlayOnTrack():
+                self.audio_track = True
+                return Output()
+            case i.ItemResolved(key, event):
+                return self._item_resolved(key, event)
+            case i.McpListed(label, item_id, tools, error, allowed):
+                out = self.mcp_listed(label, item_id, tools, error, allowed)
+                go = self.settle(f"mcp-list-{label}")  # a response that waited for the listing may start
+                return out if go is None else out.extend(self._admit(go))
+            case i.McpResult(rid, item_id, output, error):
+                return self.mcp_result(rid, item_id, output, error)
+            case i.Cancel(reason):
+                return self.cancel(reason)
+            case i.Abandon(reason):
+                return self.abandon(reason)
+            case i.Report(code, message, event_id, param):
+                return self.error(code, message, event_id, param)
+            case i.Opened(extra):
+                return self.created(extra)
+            case i.Preset(limiter, session_id, update):
+                return self._preset(limiter, session_id, update)
+        raise AssertionError(f"unhandled input {type(inp).__name__}")
 
-    def item_resolved(self, key: str, ev: p.ItemCreate | None) -> Output:
+    def _request(self, ev: p.ResponseCreate) -> Output:
+        go = self.want_response(ev)
+        return Output() if go is None else self._admit(go)
+
+    def _admit(self, ev: p.ResponseCreate) -> Output:
+        """A ``response.create`` no pending item holds back: refused at once when a response is in progress,
+        ``server_busy`` when the engine has no room for it, else created."""
+        if self.response is None and not self.defaults.has_room():
+            return self._out(p.error_event("server_busy", BUSY, ev.event_id), actions=[Refused("server_busy")])
+        return self._create_response(ev)
+
+    def _item_resolved(self, key: str, ev: p.ItemCreate | None) -> Output:
         """Item ``key``'s media is text now (``ev``), or it was refused (None): a response held for it may start."""
         out = self._on_conversation_item_create(ev) if ev is not None else Output()
         go = self.settle(key)
-        return out if go is None else out.extend(self.admit(go))
+        return out if go is None else out.extend(self._admit(go))
+
+    def _preset(self, limiter: BoundLimits | None, session_id: str | None, ev: p.SessionUpdate | None) -> Output:
+        """Before ``session.created``: its key's budgets, the id its grant named, and the config the grant
+        fixed (those fields locked), or the error refusing that config (the session then never opens)."""
+        self.limiter = limiter
+        if session_id:
+            self.id = session_id
+        if ev is None:
+            return Output()
+        merged = self.merged(ev)
+        if isinstance(merged, Output):
+            return merged
+        self.options = merged
+        self.locked = frozenset({*ev.session.model_fields_set, "model"})
+        return Output()
 
     # ------------------------------------------------------------------ items still being resolved
 
@@ -190,8 +280,8 @@ class Session(SpeechOutput, McpOutput, ItemEvents):
         ev, self._held = self._held, None
         return ev
 
-    def apply_update(self, ev: p.SessionUpdate) -> Output:
-        """A ``session.update`` whose audio settings the voice layer accepted (``CheckUpdate``)."""
+    def _apply_update(self, ev: p.SessionUpdate) -> Output:
+        """A ``session.update`` whose audio settings the voice layer accepted."""
         ev = locks.unlocked(ev, self.locked)  # what an ek_ key fixed stays: those fields are ignored
         merged = self.merged(ev)
         if isinstance(merged, Output):
@@ -257,13 +347,11 @@ class Session(SpeechOutput, McpOutput, ItemEvents):
         start now (one in progress, or bad settings)."""
         if self.response is not None or self._pending or self._held is not None or self.options.type == "transcription":
             return None
-        planned = planning.plan(
-            self, p.ResponseCreate(type="response.create"), _new_id("spec"), [{"role": "user", "content": user_text}]
-        )
+        planned = planning.plan(self, SESSION_REPLY, _new_id("spec"), [{"role": "user", "content": user_text}])
         return None if isinstance(planned, Output) else planned[0]
 
-    def create_response(self, ev: p.ResponseCreate) -> Output:
-        """A ``response.create`` the engine has room for (``CheckCapacity``), or refused here."""
+    def _create_response(self, ev: p.ResponseCreate) -> Output:
+        """A ``response.create`` the engine has room for (``_admit``), or refused here."""
         if self.options.type == "transcription":
             return self.error("unsupported_event", transcription.NO_RESPONSES, ev.event_id, "type")
         if self.response is not None:
@@ -332,131 +420,3 @@ class Session(SpeechOutput, McpOutput, ItemEvents):
             # of a response (LiveKit Agents drops an error starting "Cancellation failed")
             return self.error("response_cancel_not_active", CANCEL_NOT_ACTIVE, ev.event_id, "response_id")
         return self.cancel("client_cancelled")
-
-    # ------------------------------------------------------------------ engine results
-
-    def cancel(self, reason: str) -> Output:
-        """Priority path: end the active response now (``response.done`` cancelled)."""
-        r = self.response
-        if r is None:
-            return Output()
-        out = self._finish(r, "cancelled", {"type": "cancelled", "reason": reason}, None, {})
-        out.actions.insert(0, CancelResponse(r.id))
-        return out
-
-    def abandon(self, reason: str) -> Output:
-        """End the active response ``incomplete`` because the server failed it (the replica running it
-        died): its delivered text stays in the conversation, unlike a cancel's."""
-        r = self.response
-        if r is None:
-            return Output()
-        # images still denoising there never finish: closed incomplete now (final_events)
-        return self._finish(r, "incomplete", {"type": "incomplete", "reason": reason}, None, {}, wait_images=False)
-
-    def on_chunk(self, response_id: str, text: str) -> Output:
-        r = self.response
-        if r is None or r.id != response_id or not text:
-            return Output()  # late chunk of a cancelled/finished response: dropped
-        if not r.started and r.known_tools:  # tools offered: a call may follow
-            if not text.strip():  # whitespace alone opens no message yet (the newline between calls is no reply)
-                r.held += text
-                return Output()
-            text, r.held = r.held + text, ""
-        return self._text_events(r, text)
-
-    def _text_events(self, r: ResponseState, text: str) -> Output:
-        events = [] if r.started else self._open_message(r)
-        r.text += text
-        if r.audio is not None:
-            return self.speak_chunk(r, text, events)  # type: ignore[no-any-return]
-        events.append(
-            p.server_event(
-                "response.output_text.delta",
-                response_id=r.id,
-                item_id=r.item_id,
-                output_index=r.text_index,
-                content_index=0,
-                delta=text,
-            )
-        )
-        return self._out(*events)
-
-    def _open_message(self, r: ResponseState) -> list[dict[str, Any]]:
-        """The assistant message's opening events; it is in the conversation from now on, as in GA."""
-        events = r.start_events(self.conversation.last_id)
-        if r.store:
-            self.conversation.append(r.item("in_progress"))
-        return events
-
-    def on_tool_call(self, response_id: str, body: str) -> Output:
-        """A call the scheduler cut out of the text (whole): a function_call output item, streamed.
-
-        It joins the conversation when it is announced (``status: "completed"``), so the client may send its
-        ``function_call_output`` at once, before ``response.done``, as the Agents SDKs do."""
-        r = self.response
-        call = functions.parse(body, r.known_tools) if r is not None and r.id == response_id else None
-        if r is None or call is None:
-            return Output()  # late, or not a call of an offered tool: dropped, never shown
-        if r.calls and not r.parallel:
-            return Output()  # parallel_tool_calls false: the first call only
-        mcp = self.mcp_on_call(r.id, call)  # the gateway runs it (gateway.tools)
-        if mcp is not None:
-            return mcp
-        item, events = functions.call_events(r.id, call, r.take_index, self.conversation.last_id)
-        r.calls.append(item)
-        if r.store:
-            self.conversation.append(item)
-        else:  # out-of-band: the call is the response's only, not the conversation's
-            events = [e for e in events if not e["type"].startswith("conversation.")]
-        return self._out(*events)
-
-    def on_done(self, response_id: str, reason: str, metrics: dict[str, Any], usage: dict[str, Any]) -> Output:
-        r = self.response
-        if r is None or r.id != response_id:
-            return Output()  # already ended (cancel path)
-        calls = self.mcp_on_done(r.id, reason)  # MCP calls to run: the response goes on after them
-        if calls is not None:
-            return calls
-        if reason == "stop":
-            return self._finish(r, "completed", None, metrics, usage)
-        if reason == "length":
-            return self._finish(r, "incomplete", {"type": "incomplete", "reason": "max_output_tokens"}, metrics, usage)
-        if reason == "cancelled":
-            return self._finish(r, "cancelled", {"type": "cancelled", "reason": "client_cancelled"}, metrics, usage)
-        if reason == "content_filter":  # a chunk filter stopped it (gateway.filters)
-            return self._finish(r, "incomplete", {"type": "incomplete", "reason": "content_filter"}, metrics, usage)
-        err = {"type": "server_error", "code": metrics.get("error_code", "generation_failed")}
-        return self._finish(r, "failed", {"type": "failed", "error": err}, metrics, usage)
-
-    def _finish(
-        self,
-        r: ResponseState,
-        status: str,
-        details: dict[str, Any] | None,
-        metrics: dict[str, Any] | None,
-        usage: dict[str, Any],
-        wait_images: bool = True,
-    ) -> Output:
-        if wait_images and status != "cancelled" and r.waiting:  # text is done; images or speech still being made
-            r.ending = (status, details, metrics, usage)
-            return Output()
-        if self.response is not r:
-            raise RuntimeError(f"expected active response {r.id}, found {self.response and self.response.id}")
-        self.response = None
-        self.mcp_end(r)
-        # a reply of whitespace alone is still a reply, unless it only separated calls (or was never delivered)
-        # (spoken, whitespace says nothing)
-        held = r.held and not r.calls and status != "cancelled" and r.audio is None
-        opened = self._text_events(r, r.held) if held else Output()
-        item = r.item("completed" if status == "completed" else "incomplete") if r.started else None
-        kept = self.conversation.get(r.item_id) if r.store else None
-        if item is not None and kept is not None:  # exactly the delivered text (unless the client deleted it)
-            kept.update(item)
-        self.spoken_closed(r, item)
-        if self.finish_hook is not None:
-            metrics = self.finish_hook(r.id, status, metrics)
-        events = final_events(r, item, status, details, metrics, usage)
-        if self.limiter is not None:  # what the key has left, after this response's tokens
-            left = self.limiter.charge(int(usage.get("total_tokens", 0)))
-            events.append(p.server_event("rate_limits.updated", rate_limits=[x.wire() for x in left]))
-        return opened.extend(self._out(*events))

@@ -40,10 +40,12 @@ from ..voice.turntaking import (
     TurnTaker,
 )
 from ..voice.voice_input import SpeechPaused, SpeechResumed, Turn, VoiceEvent, VoiceInput
+from . import inputs as i
 from . import protocol as p
 from .actions import Output
 from .session import Session
 
+NOT_HEARD = "could not transcribe audio"
 log = logging.getLogger("stream_omni.media")
 
 
@@ -53,14 +55,12 @@ class SpokenTurns:
         session: Session,
         services: Services,
         send: Callable[[Output], None],
-        start_response: Callable[[p.ResponseCreate], None],
         speculator: ReplyPreparer | None,
         voice: Callable[[], VoiceInput | None],
     ):
         self.session = session
         self.svc = services
         self.send = send
-        self.start_response = start_response  # runs a response.create once its turn's transcript is in
         self.speculator = speculator
         self._voice = voice  # the connection's voice input, once it has one
         self._current_item: str | None = None  # the user item of the turn being spoken
@@ -116,7 +116,7 @@ class SpokenTurns:
 
     def _speech_started(self, start_ms: int) -> None:
         self._current_item = f"item_{secrets.token_hex(8)}"
-        self.send(self.session.speech_started(self._current_item, start_ms))
+        self.send(self.session.handle(i.SpeechStarted(self._current_item, start_ms)))
         voice = self.voice
         cfg = voice.vad_config if voice else None
         self._held = None  # an earlier overlap's turn is over; this one is judged afresh
@@ -128,7 +128,7 @@ class SpokenTurns:
             if cfg.backchannel_ms > 0 and voice is not None:  # a backchannel must not cut the reply: judge it first
                 self._held = HeldBargeIn(self._current_item, voice.now_ms, cfg.backchannel_ms)
             else:
-                self.send(self.session.cancel("turn_detected"))  # barge-in: priority path
+                self.send(self.session.handle(i.Cancel("turn_detected")))  # barge-in: priority path
         if cfg is not None:
             self.abandon()
             modelled = cfg.model == "smart_turn" and self.svc.turn_model is not None
@@ -163,7 +163,7 @@ class SpokenTurns:
         r = self.session.response
         if r is not None:
             assistant = r.item_id if r.started and r.store else None
-            self.send(self.session.cancel("turn_detected"))
+            self.send(self.session.handle(i.Cancel("turn_detected")))
             if assistant is not None:
                 self._delete(assistant)  # nothing of it was heard: it is no part of the conversation
         self._delete(prev.item_id)
@@ -171,7 +171,7 @@ class SpokenTurns:
 
     def _delete(self, item_id: str) -> None:
         """Take an item out of the conversation (``conversation.item.deleted``), unless already gone."""
-        if self.session.conversation.get(item_id) is not None:
+        if self.session.has_item(item_id):
             self.send(self.session.handle(p.ItemDelete(type="conversation.item.delete", item_id=item_id)))
 
     def _window(self, spoken: SpokenTurn, ms: int) -> None:
@@ -208,7 +208,7 @@ class SpokenTurns:
         """The speech over the reply is an interruption: cancel the reply now (barge-in)."""
         self._held = None
         self.svc.metrics.voice_overlaps.labels(outcome="interruption").inc()
-        self.send(self.session.cancel("turn_detected"))
+        self.send(self.session.handle(i.Cancel("turn_detected")))
 
     def _judge(self, item_id: str, a: Completed) -> Completed:
         """A held overlap's turn is complete: a backchannel or a false start keeps the reply and is not
@@ -220,7 +220,7 @@ class SpokenTurns:
         kind = held.verdict(held.start_ms, a.transcript or "")  # its speech ended at its pause or stop
         if not keeps_reply(kind):
             self.svc.metrics.voice_overlaps.labels(outcome="interruption").inc()
-            self.send(self.session.cancel("turn_detected"))
+            self.send(self.session.handle(i.Cancel("turn_detected")))
             return a
         self.svc.metrics.voice_overlaps.labels(outcome=kind).inc()
         if a.speculation is not None and self.speculator is not None:
@@ -271,11 +271,10 @@ class SpokenTurns:
                     audio = spoken.audio if live is None else spoken.joined(live)
                 self._spawn(self._pass(spoken, a.pass_id, a.kind, audio))
             elif isinstance(a, ShowDelta):
-                self.send(self.session.transcript_delta(item_id, a.delta))
+                self.send(self.session.handle(i.TranscriptDelta(item_id, a.delta)))
             elif isinstance(a, Stopped):
-                self.send(self.session.speech_stopped(item_id, a.end_ms))
-                self.send(self.session.audio_committed(item_id))
-                self.session.item_pending(item_id)
+                self.send(self.session.handle(i.SpeechStopped(item_id, a.end_ms)))
+                self.send(self.session.handle(i.AudioCommitted(item_id)))
             elif isinstance(a, Completed):
                 a = self._judge(item_id, a)
                 if not a.respond or spoken.reopened:
@@ -312,19 +311,15 @@ class SpokenTurns:
     def _completed(self, spoken: SpokenTurn, a: Completed) -> None:
         item_id, seconds = spoken.item_id, seconds_of(spoken.audio)
         if a.transcript is None:
-            self.send(self.session.transcript_failed(item_id, "transcription_failed", "could not transcribe audio"))
+            self.send(self.session.handle(i.TranscriptFailed(item_id, "transcription_failed", NOT_HEARD)))
         else:
             if a.delta:
-                self.send(self.session.transcript_delta(item_id, a.delta))
-            self.send(self.session.transcript_done(item_id, a.transcript, seconds))
+                self.send(self.session.handle(i.TranscriptDelta(item_id, a.delta)))
+            self.send(self.session.handle(i.TranscriptDone(item_id, a.transcript, seconds)))
             self.svc.metrics.transcripts.labels(consistent=str(a.consistent).lower()).inc()
-        go = self.session.settle(item_id)
-        if a.respond and go is None:
-            go = self.session.want_response(p.ResponseCreate(type="response.create"))
+        self.send(self.session.handle(i.TurnEnded(item_id, a.respond)))
         if spoken.reopened:
             self._delete(item_id)  # the turn that continues it holds its words
-        if go is not None:
-            self.start_response(go)
 
     async def _pass(self, spoken: SpokenTurn, pass_id: int, kind: PassKind, audio: np.ndarray | None) -> None:
         if spoken.taker.done or audio is None:
@@ -369,8 +364,7 @@ class SpokenTurns:
         itself (the client asks with ``response.create``; VAD turns go through ``TurnTaker``)."""
         item_id = self._current_item or f"item_{secrets.token_hex(8)}"
         self._current_item = None
-        self.send(self.session.audio_committed(item_id))
-        self.session.item_pending(item_id)
+        self.send(self.session.handle(i.AudioCommitted(item_id)))
         self._spawn(self._run_asr(item_id, turn))
 
     async def _run_asr(self, item_id: str, turn: Turn) -> None:
@@ -380,12 +374,9 @@ class SpokenTurns:
                 text = await shared_worker(self.svc).transcribe(self.session.id, "final", turn.audio)
         except Exception as exc:  # a failed transcription ends this item only
             log.error("transcription failed: %s", type(exc).__name__)
-            self.send(self.session.transcript_failed(item_id, "transcription_failed", "could not transcribe audio"))
-        finally:
-            go = self.session.settle(item_id)
+            self.send(self.session.handle(i.TranscriptFailed(item_id, "transcription_failed", NOT_HEARD)))
         if text is not None:
             if text:
-                self.send(self.session.transcript_delta(item_id, text))
-            self.send(self.session.transcript_done(item_id, text, seconds_of(turn.audio)))
-        if go is not None:
-            self.start_response(go)
+                self.send(self.session.handle(i.TranscriptDelta(item_id, text)))
+            self.send(self.session.handle(i.TranscriptDone(item_id, text, seconds_of(turn.audio))))
+        self.send(self.session.handle(i.TurnEnded(item_id)))  # a response.create held for it may start

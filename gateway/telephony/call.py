@@ -20,6 +20,7 @@ from typing import Any, Protocol
 
 from ..realtime import protocol as p
 from ..realtime.actions import Output
+from ..realtime.inputs import HeardUpTo, PlayOnTrack
 from ..realtime.live_session import LiveSession
 from ..realtime.speech_out import due_truncations
 from ..security import key_digest
@@ -80,7 +81,7 @@ class PhoneCall:
     def attach(self, live: LiveSession) -> None:
         """The call was accepted: ``live`` hears the caller and speaks on the stream from now on."""
         self.live = live
-        live.session.audio_track = True  # the reply's audio goes on the stream, not as output_audio.delta
+        live.send(live.session.handle(PlayOnTrack()))  # the reply's audio goes on the stream, not as output_audio.delta
         live.speaker.sink = self._play
         live.taps.append(self._heard)
         self._leave = pacer().join(self._tick)
@@ -176,7 +177,7 @@ class PhoneCall:
         r = live.session.response
         now, self._cut = due_truncations(self._cut, r.item_id if r is not None else None)
         for item, ms in now:
-            live.send(live.session.truncate_heard(item, ms))
+            live.send(live.session.handle(HeardUpTo(item, ms)))
 
     # ------------------------------------------------------------------ inbound
 

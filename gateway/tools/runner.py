@@ -14,8 +14,8 @@ from typing import Any, Protocol
 
 from ..config import ToolsConfig
 from ..grammars import CompileBusy, off_loop
-from ..realtime import protocol as p
 from ..realtime.actions import Output
+from ..realtime.inputs import McpListed, McpResult
 from ..tokenize import on_tokenizer_thread
 from . import events, listing, policy
 from .actions import CallTool, ListTools, Server
@@ -29,8 +29,6 @@ class Host(Protocol):
     """What the runner needs of its ``LiveSession``."""
 
     def send(self, out: Output) -> None: ...
-
-    def _create_response(self, ev: p.ResponseCreate) -> None: ...
 
 
 class McpRunner:
@@ -163,11 +161,8 @@ class McpRunner:
             log.warning("listing the tools of %s failed: %s", label, type(exc).__name__)
             error = "the server could not be listed"
         finally:
-            out = self.session.mcp_listed(label, a.item_id, tools, error, a.allowed)
-            self.host.send(out)
-            go = self.session.settle(f"mcp-list-{label}")
-            if go is not None:
-                self.host._create_response(go)
+            # the listing's items, then a response that waited for it
+            self.host.send(self.session.handle(McpListed(label, a.item_id, tools, error, a.allowed)))
 
     async def _call(self, a: CallTool) -> None:
         output: str | None = None
@@ -192,7 +187,7 @@ class McpRunner:
         except Exception as exc:
             log.warning("calling %s on %s failed: %s", a.name, a.server.label, type(exc).__name__)
             error = events.tool_error("protocol_error", "the call failed")
-        self.host.send(self.session.mcp_result(a.response_id, a.item_id, output, error))
+        self.host.send(self.session.handle(McpResult(a.response_id, a.item_id, output, error)))
 
     async def cap(self, text: str) -> str:
         return await capped(self.config, self.tokenizer, text)

@@ -16,6 +16,7 @@ from ..config_calls import WebRtcConfig
 from ..realtime import protocol as p
 from ..realtime.actions import Output
 from ..realtime.connection import Connection
+from ..realtime.inputs import HeardUpTo, PlayOnTrack
 from ..realtime.live_session import LiveSession
 from ..realtime.protocol import CLOSE_TRY_AGAIN
 from ..realtime.speech_out import due_truncations
@@ -91,7 +92,7 @@ class Call:
         sdp = with_opus_bitrate(pc.localDescription.sdp, offer.opus_payload, self.cfg.upstream_kbps * 1000)
         self.live.taps.append(self._heard)
         # the reply's audio goes on the track from now on (no output_audio.delta on oai-events, as on OpenAI)
-        self.live.session.audio_track = True
+        self.live.send(self.live.session.handle(PlayOnTrack()))
         self.live.speaker.sink = self._play
         self._spawn(self._watch(), "webrtc-watch")
         return with_public_ip(sdp, self.cfg.public_ip) if self.cfg.public_ip else sdp
@@ -173,7 +174,7 @@ class Call:
         r = live.session.response
         now, self._cut = due_truncations(self._cut, r.item_id if r is not None else None)
         for item, ms in now:
-            live.send(live.session.truncate_heard(item, ms))
+            live.send(live.session.handle(HeardUpTo(item, ms)))
 
     def _intercept(self, data: str | bytes) -> bool:
         """Client events only a WebRTC call understands, handled ahead of the queue (a priority path)."""

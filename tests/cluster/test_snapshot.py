@@ -9,7 +9,6 @@ from gateway.cluster.snapshot import event_type, needs_snapshot, restore, snapsh
 from gateway.realtime import protocol as p
 from gateway.realtime.replay import ReplayBuffer
 from gateway.realtime.session import Session, SessionDefaults
-from testkit.pureshell import handled
 
 USER = (
     '{"type":"conversation.item.create",'
@@ -45,9 +44,9 @@ def test_only_structural_events_need_a_snapshot():
 
 def test_snapshot_round_trips_options_items_and_a_running_response():
     s, _ = make()
-    handled(s, p.parse('{"type":"session.update","session":{"type":"realtime","instructions":"be brief"}}'))
-    handled(s, p.parse(USER))
-    rid = handled(s, p.parse('{"type":"response.create"}')).actions[0].response_id
+    s.handle(p.parse('{"type":"session.update","session":{"type":"realtime","instructions":"be brief"}}'))
+    s.handle(p.parse(USER))
+    rid = s.handle(p.parse('{"type":"response.create"}')).actions[0].response_id
     s.on_chunk(rid, "Hel")
     snap = json.loads(json.dumps(snapshot(s, 9, 3)))  # as Redis stores it
     t, _ = make(100)
@@ -60,8 +59,8 @@ def test_snapshot_round_trips_options_items_and_a_running_response():
 
 def test_take_over_ends_the_running_response_incomplete_keeping_every_delivered_delta():
     s, sent = make()
-    handled(s, p.parse(USER))
-    rid = handled(s, p.parse('{"type":"response.create"}')).actions[0].response_id
+    s.handle(p.parse(USER))
+    rid = s.handle(p.parse('{"type":"response.create"}')).actions[0].response_id
     s.on_chunk(rid, "Hel")  # structural events went out with it: the owner wrote a snapshot here
     snap = json.loads(json.dumps(snapshot(s, sent[-1]["seq"], 2)))
     s.on_chunk(rid, "lo")  # deltas after the snapshot: only in the stream
@@ -79,12 +78,12 @@ def test_take_over_ends_the_running_response_incomplete_keeping_every_delivered_
     assert t.conversation.items[-1]["role"] == "assistant"
     assert t.conversation.items[-1]["content"][0]["text"] == "Hello there"
     assert t.response is None  # the session goes on: a new response may start
-    assert handled(t, p.parse('{"type":"response.create"}')).actions
+    assert t.handle(p.parse('{"type":"response.create"}')).actions
 
 
 def test_take_over_of_an_idle_session_sends_nothing():
     s, sent = make()
-    handled(s, p.parse(USER))
+    s.handle(p.parse(USER))
     snap = snapshot(s, sent[-1]["seq"], 1)
     t, _ = make(50)
     assert take_over(t, snap, []) == []

@@ -1,7 +1,7 @@
-"""Session.handle, the one dispatcher of client events: each type → the events and actions it asks for.
+"""Session.handle, the one door for client events: each type → the events and actions it asks for.
 
-No sockets: what needs I/O (the audio buffer, media to resolve, the audio check of a session.update, the
-engine's room) comes back as an action for the shell, in the order the events came in.
+No sockets: what needs I/O (the audio buffer, media to resolve) comes back as an action for the shell, in
+the order the events came in; what the shell finds out comes back as an internal input (ItemResolved).
 """
 
 from __future__ import annotations
@@ -15,22 +15,23 @@ from gateway.realtime import protocol as p
 from gateway.realtime.actions import (
     AppendAudio,
     CancelResponse,
-    CheckCapacity,
-    CheckUpdate,
     ClearAudio,
     CommitAudio,
     Output,
+    Refused,
     ResolveItem,
     StartResponse,
 )
+from gateway.realtime.inputs import ItemResolved
 from gateway.realtime.session import Session, SessionDefaults
 
 IMAGE = {"type": "input_image", "image_url": "data:image/png;base64,AAAA"}
 
 
-def make() -> Session:
+def make(room: bool = True) -> Session:
     counter = itertools.count()
-    return Session(SessionDefaults(model="m", max_output_tokens=64), lambda e: {**e, "seq": next(counter)})
+    defaults = SessionDefaults(model="m", max_output_tokens=64, has_room=lambda: room)
+    return Session(defaults, lambda e: {**e, "seq": next(counter)})
 
 
 def message(*content: dict, item_id: str | None = None) -> p.ItemCreate:
@@ -69,13 +70,11 @@ def test_audio_buffer_events_are_the_voice_layers_actions(raw, action):
     assert make().handle(p.parse(raw)) == Output([], [action])
 
 
-def test_a_session_update_is_checked_by_the_voice_layer_before_the_session_applies_it():
+def test_a_session_update_is_applied_by_the_session_itself():
     s = make()
     ev = p.parse('{"type":"session.update","session":{"instructions":"be brief"}}')
-    assert s.handle(ev) == Output([], [CheckUpdate(ev)])
-    assert s.options.instructions is None  # nothing applied yet
-    out = s.apply_update(ev)
-    assert [e["type"] for e in out.events] == ["session.updated"]
+    out = s.handle(ev)
+    assert [e["type"] for e in out.events] == ["session.updated"] and out.actions == []
     assert s.options.instructions == "be brief"
 
 
@@ -94,40 +93,52 @@ def test_an_item_with_media_is_resolved_and_a_response_right_behind_it_waits():
     assert isinstance(resolve, ResolveItem) and resolve.event is ev
     assert s.handle(p.parse('{"type":"response.create"}')) == Output()  # held for the item
     resolved = text("what is this\na cat", item_id="item_m")
-    done = s.item_resolved(resolve.key, resolved)
-    assert [e["type"] for e in done.events] == ["conversation.item.added", "conversation.item.done"]
-    assert len(done.actions) == 1 and isinstance(done.actions[0], CheckCapacity)  # the held one, released
+    done = s.handle(ItemResolved(resolve.key, resolved))
+    types = [e["type"] for e in done.events]
+    assert types == ["conversation.item.added", "conversation.item.done", "response.created"]  # the held one
+    assert len(done.actions) == 1 and isinstance(done.actions[0], StartResponse)
 
 
 def test_a_refused_media_item_still_releases_the_response_waiting_for_it():
     s = make()
     (resolve,) = s.handle(message(IMAGE)).actions
     assert s.handle(p.parse('{"type":"response.create"}')).actions == []
-    done = s.item_resolved(resolve.key, None)
-    assert done.events == [] and isinstance(done.actions[0], CheckCapacity)
+    done = s.handle(ItemResolved(resolve.key, None))
+    assert [e["type"] for e in done.events] == ["response.created"] and isinstance(done.actions[0], StartResponse)
 
 
 def test_items_with_media_each_get_their_own_key_in_arrival_order():
     s = make()
     first, second = s.handle(message(IMAGE)).actions, s.handle(message(IMAGE)).actions
     assert first[0].key != second[0].key
-    assert s.item_resolved(first[0].key, None) == Output()  # nothing held
+    assert s.handle(ItemResolved(first[0].key, None)) == Output()  # nothing held
 
 
-def test_a_response_create_asks_for_the_engines_room_then_starts():
+def test_a_response_create_starts_when_the_engine_has_room():
     s = make()
     s.handle(text("hi"))
-    ev = p.parse('{"type":"response.create","event_id":"r1"}')
-    assert s.handle(ev) == Output([], [CheckCapacity(ev)])
-    assert s.response is None  # nothing started before the check
-    out = s.create_response(ev)
+    out = s.handle(p.parse('{"type":"response.create","event_id":"r1"}'))
     assert out.events[0]["type"] == "response.created" and isinstance(out.actions[0], StartResponse)
 
 
-def test_a_response_create_during_a_response_is_refused_without_a_capacity_check():
-    s = make()
+def test_a_response_create_the_engine_has_no_room_for_is_refused_busy_and_counted():
+    s = make(room=False)
     s.handle(text("hi"))
-    s.create_response(p.parse('{"type":"response.create"}'))
+    out = s.handle(p.parse('{"type":"response.create","event_id":"r1"}'))
+    assert [(e["type"], e["error"]["code"], e["error"]["event_id"]) for e in out.events] == [
+        ("error", "server_busy", "r1")
+    ]
+    assert out.actions == [Refused("server_busy")] and s.response is None
+
+
+def test_a_response_create_during_a_response_is_refused_as_in_progress_even_without_room():
+    room = [True]
+    counter = itertools.count()
+    defaults = SessionDefaults(model="m", max_output_tokens=64, has_room=lambda: room[0])
+    s = Session(defaults, lambda e: {**e, "seq": next(counter)})
+    s.handle(text("hi"))
+    s.handle(p.parse('{"type":"response.create"}'))
+    room[0] = False  # the engine's room is not asked while a response runs (as before: refused as in progress)
     out = s.handle(p.parse('{"type":"response.create","event_id":"r2"}'))
     assert out.actions == []
     assert out.events[0]["error"]["code"] == "conversation_already_has_active_response"
@@ -144,7 +155,7 @@ def test_item_and_cancel_events_are_answered_by_the_session_itself():
         p.parse('{"type":"conversation.item.truncate","item_id":"nope","content_index":0,"audio_end_ms":0}')
     )
     assert missing.events[0]["type"] == "error" and missing.actions == []
-    rid = s.create_response(p.parse('{"type":"response.create"}')).actions[0].response_id
+    rid = s.handle(p.parse('{"type":"response.create"}')).actions[0].response_id
     cancelled = s.handle(p.parse('{"type":"response.cancel"}'))
     assert cancelled.actions[0] == CancelResponse(rid)
     assert cancelled.events[-1]["type"] == "response.done"

@@ -17,7 +17,6 @@ from gateway.realtime.session import Session, SessionDefaults
 from models.scheduler import ChunkScheduler, SchedulerConfig
 from processors.audio import AudioError, decode_base64_pcm16, decode_wav
 from processors.image import ImageError, load_image_url
-from testkit.pureshell import handled
 from tests.fuzzing import examples
 
 
@@ -75,7 +74,7 @@ def test_parser_and_session_never_crash_on_event_shaped_input(ev):
     except p.ProtocolError as exc:
         assert exc.code in {"invalid_json", "invalid_event_type", "invalid_value", "unknown_parameter"}
         return
-    out = handled(_session(), parsed)
+    out = _session().handle(parsed)
     for e in out.events:
         json.dumps(e)  # every answer is serializable
         assert e["type"] and "seq" in e

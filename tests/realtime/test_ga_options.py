@@ -9,7 +9,6 @@ import pytest
 from openai.types.realtime import RealtimeSessionCreateRequest
 
 from gateway.realtime import protocol as p
-from testkit.pureshell import handled
 from tests.realtime.test_session import USER, ev, make
 
 AGENTS_SDK_UPDATE = {  # the fields the Agents SDK and the openai SDK may send, all at once
@@ -32,7 +31,7 @@ AGENTS_SDK_UPDATE = {  # the fields the Agents SDK and the openai SDK may send, 
 
 def test_every_ga_field_is_accepted_and_the_echo_is_a_valid_session():
     s = make()
-    out = handled(s, ev(json.dumps({"type": "session.update", "session": AGENTS_SDK_UPDATE}))).events
+    out = s.handle(ev(json.dumps({"type": "session.update", "session": AGENTS_SDK_UPDATE}))).events
     assert [e["type"] for e in out] == ["session.updated"]
     session = out[0]["session"]
     RealtimeSessionCreateRequest.model_validate(session)  # what a strict client parses it as
@@ -43,17 +42,17 @@ def test_every_ga_field_is_accepted_and_the_echo_is_a_valid_session():
 
 def test_max_output_tokens_inf_is_the_server_cap():
     s = make()
-    handled(s, ev(USER))
-    start = handled(s, ev('{"type":"response.create","response":{"max_output_tokens":"inf"}}')).actions[0]
+    s.handle(ev(USER))
+    start = s.handle(ev('{"type":"response.create","response":{"max_output_tokens":"inf"}}')).actions[0]
     assert start.sampling.max_tokens == 64  # make()'s session.max_output_tokens
 
 
 def test_legacy_modalities_is_read_as_output_modalities():
     s = make()
-    out = handled(s, ev('{"type":"session.update","session":{"modalities":["text"]}}')).events
+    out = s.handle(ev('{"type":"session.update","session":{"modalities":["text"]}}')).events
     assert out[0]["session"]["output_modalities"] == ["text"]
-    handled(s, ev(USER))
-    created = handled(s, ev('{"type":"response.create","response":{"modalities":["text"]}}')).events[0]
+    s.handle(ev(USER))
+    created = s.handle(ev('{"type":"response.create","response":{"modalities":["text"]}}')).events[0]
     assert created["response"]["output_modalities"] == ["text"]
     both = p.parse('{"type":"session.update","session":{"modalities":["audio"],"output_modalities":["text"]}}')
     assert both.session.output_modalities == ["text"]  # the GA name wins
@@ -76,7 +75,7 @@ def test_bad_values_of_accepted_fields_are_refused_naming_the_field():
 def test_noise_reduction_and_echo_cancellation_are_echoed_and_a_bad_type_names_the_field():
     s = make()
     audio = {"input": {"noise_reduction": {"type": "far_field"}, "echo_cancellation": {"type": "client"}}}
-    out = handled(s, ev(json.dumps({"type": "session.update", "session": {"audio": audio}}))).events
+    out = s.handle(ev(json.dumps({"type": "session.update", "session": {"audio": audio}}))).events
     assert out[0]["type"] == "session.updated"
     assert out[0]["session"]["audio"]["input"]["noise_reduction"] == {"type": "far_field"}
     assert out[0]["session"]["audio"]["input"]["echo_cancellation"] == {"type": "client"}

@@ -13,7 +13,6 @@ from gateway.realtime import locks
 from gateway.realtime import protocol as p
 from gateway.realtime.actions import Output
 from gateway.realtime.session import Session, SessionDefaults
-from testkit.pureshell import handled
 
 
 class Clock:
@@ -192,7 +191,7 @@ def _locked(session: Session, **fixed) -> None:
 def test_a_locked_session_keeps_its_fixed_fields_through_updates_and_a_snapshot():
     s, sent = _session()
     _locked(s, instructions="fixed", max_output_tokens=10)
-    out = handled(s, _update(instructions="other", model="alias", temperature=0.9, max_output_tokens=64))
+    out = s.handle(_update(instructions="other", model="alias", temperature=0.9, max_output_tokens=64))
     view = out.events[0]["session"]
     assert out.events[0]["type"] == "session.updated"
     assert (view["instructions"], view["model"], view["max_output_tokens"], view["temperature"]) == (
@@ -204,17 +203,17 @@ def test_a_locked_session_keeps_its_fixed_fields_through_updates_and_a_snapshot(
     moved, _ = _session()  # another replica taking it over
     restore(moved, snapshot(s, 0, 0))
     assert moved.locked == s.locked
-    out = handled(moved, _update(instructions="other"))
+    out = moved.handle(_update(instructions="other"))
     assert out.events[0]["session"]["instructions"] == "fixed"
 
 
 def test_a_response_may_not_override_what_the_key_fixed_but_may_set_the_rest():
     s, _ = _session()
     _locked(s, instructions="fixed", tools=[])
-    out = handled(s, p.ResponseCreate(type="response.create", response=p.ResponseOptions(instructions="x")))
+    out = s.handle(p.ResponseCreate(type="response.create", response=p.ResponseOptions(instructions="x")))
     assert out.events[0]["error"]["code"] == "session_field_locked"
     assert out.events[0]["error"]["param"] == "response.instructions" and s.response is None
-    out = handled(s, p.ResponseCreate(type="response.create", response=p.ResponseOptions(temperature=0.3)))
+    out = s.handle(p.ResponseCreate(type="response.create", response=p.ResponseOptions(temperature=0.3)))
     assert out.events[0]["type"] == "response.created"
 
 
@@ -222,19 +221,19 @@ def test_rate_limits_updated_follows_response_done_and_a_spent_budget_refuses():
     s, _ = _session()
     s.limiter = KeyLimits(requests=2, tokens=50, window_s=60, clock=Clock(0.0)).bound("k")
     for expected_requests, expected_tokens in ((1, 30), (0, 10)):
-        rid = handled(s, p.ResponseCreate(type="response.create")).events[0]["response"]["id"]
+        rid = s.handle(p.ResponseCreate(type="response.create")).events[0]["response"]["id"]
         events = s.on_done(rid, "stop", {}, {"total_tokens": 20}).events
         assert [e["type"] for e in events][-2:] == ["response.done", "rate_limits.updated"]
         assert [(x["name"], x["remaining"]) for x in events[-1]["rate_limits"]] == [
             ("requests", expected_requests),
             ("tokens", expected_tokens),
         ]
-    out = handled(s, p.ResponseCreate(type="response.create", event_id="e3"))
+    out = s.handle(p.ResponseCreate(type="response.create", event_id="e3"))
     assert out.events[0]["error"]["code"] == "rate_limit_exceeded" and out.events[0]["error"]["event_id"] == "e3"
     assert s.response is None
 
 
 def test_no_limiter_no_rate_limits_event():
     s, _ = _session()
-    rid = handled(s, p.ResponseCreate(type="response.create")).events[0]["response"]["id"]
+    rid = s.handle(p.ResponseCreate(type="response.create")).events[0]["response"]["id"]
     assert "rate_limits.updated" not in [e["type"] for e in s.on_done(rid, "stop", {}, {"total_tokens": 5}).events]

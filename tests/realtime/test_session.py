@@ -7,7 +7,6 @@ import itertools
 from gateway.realtime import protocol as p
 from gateway.realtime.actions import CancelResponse, StartResponse
 from gateway.realtime.session import Session, SessionDefaults
-from testkit.pureshell import handled
 
 
 def make() -> Session:
@@ -33,8 +32,8 @@ USER = (
 def test_response_lifecycle_and_contiguous_seq():
     s = make()
     events = s.created().events
-    events += handled(s, ev(USER)).events
-    out = handled(s, ev('{"type":"response.create"}'))
+    events += s.handle(ev(USER)).events
+    out = s.handle(ev('{"type":"response.create"}'))
     events += out.events
     start = out.actions[0]
     assert isinstance(start, StartResponse)
@@ -52,10 +51,10 @@ def test_response_lifecycle_and_contiguous_seq():
 
 def test_cancel_keeps_delivered_text_and_drops_late_chunks():
     s = make()
-    handled(s, ev(USER))
-    rid = handled(s, ev('{"type":"response.create"}')).actions[0].response_id
+    s.handle(ev(USER))
+    rid = s.handle(ev('{"type":"response.create"}')).actions[0].response_id
     s.on_chunk(rid, "Partial")
-    out = handled(s, ev('{"type":"response.cancel"}'))
+    out = s.handle(ev('{"type":"response.cancel"}'))
     assert isinstance(out.actions[0], CancelResponse)
     done = out.events[-1]
     assert done["type"] == "response.done" and done["response"]["status"] == "cancelled"
@@ -67,7 +66,7 @@ def test_cancel_keeps_delivered_text_and_drops_late_chunks():
 
 def test_cancel_with_nothing_active_is_an_error_and_changes_nothing():
     s = make()
-    out = handled(s, ev('{"type":"response.cancel","event_id":"x"}'))
+    out = s.handle(ev('{"type":"response.cancel","event_id":"x"}'))
     assert out.events[0]["error"]["code"] == "response_cancel_not_active"
     assert out.events[0]["error"]["event_id"] == "x" and not out.actions
     # OpenAI's message word for word: LiveKit Agents ignores an error starting "Cancellation failed" (the race of
@@ -77,7 +76,7 @@ def test_cancel_with_nothing_active_is_an_error_and_changes_nothing():
 
 def test_length_limit_ends_incomplete():
     s = make()
-    rid = handled(s, ev('{"type":"response.create","response":{"max_output_tokens":3}}')).actions[0].response_id
+    rid = s.handle(ev('{"type":"response.create","response":{"max_output_tokens":3}}')).actions[0].response_id
     s.on_chunk(rid, "a b c")
     done = s.on_done(rid, "length", {}, {}).events[-1]
     assert done["response"]["status"] == "incomplete"
@@ -86,9 +85,9 @@ def test_length_limit_ends_incomplete():
 
 def test_session_update_merges_scheduler_and_instructions():
     s = make()
-    handled(s, ev('{"type":"session.update","session":{"scheduler":{"strategy":"fast"}}}'))
-    handled(s, ev('{"type":"session.update","session":{"instructions":"Be brief","scheduler":{"max_chunk_tokens":9}}}'))
-    start = handled(s, ev('{"type":"response.create"}')).actions[0]
+    s.handle(ev('{"type":"session.update","session":{"scheduler":{"strategy":"fast"}}}'))
+    s.handle(ev('{"type":"session.update","session":{"instructions":"Be brief","scheduler":{"max_chunk_tokens":9}}}'))
+    start = s.handle(ev('{"type":"response.create"}')).actions[0]
     assert start.scheduler == {"strategy": "fast", "max_chunk_tokens": 9}
     assert start.messages[0] == {"role": "system", "content": "Be brief"}
 
@@ -96,15 +95,15 @@ def test_session_update_merges_scheduler_and_instructions():
 def test_previous_item_id_must_exist():
     s = make()
     raw = USER.replace('"item":', '"previous_item_id":"ghost","item":')
-    out = handled(s, ev(raw))
+    out = s.handle(ev(raw))
     assert out.events[0]["error"]["code"] == "item_not_found" and not s.items
 
 
 def test_system_items_reach_the_prompt_in_order():
     s = make()
-    handled(s, ev(USER.replace('"role":"user"', '"role":"system"').replace('"hi"', '"rules"')))
-    handled(s, ev(USER))
-    start = handled(s, ev('{"type":"response.create"}')).actions[0]
+    s.handle(ev(USER.replace('"role":"user"', '"role":"system"').replace('"hi"', '"rules"')))
+    s.handle(ev(USER))
+    start = s.handle(ev('{"type":"response.create"}')).actions[0]
     assert [m["role"] for m in start.messages] == ["system", "user"]
 
 
@@ -134,23 +133,23 @@ def test_with_nothing_pending_a_response_create_starts_at_once():
 
 def test_the_conversation_is_bounded_and_keeps_system_items():
     s = Session(SessionDefaults(model="m", max_items=3), lambda e: e)
-    handled(s, ev(USER.replace('"user"', '"system"').replace('"hi"', '"rules"')))
+    s.handle(ev(USER.replace('"user"', '"system"').replace('"hi"', '"rules"')))
     for i in range(5):
-        handled(s, ev(USER.replace('"hi"', f'"hi {i}"')))
+        s.handle(ev(USER.replace('"hi"', f'"hi {i}"')))
     assert [m["content"] for m in s.messages()] == ["rules", "hi 3", "hi 4"]
 
 
 def test_preview_response_is_the_generation_the_committed_turn_asks_for():
     s = make()
-    handled(s, ev('{"type":"session.update","session":{"instructions":"be brief","temperature":0.3}}'))
-    handled(s, ev(USER))
+    s.handle(ev('{"type":"session.update","session":{"instructions":"be brief","temperature":0.3}}'))
+    s.handle(ev(USER))
     seq_before = len(s.created().events)  # previews send nothing and keep no state
     preview = s.preview_response("open the window")
     assert preview is not None and s.response is None
     assert [i["id"] for i in s.items] == [s.items[0]["id"]]
     s.audio_committed("item_voice")
     s.transcript_done("item_voice", "open the window")
-    start = handled(s, ev('{"type":"response.create"}')).actions[0]
+    start = s.handle(ev('{"type":"response.create"}')).actions[0]
     assert isinstance(start, StartResponse)
     assert (start.messages, start.sampling, start.scheduler, start.output_modalities) == (
         preview.messages,
@@ -163,8 +162,8 @@ def test_preview_response_is_the_generation_the_committed_turn_asks_for():
 
 def test_no_preview_while_a_response_runs_or_an_item_is_pending():
     s = make()
-    handled(s, ev(USER))
-    handled(s, ev('{"type":"response.create"}'))
+    s.handle(ev(USER))
+    s.handle(ev('{"type":"response.create"}'))
     assert s.preview_response("more") is None
     s2 = make()
     s2.item_pending("item_x")
@@ -174,37 +173,35 @@ def test_no_preview_while_a_response_runs_or_an_item_is_pending():
 def test_response_created_and_done_echo_metadata_and_conversation_id_as_openai_does():
     """LiveKit Agents 1.8.9 matches a reply to its response.create by response.metadata.client_event_id."""
     s = make()
-    handled(s, ev(USER))
+    s.handle(ev(USER))
     meta = {"client_event_id": "evt_lk_1", "topic": "x"}
-    out = handled(
-        s, ev('{"type":"response.create","response":{"metadata":{"client_event_id":"evt_lk_1","topic":"x"}}}')
-    )
+    out = s.handle(ev('{"type":"response.create","response":{"metadata":{"client_event_id":"evt_lk_1","topic":"x"}}}'))
     created = out.events[0]["response"]
     rid = out.actions[0].response_id
     assert created["metadata"] == meta and created["conversation_id"].startswith("conv_")
     s.on_chunk(rid, "ok")
     done = s.on_done(rid, "stop", {"tokens": 1}, {}).events[-1]["response"]
     assert done["metadata"] == meta and done["conversation_id"] == created["conversation_id"]
-    out = handled(s, ev('{"type":"response.create","response":{"conversation":"none"}}'))
+    out = s.handle(ev('{"type":"response.create","response":{"conversation":"none"}}'))
     oob = out.events[0]["response"]
     assert oob["metadata"] is None and oob["conversation_id"] is None  # out-of-band: no conversation
-    cancelled = handled(s, ev('{"type":"response.cancel"}')).events[-1]["response"]
+    cancelled = s.handle(ev('{"type":"response.cancel"}')).events[-1]["response"]
     assert cancelled["metadata"] is None and cancelled["conversation_id"] is None
 
 
 def test_tool_choice_may_come_before_its_tools_and_is_checked_when_a_response_uses_it():
     """LiveKit sends ``tool_choice`` in its first session.update and its tools in a later one."""
     s = make()
-    out = handled(s, ev('{"type":"session.update","session":{"tool_choice":"required"}}'))
+    out = s.handle(ev('{"type":"session.update","session":{"tool_choice":"required"}}'))
     assert [e["type"] for e in out.events] == ["session.updated"]
-    handled(s, ev(USER))
-    err = handled(s, ev('{"type":"response.create"}')).events[-1]  # still no tools: now it is an error
+    s.handle(ev(USER))
+    err = s.handle(ev('{"type":"response.create"}')).events[-1]  # still no tools: now it is an error
     assert err["type"] == "error" and err["error"]["param"] == "session.tool_choice"
     tool = '{"type":"function","name":"f","parameters":{"type":"object","properties":{}}}'
-    out = handled(s, ev('{"type":"session.update","session":{"tools":[' + tool + "]}}"))
+    out = s.handle(ev('{"type":"session.update","session":{"tools":[' + tool + "]}}"))
     assert [e["type"] for e in out.events] == ["session.updated"]
-    start = handled(s, ev('{"type":"response.create"}')).actions[0]
+    start = s.handle(ev('{"type":"response.create"}')).actions[0]
     assert isinstance(start, StartResponse) and start.tools.grammar is not None  # the forced call's grammar
     bad = '{"type":"function","name":"g","parameters":{"type":"nope"}}'
-    err = handled(s, ev('{"type":"session.update","session":{"tools":[' + bad + "]}}")).events[-1]
+    err = s.handle(ev('{"type":"session.update","session":{"tools":[' + bad + "]}}")).events[-1]
     assert err["type"] == "error" and err["error"]["param"] == "session.tools[0].parameters"  # schemas still now

@@ -11,7 +11,6 @@ import json
 
 from gateway.realtime import protocol as p
 from gateway.realtime.actions import StartResponse
-from testkit.pureshell import handled
 from tests.realtime.test_session import USER, ev, make
 
 TOOL = {
@@ -24,13 +23,13 @@ CALL = '{"name": "get_weather", "arguments": {"city": "Paris"}}'
 
 def _with_tools(**session):
     s = make()
-    handled(s, ev(json.dumps({"type": "session.update", "session": {"tools": [TOOL], **session}})))
-    handled(s, ev(USER))
+    s.handle(ev(json.dumps({"type": "session.update", "session": {"tools": [TOOL], **session}})))
+    s.handle(ev(USER))
     return s
 
 
 def _start(s, **response) -> str:
-    out = handled(s, ev(json.dumps({"type": "response.create", "response": response})))
+    out = s.handle(ev(json.dumps({"type": "response.create", "response": response})))
     start = out.actions[0]
     assert isinstance(start, StartResponse)
     return start.response_id
@@ -38,7 +37,7 @@ def _start(s, **response) -> str:
 
 def _output(s, event_id: str = "e1", call_id: str | None = None) -> list[dict]:
     item = {"type": "function_call_output", "call_id": call_id, "output": '{"temp": 21}'}
-    return handled(s, ev(json.dumps({"type": "conversation.item.create", "event_id": event_id, "item": item}))).events
+    return s.handle(ev(json.dumps({"type": "conversation.item.create", "event_id": event_id, "item": item}))).events
 
 
 def test_a_call_is_in_the_conversation_when_announced_so_its_output_is_accepted_before_response_done():
@@ -55,7 +54,7 @@ def test_a_call_is_in_the_conversation_when_announced_so_its_output_is_accepted_
     final = s.on_done(rid, "stop", {"tokens": 9}, {}).events[-1]["response"]
     assert [o["type"] for o in final["output"]] == ["function_call"]
     assert [i["type"] for i in s.items] == ["message", "function_call", "function_call_output"]  # no duplicate
-    start = handled(s, ev('{"type":"response.create"}')).actions[0]  # the follow-up sees call and output
+    start = s.handle(ev('{"type":"response.create"}')).actions[0]  # the follow-up sees call and output
     assert start.messages[-1] == {"role": "tool", "content": '{"temp": 21}'}
     assert start.messages[-2]["tool_calls"] == [{"name": "get_weather", "arguments": '{"city": "Paris"}'}]
 
@@ -114,7 +113,7 @@ def test_parallel_tool_calls_false_keeps_the_first_call_only():
 def test_forced_calls_decode_as_exactly_one_call():
     for choice in ("required", {"type": "function", "name": "get_weather"}):
         s = _with_tools(tool_choice=choice)
-        start = handled(s, ev('{"type":"response.create"}')).actions[0]
+        start = s.handle(ev('{"type":"response.create"}')).actions[0]
         assert start.tools.grammar is not None and start.tools.parallel is False
         rid = start.response_id
         assert s.on_tool_call(rid, CALL).events and s.on_tool_call(rid, CALL).events == []
@@ -122,11 +121,11 @@ def test_forced_calls_decode_as_exactly_one_call():
 
 def test_item_retrieve_answers_the_item_as_it_stands_or_item_not_found():
     s = make()
-    handled(s, ev(USER))
+    s.handle(ev(USER))
     item_id = s.items[0]["id"]
-    out = handled(s, ev(json.dumps({"type": "conversation.item.retrieve", "item_id": item_id}))).events
+    out = s.handle(ev(json.dumps({"type": "conversation.item.retrieve", "item_id": item_id}))).events
     assert [e["type"] for e in out] == ["conversation.item.retrieved"] and out[0]["item"] == s.items[0]
-    err = handled(s, ev('{"type":"conversation.item.retrieve","item_id":"nope","event_id":"r1"}')).events[0]
+    err = s.handle(ev('{"type":"conversation.item.retrieve","item_id":"nope","event_id":"r1"}')).events[0]
     assert err["error"]["code"] == "item_not_found" and err["error"]["param"] == "item_id"
     assert err["error"]["event_id"] == "r1"
     assert isinstance(p.parse('{"type":"conversation.item.retrieve","item_id":"x"}'), p.ItemRetrieve)
@@ -137,7 +136,7 @@ def test_transcription_completed_carries_usage_and_the_item_follows():
     s.audio_committed("item_a")
     out = s.transcript_done("item_a", "hello", 1.5).events
     assert out[0]["usage"] == {"type": "duration", "seconds": 1.5}
-    retrieved = handled(s, ev('{"type":"conversation.item.retrieve","item_id":"item_a"}')).events[0]["item"]
+    retrieved = s.handle(ev('{"type":"conversation.item.retrieve","item_id":"item_a"}')).events[0]["item"]
     assert retrieved["status"] == "completed" and retrieved["content"][0]["transcript"] == "hello"
 
 
@@ -153,8 +152,8 @@ def test_a_reply_of_whitespace_alone_is_still_sent_when_no_call_follows():
 
 def test_out_of_band_response_runs_on_its_input_and_adds_nothing():
     s = make()
-    handled(s, ev('{"type":"session.update","session":{"instructions":"Classify."}}'))
-    handled(s, ev(USER))
+    s.handle(ev('{"type":"session.update","session":{"instructions":"Classify."}}'))
+    s.handle(ev(USER))
     user_id = s.items[0]["id"]
     before = [dict(i) for i in s.items]
     inline = {"type": "message", "role": "user", "content": [{"type": "input_text", "text": "is it a greeting?"}]}
@@ -163,7 +162,7 @@ def test_out_of_band_response_runs_on_its_input_and_adds_nothing():
         "metadata": {"topic": "classify"},
         "input": [{"type": "item_reference", "id": user_id}, inline],
     }
-    out = handled(s, ev(json.dumps({"type": "response.create", "response": body})))
+    out = s.handle(ev(json.dumps({"type": "response.create", "response": body})))
     start = out.actions[0]
     assert start.messages == [
         {"role": "system", "content": "Classify."},
@@ -178,14 +177,14 @@ def test_out_of_band_response_runs_on_its_input_and_adds_nothing():
     assert done["metadata"] == {"topic": "classify"} and done["output"][0]["content"][0]["text"] == "yes"
     assert s.items == before  # nothing entered the conversation
 
-    empty = handled(s, ev('{"type":"response.create","response":{"conversation":"none","input":[]}}')).actions[0]
+    empty = s.handle(ev('{"type":"response.create","response":{"conversation":"none","input":[]}}')).actions[0]
     assert empty.messages == [{"role": "system", "content": "Classify."}]  # an empty context
 
 
 def test_out_of_band_input_errors_name_the_field():
     s = make()
     body = '{"conversation":"none","input":[{"type":"item_reference","id":"nope"}]}'
-    err = handled(s, ev('{"type":"response.create","event_id":"o1","response":' + body + "}")).events[0]["error"]
+    err = s.handle(ev('{"type":"response.create","event_id":"o1","response":' + body + "}")).events[0]["error"]
     assert (err["code"], err["param"], err["event_id"]) == ("item_not_found", "response.input[0].id", "o1")
     assert s.response is None  # no response was started
     big = {"type": "message", "role": "user", "content": [{"type": "input_text", "text": "x" * 50}]}

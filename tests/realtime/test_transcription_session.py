@@ -18,7 +18,6 @@ from gateway.realtime import protocol as p
 from gateway.realtime import transcription
 from gateway.realtime.actions import StartResponse
 from gateway.realtime.session import Session, SessionDefaults
-from testkit.pureshell import handled
 from tests.realtime.test_session import USER, ev
 
 SERVER_EVENT: TypeAdapter[Any] = TypeAdapter(RealtimeServerEvent)
@@ -41,7 +40,7 @@ def valid(events: list[dict[str, Any]]) -> list[dict[str, Any]]:
 
 
 def _update(s: Session, session: dict[str, Any]) -> list[dict[str, Any]]:
-    return valid(handled(s, ev(json.dumps({"type": "session.update", "session": session}))).events)
+    return valid(s.handle(ev(json.dumps({"type": "session.update", "session": session}))).events)
 
 
 def test_a_transcription_session_is_created_in_the_ga_transcription_shape():
@@ -57,8 +56,8 @@ def test_a_transcription_session_is_created_in_the_ga_transcription_shape():
 
 def test_response_create_is_refused_with_the_ga_error_shape_and_starts_nothing():
     s = make(transcribe=True)
-    handled(s, ev(USER))
-    out = handled(s, ev('{"type":"response.create","event_id":"r1"}'))
+    s.handle(ev(USER))
+    out = s.handle(ev('{"type":"response.create","event_id":"r1"}'))
     assert out.actions == []
     (err,) = valid(out.events)
     assert err["type"] == "error"
@@ -90,17 +89,17 @@ def test_session_update_turns_a_realtime_session_into_a_transcription_session_an
     RealtimeTranscriptionSessionCreateRequest.model_validate(session)
     assert session["include"] == [transcription.LOGPROBS]
     assert session["audio"]["input"]["transcription"] == {"model": "gpt-4o-transcribe", "language": "en"}
-    handled(s, ev(USER))
-    assert handled(s, ev('{"type":"response.create"}')).actions == []
+    s.handle(ev(USER))
+    assert s.handle(ev('{"type":"response.create"}')).actions == []
     (back,) = _update(s, {"type": "realtime"})
     assert back["session"]["type"] == "realtime"
-    assert isinstance(handled(s, ev('{"type":"response.create"}')).actions[0], StartResponse)
+    assert isinstance(s.handle(ev('{"type":"response.create"}')).actions[0], StartResponse)
 
 
 def test_a_session_does_not_become_a_transcription_session_during_a_response():
     s = make(transcribe=False)
-    handled(s, ev(USER))
-    handled(s, ev('{"type":"response.create"}'))
+    s.handle(ev(USER))
+    s.handle(ev('{"type":"response.create"}'))
     (err,) = _update(s, {"type": "transcription"})
     assert err["type"] == "error" and err["error"]["param"] == "session.type"
     assert s.options.type == "realtime"

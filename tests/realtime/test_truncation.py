@@ -11,7 +11,6 @@ import json
 from gateway.realtime import protocol as p
 from gateway.realtime import truncation as t
 from gateway.realtime.session import Session, SessionDefaults
-from testkit.pureshell import handled
 
 
 def words(text: str) -> int:
@@ -34,7 +33,7 @@ def make(max_context: int = 400, max_output_tokens: int = 40, context_tokens: in
     )
     s = Session(defaults, stamp)
     if session:
-        handled(s, p.parse(json.dumps({"type": "session.update", "session": session})))
+        s.handle(p.parse(json.dumps({"type": "session.update", "session": session})))
     return s
 
 
@@ -42,8 +41,8 @@ def turn(s: Session, n: int, reply_words: int = 20) -> tuple[list[dict], list[di
     """One user turn of 20 words and a reply; the generation's messages and every event."""
     text = " ".join(f"u{n}w{i}" for i in range(20))
     item = {"type": "message", "role": "user", "content": [{"type": "input_text", "text": text}]}
-    events = handled(s, p.parse(json.dumps({"type": "conversation.item.create", "item": item}))).events
-    out = handled(s, p.parse('{"type":"response.create"}'))
+    events = s.handle(p.parse(json.dumps({"type": "conversation.item.create", "item": item}))).events
+    out = s.handle(p.parse('{"type":"response.create"}'))
     start = out.actions[0]
     events += out.events
     events += s.on_chunk(start.response_id, " ".join(f"a{n}w{i}" for i in range(reply_words))).events
@@ -120,8 +119,7 @@ def test_the_servers_context_cap_bounds_auto_and_a_clients_own_limit_replaces_it
 
 def test_instructions_and_system_items_always_stay():
     s = make(instructions="be brief " * 10)
-    handled(
-        s,
+    s.handle(
         p.parse(
             '{"type":"conversation.item.create","item":{"type":"message","role":"system",'
             '"content":[{"type":"input_text","text":"house rules"}]}}'

@@ -14,7 +14,6 @@ from gateway.realtime.speech_out import prefetch_text
 from gateway.voice.speaker import Speaker
 from gateway.voice.speech_actions import Speak, SpeechResult, SpeechSettings
 from gateway.voice.synthesis import Synthesis
-from testkit.pureshell import handled
 
 S = SpeechSettings()
 
@@ -87,13 +86,12 @@ def test_prefetch_text_is_what_the_adopted_response_will_speak() -> None:
     action = SimpleNamespace(output_modalities=["audio"])
     events = [SimpleNamespace(chunks=[SimpleNamespace(text=first)])]
     said = prefetch_text(s, action, events)
-    handled(
-        s,
+    s.handle(
         p.parse(
             '{"type":"conversation.item.create","item":{"type":"message","role":"user","content":[{"type":"input_text","text":"q"}]}}'
         ),
     )
-    rid = handled(s, p.parse('{"type":"response.create"}')).actions[0].response_id
+    rid = s.handle(p.parse('{"type":"response.create"}')).actions[0].response_id
     speak: Any = next(a for a in s.on_chunk(rid, first).actions if isinstance(a, Speak))
     assert said == (speak.text, speak.settings) == ("It costs five dollars, really.", S)
     assert prefetch_text(s, SimpleNamespace(output_modalities=["text"]), events) is None

@@ -15,7 +15,6 @@ from gateway.realtime import protocol as p
 from gateway.realtime.actions import CancelResponse, StartResponse
 from gateway.realtime.session import Session, SessionDefaults
 from gateway.voice.speech_actions import Speak, SpeechResult, SpeechSettings
-from testkit.pureshell import handled
 
 SERVER_EVENT: TypeAdapter[Any] = TypeAdapter(RealtimeServerEvent)
 
@@ -57,8 +56,8 @@ def checked(events: list[dict[str, Any]]) -> list[str]:
 
 
 def spoken_reply(s: Session, chunks: list[str]) -> tuple[str, list[dict[str, Any]], list[Speak]]:
-    events = handled(s, ev(USER)).events
-    out = handled(s, ev(AUDIO_RESPONSE))
+    events = s.handle(ev(USER)).events
+    out = s.handle(ev(AUDIO_RESPONSE))
     events += out.events
     start = out.actions[0]
     assert isinstance(start, StartResponse) and start.output_modalities == ["audio"]
@@ -73,12 +72,12 @@ def spoken_reply(s: Session, chunks: list[str]) -> tuple[str, list[dict[str, Any
 def test_a_spoken_reply_never_starts_with_half_a_word() -> None:
     # each chunk is said as it is: an eager first chunk ("B" of "Boil") would be read as a letter
     s = make()
-    handled(s, ev('{"type":"session.update","session":{"type":"realtime","scheduler":{"eager_first":true}}}'))
-    handled(s, ev(USER))
-    spoken = handled(s, ev(AUDIO_RESPONSE)).actions[0]
+    s.handle(ev('{"type":"session.update","session":{"type":"realtime","scheduler":{"eager_first":true}}}'))
+    s.handle(ev(USER))
+    spoken = s.handle(ev(AUDIO_RESPONSE)).actions[0]
     assert isinstance(spoken, StartResponse) and spoken.scheduler["eager_first"] is False
     s.on_done(spoken.response_id, "stop", {"tokens": 0}, {"output_tokens": 0, "total_tokens": 0})
-    text = handled(s, ev('{"type":"response.create","response":{"output_modalities":["text"]}}')).actions[0]
+    text = s.handle(ev('{"type":"response.create","response":{"output_modalities":["text"]}}')).actions[0]
     assert isinstance(text, StartResponse) and text.scheduler["eager_first"] is True  # the session's choice
 
 
@@ -115,8 +114,8 @@ def test_an_audio_response_speaks_each_chunk_and_closes_after_the_last_audio() -
 
 def test_text_modality_is_unchanged() -> None:
     s = make()
-    handled(s, ev(USER))
-    out = handled(s, ev('{"type":"response.create"}'))
+    s.handle(ev(USER))
+    out = s.handle(ev('{"type":"response.create"}'))
     rid = out.actions[0].response_id
     o = s.on_chunk(rid, "Hi")
     assert not any(isinstance(a, Speak) for a in o.actions)
@@ -127,7 +126,7 @@ def test_cancel_stops_the_audio_and_keeps_only_what_was_sent() -> None:
     s = make()
     rid, _, speaks = spoken_reply(s, ["One two. ", "Three four."])
     s.on_speech(fake_result(speaks[0]))
-    out = handled(s, ev('{"type":"response.cancel"}'))
+    out = s.handle(ev('{"type":"response.cancel"}'))
     assert isinstance(out.actions[0], CancelResponse)
     assert s.on_speech(fake_result(speaks[1])).events == []  # late audio is dropped
     assert s.items[-1]["content"][0]["transcript"] == "One two. "
@@ -141,8 +140,8 @@ def test_truncate_cuts_the_transcript_to_the_heard_words() -> None:
     s.on_done(rid, "stop", {}, {})
     item_id = s.items[-1]["id"]
     # six words of 100 ms: at 420 ms the fourth word (300–400) was heard, the fifth (400–500) not past its middle
-    out = handled(
-        s, ev(f'{{"type":"conversation.item.truncate","item_id":"{item_id}","content_index":0,"audio_end_ms":420}}')
+    out = s.handle(
+        ev(f'{{"type":"conversation.item.truncate","item_id":"{item_id}","content_index":0,"audio_end_ms":420}}')
     )
     assert checked(out.events) == ["conversation.item.truncated"]
     assert s.items[-1]["content"][0]["transcript"] == "One two three. Four"
@@ -163,7 +162,7 @@ def test_truncate_refuses_bad_positions(end_ms: int, content_index: int, param: 
         f'{{"type":"conversation.item.truncate","item_id":"{item_id}",'
         f'"content_index":{content_index},"audio_end_ms":{end_ms}}}'
     )
-    out = handled(s, ev(raw))
+    out = s.handle(ev(raw))
     assert out.events[0]["type"] == "error" and out.events[0]["error"]["param"] == param
     assert s.items[-1]["content"][0]["transcript"] == "One two."
 
@@ -183,13 +182,13 @@ def test_session_reports_voice_format_speed_and_openai_voice_names_mean_the_defa
         '{"type":"session.update","session":{"type":"realtime","output_modalities":["audio"],'
         '"audio":{"output":{"voice":"ash","speed":1.25,"format":{"type":"audio/pcmu"}}}}}'
     )
-    out = handled(s, upd)
+    out = s.handle(upd)
     checked(out.events)
     view = out.events[0]["session"]
     assert view["output_modalities"] == ["audio"]
     assert view["audio"]["output"] == {"format": {"type": "audio/pcmu"}, "voice": "joe", "speed": 1.25}
-    handled(s, ev(USER))
-    out = handled(s, ev('{"type":"response.create"}'))
+    s.handle(ev(USER))
+    out = s.handle(ev('{"type":"response.create"}'))
     rid = out.actions[0].response_id
     speak = next(a for a in s.on_chunk(rid, "Hi.").actions if isinstance(a, Speak))
     assert speak.settings == SpeechSettings("audio/pcmu", "joe", 1.25)
@@ -197,7 +196,7 @@ def test_session_reports_voice_format_speed_and_openai_voice_names_mean_the_defa
 
 def test_unknown_voice_and_formats_are_refused_naming_the_field() -> None:
     s = make()
-    out = handled(s, ev('{"type":"session.update","session":{"audio":{"output":{"voice":"nobody"}}}}'))
+    out = s.handle(ev('{"type":"session.update","session":{"audio":{"output":{"voice":"nobody"}}}}'))
     assert out.events[0]["type"] == "error" and out.events[0]["error"]["param"] == "session.audio.output.voice"
     with pytest.raises(p.ProtocolError) as exc:
         ev('{"type":"session.update","session":{"audio":{"output":{"format":{"type":"audio/opus"}}}}}')
@@ -213,10 +212,10 @@ def test_unknown_voice_and_formats_are_refused_naming_the_field() -> None:
 def test_without_a_voice_audio_is_served_as_text_and_reported_so() -> None:
     counter = itertools.count()
     s = Session(SessionDefaults(model="m"), lambda e: {**e, "seq": next(counter)})
-    out = handled(s, ev('{"type":"session.update","session":{"output_modalities":["audio"]}}'))
+    out = s.handle(ev('{"type":"session.update","session":{"output_modalities":["audio"]}}'))
     assert out.events[0]["session"]["output_modalities"] == ["text"]
-    handled(s, ev(USER))
-    start = handled(s, ev(AUDIO_RESPONSE)).actions[0]
+    s.handle(ev(USER))
+    start = s.handle(ev(AUDIO_RESPONSE)).actions[0]
     assert start.output_modalities == ["text"]
     assert "response.output_text.delta" in [e["type"] for e in s.on_chunk(start.response_id, "Hi").events]
 
@@ -238,7 +237,7 @@ def test_a_later_truncate_never_grows_the_transcript_back() -> None:
     item_id = s.items[-1]["id"]
     for ms in (180, 390):  # the Agents SDK truncates on interrupt, then again when the cancel lands
         raw = f'{{"type":"conversation.item.truncate","item_id":"{item_id}","content_index":0,"audio_end_ms":{ms}}}'
-        assert handled(s, ev(raw)).events[0]["type"] == "conversation.item.truncated"
+        assert s.handle(ev(raw)).events[0]["type"] == "conversation.item.truncated"
     assert s.items[-1]["content"][0]["transcript"] == "One two"
 
 

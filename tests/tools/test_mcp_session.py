@@ -18,7 +18,6 @@ from gateway.realtime.actions import StartResponse
 from gateway.realtime.session import Session, SessionDefaults
 from gateway.tools.actions import CallTool, ListTools
 from gateway.tools.state import McpPolicy
-from testkit.pureshell import handled
 
 SERVER_EVENT: TypeAdapter[Any] = TypeAdapter(RealtimeServerEvent)
 URL = "http://127.0.0.1:8123/mcp"
@@ -62,7 +61,7 @@ def make(clock: Clock | None = None, **policy: Any) -> tuple[Session, list[dict[
 
 
 def send(s: Session, event: dict[str, Any]):
-    return handled(s, p.parse(json.dumps(event)))
+    return s.handle(p.parse(json.dumps(event)))
 
 
 def mcp_tool(**extra: Any) -> dict[str, Any]:
@@ -283,10 +282,10 @@ def test_a_response_waits_for_a_listing_and_the_ttl_relists():
     assert s.want_response(create) is None  # held while the listing runs
     s.mcp_listed("calc", item_id, [ADD], None)
     assert s.settle("mcp-list-calc") is create
-    assert isinstance(handled(s, create).actions[0], StartResponse)
+    assert isinstance(s.handle(create).actions[0], StartResponse)
     s.on_done(s.response.id, "stop", {}, {})
     clock.now = 61
-    out = handled(s, p.parse('{"type": "response.create"}'))  # stale: listed again first, the response waits
+    out = s.handle(p.parse('{"type": "response.create"}'))  # stale: listed again first, the response waits
     assert [type(a) for a in out.actions] == [ListTools] and s.response is None
     valid(sent)
 
