@@ -26,7 +26,7 @@ from typing import Any
 import httpx
 
 from bench.common import machine, markdown_table, server_pid, server_process, write
-from bench.security import frame, probe, ws_open
+from bench.security_bench import frame, probe, ws_open
 
 CONF = {
     "audio.enabled": False,

@@ -28,7 +28,7 @@ from websockets.sync.client import connect
 
 from bench.abuse import ATTACKER_NICE, pct
 from bench.common import machine, markdown_table, server_process, write
-from bench.security import probe
+from bench.security_bench import probe
 from tests.tools.conftest import start_server, stop
 
 ALICE, BOB = {"Authorization": "Bearer key-alice"}, {"Authorization": "Bearer key-bob"}

@@ -40,7 +40,7 @@ HEADROOMS: list[float | None] = [None, 0.5, 2.0, 4.0, 6.0, 8.0]
 def clips() -> list[tuple[str, str | None, np.ndarray]]:
     """(name, reference text or None for a cut, turn audio float32 [n] at 16 kHz)."""
     from bench.voice import UTTERANCES, utterance_audio
-    from testkit.speech import silence, speak
+    from testkit.espeak import silence, speak
 
     out: list[tuple[str, str | None, np.ndarray]] = []
     for text, parts in UTTERANCES:

@@ -40,7 +40,7 @@ def main() -> None:
     from bench.voice import UTTERANCES
     from bench.voices import UTTERANCES as SPEAKERS
     from processors.asr import FULL_FRAMES, SAMPLE_RATE, AsrConfig, FasterWhisper, normalize_words, word_error_rate
-    from testkit.speech import speak
+    from testkit.espeak import speak
 
     texts = list(dict.fromkeys([t for t, _ in UTTERANCES] + SPEAKERS + MORE + EXTRA))
     fw = FasterWhisper(AsrConfig(encoder_headroom_s=None))

@@ -74,7 +74,7 @@ def _ogg(name: str) -> np.ndarray | None:
 
 def noises(seconds: float) -> dict[str, tuple[np.ndarray, str]]:
     """name → (noise float32 at RATE, where it came from)."""
-    from testkit.speech import speak
+    from testkit.espeak import speak
 
     rng = np.random.default_rng(0)
     n = int(seconds * RATE)
@@ -148,7 +148,7 @@ def mix_at(speech: np.ndarray, noise: np.ndarray, snr_db: float, lead: int) -> n
 
 def main(argv: list[str] | None = None) -> dict[str, Any]:
     from processors.asr import AsrConfig, FasterWhisper, word_error_rate
-    from testkit.speech import speak
+    from testkit.espeak import speak
 
     parser = argparse.ArgumentParser(prog="stream-omni bench clean_audio", description=__doc__)
     parser.add_argument("--clips", type=int, default=len(CLIPS), help="utterances per condition")

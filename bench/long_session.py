@@ -96,7 +96,7 @@ async def text_session(addr: str, turns: int, reply: int) -> list[dict[str, Any]
 
 async def voice_session(addr: str, turns: int, reply: int) -> list[dict[str, Any]]:
     from processors.audio import float32_to_pcm16
-    from testkit.speech import silence, speak
+    from testkit.espeak import silence, speak
 
     ws = await _open(addr, {"output_modalities": ["audio"], "max_output_tokens": reply})
     rows = []
@@ -151,7 +151,7 @@ def main() -> None:
     from gateway.config import load_config
     from gateway.config_model import AutoLocalModel
     from gateway.loading import default_loader
-    from testkit.server import run_server
+    from testkit.live_server import run_server
 
     overrides = {"session.instructions": "Answer briefly.", "model.max_context": args.max_context}
     cfg = load_config(None, **overrides, **({"model.threads": args.threads} if args.threads else {}))

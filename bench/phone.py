@@ -50,8 +50,8 @@ def narrowband() -> dict[str, Any]:
     from processors.asr import load_asr, word_error_rate
     from processors.audio import resample
     from processors.g711 import ulaw_decode
+    from testkit.espeak import speak
     from testkit.phonecall import to_ulaw
-    from testkit.speech import speak
 
     asr = load_asr()
     beam = load_asr(dataclasses.replace(asr.config, beam_size=5))  # the same model, beam search
@@ -81,10 +81,10 @@ async def one_turn(addr: str, text: str, wait_s: float = 180, quiet_s: float = 1
     two synthesized sentences, or the rest of the reply is not counted)."""
     import numpy as np
 
-    from testkit.phonecall import PhoneCall, to_ulaw
-    from testkit.speech import silence, speak
+    from testkit.espeak import silence, speak
+    from testkit.phonecall import PhoneCaller, to_ulaw
 
-    call = await PhoneCall.dial(addr)
+    call = await PhoneCaller.dial(addr)
     times = call.frame_times
     speech = to_ulaw(np.concatenate([silence(0.3), speak(text)]))
     await call.say(speech)
@@ -106,9 +106,9 @@ async def sip_turn(port: int, text: str) -> float | None:
 
     import numpy as np
 
+    from testkit.espeak import silence, speak
     from testkit.phonecall import to_ulaw
     from testkit.sipclient import SipCaller
-    from testkit.speech import silence, speak
 
     c = await SipCaller.open(port)
     try:

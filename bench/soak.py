@@ -229,7 +229,7 @@ async def soak(
 
 def speech_pcm() -> bytes | None:
     try:
-        from testkit.speech import ESPEAK, speak
+        from testkit.espeak import ESPEAK, speak
 
         if ESPEAK is None:
             return None

@@ -87,7 +87,7 @@ def clip(voice: str, text: str, pause_ms: int = 0, split: int = 0) -> Any:
     """16 kHz float32 speech of ``text`` (with ``pause_ms`` of silence after its first ``split`` words)."""
     import numpy as np
 
-    from testkit.speech import silence, speak
+    from testkit.espeak import silence, speak
 
     words = text.split()
     if voice == "espeak":

@@ -66,7 +66,7 @@ def speculation_counts(addr: str) -> dict[str, float]:
 def utterance_audio(text: str, parts: tuple[str, str] | None) -> Any:
     import numpy as np
 
-    from testkit.speech import silence, speak
+    from testkit.espeak import silence, speak
 
     if parts is None:
         return speak(text)
@@ -147,7 +147,7 @@ def main() -> None:
 
     from gateway.config import load_config
     from gateway.loading import default_loader
-    from testkit.server import run_server
+    from testkit.live_server import run_server
 
     chosen = CONFIGS if args.configs == "all" else [CONFIGS[int(i)] for i in args.configs.split(",")]
     overrides = {"audio.engine": args.engine, "session.max_output_tokens": 16, "speculative.drafter": "none"}

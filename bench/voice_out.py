@@ -11,7 +11,7 @@ says (espeak-ng, bench/voice.py's UTTERANCES). Measured:
    ``output_audio.delta`` (≤ 0 by design: a chunk's transcript follows its audio), so also what a client can
    see of the synthesis: eos → audio − eos → text for the same utterance, and create → audio − create → text
    on a cold story prompt;
-3. underruns on long spoken replies: bench/speech.py's ``gaps`` on a playback clock started at the first delta;
+3. underruns on long spoken replies: bench/speech_bench.py's ``gaps`` on a playback clock started at the first delta;
 4. barge-in: once ``--barge-after-s`` of a story has played, the microphone says an utterance;
    ``speech_started`` → the story's last audio delta; then, as a client does, ``conversation.item.truncate`` at
    the ms played when ``speech_started`` arrived, and the kept transcript (``conversation.item.retrieve``)
@@ -36,7 +36,7 @@ from collections.abc import AsyncIterator, Callable
 from typing import Any
 
 from bench.common import machine, markdown_table, server_process, write
-from bench.speech import PROMPT, gaps
+from bench.speech_bench import PROMPT, gaps
 from bench.voice import UTTERANCES, speculation_counts, utterance_audio
 from bench.voice_out_score import SENTENCES, corpus_wer, played_ms, round_trip, stalls_ms, summary, truncation
 from bench.voices import FRAME_MS, RATE, load
@@ -197,7 +197,7 @@ async def voice_turn(addr: str, modality: str, text: str, parts: tuple[str, str]
 
 
 async def ask_story(events: Events) -> float:
-    """Ask for bench/speech.py's long story; returns when response.create was sent."""
+    """Ask for bench/speech_bench.py's long story; returns when response.create was sent."""
     item = {"type": "message", "role": "user", "content": [{"type": "input_text", "text": PROMPT}]}
     await events.ws.send(json.dumps({"type": "conversation.item.create", "item": item}))
     await events.ws.send(json.dumps({"type": "response.create"}))

@@ -62,7 +62,7 @@ def played_ms(audio: list[tuple[float, float]], at: float) -> float:
 
 
 def stalls_ms(audio: list[tuple[float, float]]) -> list[float]:
-    """How long that player sits idle waiting for each late delta (ms; bench/speech.py's ``gaps`` counts them,
+    """How long that player sits idle waiting for each late delta (ms; bench/speech_bench.py's ``gaps`` counts them,
     with the same 5 ms of slack)."""
     out: list[float] = []
     free_at: float | None = None

@@ -30,14 +30,14 @@ import processors.vad as vad_mod
 from bench.common import machine, markdown_table, median, write
 from bench.voice import UTTERANCES, utterance_audio
 from gateway.voice.turntaking import (
-    Completed,
     PassKind,
     Prepare,
     ShowDelta,
-    Stopped,
     Transcribe,
     TurnAction,
+    TurnCompleted,
     TurnConfig,
+    TurnStopped,
     TurnTaker,
 )
 from processors.asr import AsrConfig, load_asr, word_error_rate
@@ -111,9 +111,9 @@ def replay(index: int, pass_ms: int, early: bool, rest: bool) -> dict[str, Any]:
                 got["deltas"] += 1
             elif isinstance(a, Prepare):
                 got["prepare"] = t
-            elif isinstance(a, Stopped):
+            elif isinstance(a, TurnStopped):
                 got["stop"] = t
-            elif isinstance(a, Completed):
+            elif isinstance(a, TurnCompleted):
                 got.update(done=t, spec=a.speculation, text=a.transcript or "")
 
     try:

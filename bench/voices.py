@@ -104,7 +104,7 @@ def pcm_for(text: str) -> tuple[bytes, int, float]:
     import soxr
 
     from processors.audio import float32_to_pcm16
-    from testkit.speech import speak
+    from testkit.espeak import speak
 
     speech = soxr.resample(speak(text), 16_000, RATE).astype(np.float32)
     lead, tail = np.zeros(RATE // 2, np.float32), np.zeros(RATE * 5 // 2, np.float32)

@@ -38,7 +38,7 @@ def speech_pcm(text: str, rate: int) -> tuple[Any, int]:
     import numpy as np
     import soxr
 
-    from testkit.speech import speak
+    from testkit.espeak import speak
 
     speech = soxr.resample(speak(text), 16_000, rate).astype(np.float32)
     lead, tail = np.zeros(rate // 2, np.float32), np.zeros(rate * 2, np.float32)
@@ -132,8 +132,8 @@ async def hold_calls(addr: str, n: int, seconds: float, pid: int) -> dict[str, A
     import numpy as np
     import psutil
 
+    from testkit.espeak import speak
     from testkit.rtcclient import RtcClient, pcm48
-    from testkit.speech import speak
 
     proc = psutil.Process(pid)
     calls = [await RtcClient.call(addr) for _ in range(n)]
@@ -158,9 +158,9 @@ async def track_frame_cost(frames: int = 500) -> dict[str, float]:
     """µs of CPU per frame of the server's outbound track (``PacedTrack.recv``, unpaced): voice and idle."""
     import numpy as np
 
-    from gateway.webrtc.pacing import RATE, OutboundAudio
+    from gateway.webrtc.track_pacing import RATE, OutboundAudio
     from gateway.webrtc.tracks import PacedTrack
-    from testkit.speech import speak
+    from testkit.espeak import speak
 
     out: dict[str, float] = {}
     voice = (np.clip(np.tile(speak("One two three four five six seven eight nine ten."), 10), -1, 1) * 32767).astype(

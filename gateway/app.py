@@ -23,8 +23,8 @@ from models.remote import RemoteModel
 from .cluster.node import ClusterNode, start_node
 from .cluster.resume import cluster_sessions
 from .config import Config
-from .http import routes as http_routes
-from .realtime import routes as realtime_routes
+from .http import api_routes as http_routes
+from .realtime import socket_routes as realtime_routes
 from .security import LocalHostGuard
 from .services import Services
 from .startup import start_services, stop_services

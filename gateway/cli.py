@@ -10,7 +10,7 @@ import sys
 
 def uvicorn_config_kwargs(config: object) -> dict[str, object]:
     """uvicorn settings every entry point shares (tests use them too)."""
-    from .guard import guarded_protocols
+    from .socket_guard import guarded_protocols
 
     limits = config.limits  # type: ignore[attr-defined]
     http, ws = guarded_protocols(config.server, limits.parse_off_loop_bytes)  # type: ignore[attr-defined]
@@ -19,7 +19,7 @@ def uvicorn_config_kwargs(config: object) -> dict[str, object]:
     certs = {"ssl_certfile": tls.certfile, "ssl_keyfile": tls.keyfile} if tls is not None else {}
     return {
         **certs,
-        "http": http,  # header deadline, 431, connection caps (gateway/guard.py)
+        "http": http,  # header deadline, 431, connection caps (gateway/socket_guard.py)
         "ws": ws,  # dead sockets aborted after server.close_timeout_s
         # h11's own limit sits past ours, so an over-size head gets our 431 rather than its 400
         "h11_max_incomplete_event_size": config.server.max_header_bytes + 4096,  # type: ignore[attr-defined]
@@ -69,11 +69,22 @@ def serve(args: argparse.Namespace) -> int:
     return 0
 
 
+def bench_module(what: str) -> str:
+    """``stream-omni bench decode`` runs ``bench.decode_bench`` where a module of the project is called
+    ``decode`` already (module names are unique in the tree), else ``bench.<what>``."""
+    import importlib.util
+
+    for name in (f"bench.{what}_bench", f"bench.{what}"):
+        if importlib.util.find_spec(name) is not None:
+            return name
+    return f"bench.{what}"
+
+
 def bench(args: argparse.Namespace) -> int:
     import runpy
 
     # bench/ and the fakes it shares with the tests (testkit/) are packages of this project
-    module = f"bench.{args.what}"
+    module = bench_module(args.what)
     sys.argv = [module, *args.rest]
     runpy.run_module(module, run_name="__main__")
     return 0

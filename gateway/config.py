@@ -14,7 +14,7 @@ from pydantic import AliasChoices, Field, ValidationError, model_validator
 from .config_calls import TelephonyConfig, WebRtcConfig
 from .config_model import MODEL_SECTIONS, AutoLocalModel, ModelConfig, RemoteModelConfig
 from .config_model import Frozen as _Frozen
-from .options import LookaheadTokens, MaxChunkTokens, MinChunkTokens, Strategy, TaskHint
+from .request_options import LookaheadTokens, MaxChunkTokens, MinChunkTokens, Strategy, TaskHint
 
 # generous ceilings: they catch a typo (an extra digit, a value in the wrong unit), not a deployment
 _KIB, _MIB, _GIB = 1024, 1024 * 1024, 1024 * 1024 * 1024
@@ -103,7 +103,7 @@ class EngineConfig(_Frozen):
 
 
 class SchedulerDefaults(_Frozen):
-    """The server's defaults for the knobs a client may set per request (gateway.options.SchedulerOptions),
+    """The server's defaults for the knobs a client may set per request (gateway.request_options.SchedulerOptions),
     with the same bounds: a default no client could ask for is a config error."""
 
     strategy: Strategy = "balanced"  # chunking preset

@@ -37,13 +37,13 @@ from models.decode import JobEvents
 from models.engine_client import EngineBusy, Handle
 
 from .config import Config, load_config
+from .engine_events import AsyncSink
 from .filters import FILTER_FAILED, ResponseFilter
 from .http import chat_completions, jobs
-from .http.content import chat_messages
-from .http.errors import ApiError
+from .http.chat_parts import chat_messages
+from .http.error_bodies import ApiError
 from .http.schemas import ChatRequest
 from .services import Services
-from .sink import AsyncSink
 from .startup import start_services, stop_services
 from .tokenize import prompt_tokens
 

@@ -98,7 +98,7 @@ def ws_auth(conn: HTTPConnection, keys: tuple[str, ...]) -> WsAuth:
     ``openai-insecure-api-key.<key>`` (``offered_keys``). A bearer token and a subprotocol key that
     differ, or two different subprotocol keys, are refused: otherwise one credential would
     authenticate and another be charged. (An ``ek_`` key is checked by its route, which then binds
-    the session to the key that minted it: ``gateway.realtime.routes``.)
+    the session to the key that minted it: ``gateway.realtime.socket_routes``.)
     """
     given, echo = offered_keys(conn)
     if not keys:

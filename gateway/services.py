@@ -24,13 +24,13 @@ from processors.asr import Transcriber
 from processors.audio import AudioLimits
 from processors.registry import ProcessorRegistry
 
-from .client_secrets import MemoryVault, SecretVault
 from .config import Config
-from .files import FileStore
+from .ephemeral_keys import MemoryVault, SecretVault
+from .file_store import FileStore
 from .filters import NamedFilter
 from .keylimits import KeyLimits
 from .metrics import Metrics
-from .options import model_refusal, sampling_params
+from .request_options import model_refusal, sampling_params
 from .session_registry import SessionRegistry
 from .tools.seats import KeySeats
 

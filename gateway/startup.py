@@ -17,7 +17,7 @@ from models.remote import RemoteModel
 from processors.builtin import ImageProcessor, WavProcessor
 
 from .config import Config
-from .files import FileStore
+from .file_store import FileStore
 from .filters import load_filters
 from .keylimits import KeyLimits
 from .loading import default_loader, image_limits, load_audio, load_speculator, load_vision, make_engine

@@ -34,7 +34,7 @@ COUNT, CHAT, TEXT = 0, 1, 2  # job priorities: the loop waiting on a count, a co
 HEAD_CHARS_PER_TOKEN = 16  # a raw prompt over this many characters per token of context is tried by its head first
 
 
-class _Worker:
+class _PriorityWorker:
     """One thread running submitted calls, lowest priority value first, then in arrival order."""
 
     def __init__(self, name: str):
@@ -65,14 +65,14 @@ class _Worker:
 
 # Normal OS priority, unlike the grammar thread: the event loop waits on this one synchronously to
 # count a conversation item's tokens (count_tokens), and a low-priority thread would stretch that wait.
-_POOL = _Worker("tokenize")
+_POOL = _PriorityWorker("tokenize")
 
 
-class Tokenizing(Protocol):
+class TokenizingCount(Protocol):
     tokenizing: int  # admitted responses not yet submitted (Services.engine_has_room counts them)
 
 
-class PromptHost(Tokenizing, Protocol):
+class PromptHost(TokenizingCount, Protocol):
     @property
     def local_backend(self) -> ChatTokenizer | None: ...  # None: the engine tokenizes (a remote one)
 
@@ -83,7 +83,7 @@ async def prompt_tokens(host: PromptHost, messages: list[dict[str, str]]) -> lis
     return None if tokenizer is None else await chat_tokens(tokenizer, messages, host)
 
 
-async def chat_tokens(backend: ChatTokenizer, messages: list[dict[str, str]], holder: Tokenizing) -> list[int]:
+async def chat_tokens(backend: ChatTokenizer, messages: list[dict[str, str]], holder: TokenizingCount) -> list[int]:
     """``backend.chat_tokens(messages)`` on the tokenizer thread; the loop stays free meanwhile.
     ``holder.tokenizing`` counts the prompt while it waits, so admission sees it as queued work."""
     holder.tokenizing += 1
@@ -123,7 +123,7 @@ def encode_within(encode: Callable[[str], list[int]], text: str, limit: int) -> 
 
 
 async def text_tokens(
-    encode: Callable[[str], list[int]], texts: list[str], holder: Tokenizing, limit: int
+    encode: Callable[[str], list[int]], texts: list[str], holder: TokenizingCount, limit: int
 ) -> list[list[int]]:
     """``encode`` of each text (a raw ``/v1/completions`` prompt) on the tokenizer thread, after chat and
     counts; one request's prompts one job each, counted once in ``holder.tokenizing`` as they wait.

@@ -26,7 +26,7 @@ import math
 from processors.errors import InputError
 from processors.image import MIME_TO_FORMAT, ImageError
 
-from .files import StoredFile
+from .file_store import StoredFile
 from .services import Services
 
 _MAGIC = [(b"\x89PNG\r\n\x1a\n", "image/png"), (b"\xff\xd8\xff", "image/jpeg")]

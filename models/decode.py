@@ -22,7 +22,7 @@ from typing import Any
 import numpy as np
 
 from .backend import Backend, KVState, sync_prefix
-from .decode_ports import Drafter, TokenConstraint, Verifier
+from .decode_ports import TokenConstraint, TokenDrafter, Verifier
 from .lifecycle import Done as Done
 from .lifecycle import JobEvents as JobEvents
 from .lifecycle import JobLifecycle, merge
@@ -82,7 +82,7 @@ class DecodeJob(JobLifecycle):
         prompt_ids: list[int],
         params: SamplingParams,
         sched: SchedulerConfig,
-        drafter: Drafter | None = None,
+        drafter: TokenDrafter | None = None,
         verifier: Verifier | None = None,
         clock: Callable[[], float] = time.perf_counter,
         track_logprobs: bool = False,

@@ -9,7 +9,7 @@ import numpy as np
 from .sampling import SamplingParams
 
 
-class Drafter(Protocol):
+class TokenDrafter(Protocol):
     """Proposes up to ``k`` next tokens for ``context`` (the ids so far, prompt included)."""
 
     def propose(self, context: list[int], k: int) -> list[int]: ...

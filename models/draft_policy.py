@@ -202,7 +202,7 @@ class DraftPolicy:
 
     ``free``: kinds that cost nothing to propose (prompt lookup's); ``draft_cost``: a costly
     kind's proposal cost per draft token in plain steps. ``costs`` is shared by every sequence of
-    a backend. Interface of ``models.verify.Speculation``'s policy: ``lookahead``, ``limit``,
+    a backend. Interface of ``models.verify.DraftVerify``'s policy: ``lookahead``, ``limit``,
     ``rate``, ``budget``, ``record``, ``acceptance``; plus ``observe`` for the shadow scores.
     """
 

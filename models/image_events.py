@@ -31,7 +31,7 @@ class PartialImage:
 
 
 @dataclass(frozen=True)
-class Completed:
+class ImageCompleted:
     png_b64: str
     width: int
     height: int
@@ -50,5 +50,5 @@ class Failed:
     kind: ClassVar[str] = "failed"
 
 
-ImageEvent = InProgress | Generating | PartialImage | Completed | Cancelled | Failed
-TERMINAL = (Completed, Cancelled, Failed)  # exactly one of these ends every generation
+ImageEvent = InProgress | Generating | PartialImage | ImageCompleted | Cancelled | Failed
+TERMINAL = (ImageCompleted, Cancelled, Failed)  # exactly one of these ends every generation

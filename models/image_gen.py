@@ -7,7 +7,7 @@ image side is at most ``preview_max_side``.
 
 Events (``ImageEvent`` records, called on the worker thread; bridge them into asyncio with
 ``call_soon_threadsafe``): ``InProgress`` when queued · ``Generating`` when denoising starts ·
-``PartialImage`` every ``preview_every`` steps · then exactly one terminal event: ``Completed`` |
+``PartialImage`` every ``preview_every`` steps · then exactly one terminal event: ``ImageCompleted`` |
 ``Cancelled`` | ``Failed``. These map 1:1 onto PROTOCOL.md's ``response.image_generation_call.*`` events.
 
 Cancel: ``cancel.set()`` from any thread. The step callback sees it at the end of the running step,
@@ -29,7 +29,7 @@ from typing import Any
 
 from PIL import Image
 
-from .image_events import Cancelled, Completed, Failed, Generating, ImageEvent, InProgress, PartialImage
+from .image_events import Cancelled, Failed, Generating, ImageCompleted, ImageEvent, InProgress, PartialImage
 
 OnEvent = Callable[[ImageEvent], None]
 
@@ -265,5 +265,5 @@ class ImageGenerator:
             result.status, result.message = "failed", f"{type(exc).__name__}: {exc}"[:500]
             emit(Failed(result.message))
             return result
-        emit(Completed(png_b64=_b64(result.png), width=image.width, height=image.height))
+        emit(ImageCompleted(png_b64=_b64(result.png), width=image.width, height=image.height))
         return result

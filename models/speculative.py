@@ -25,9 +25,9 @@ from .draft_policy import DraftPolicy, PolicyConfig, StepCosts
 from .drafters import MODEL_CLASS, LookupFirstDrafter, ModelDrafter, PromptLookupDrafter, SelfDraftBackend
 from .verify import (
     DEFAULT_COST_CURVE,
+    DraftVerify,
     FixedLookahead,
     LookaheadConfig,
-    Speculation,
     draft_agreement,
     measure_cost_curve,
     token_seconds,
@@ -242,7 +242,7 @@ class Speculator:
         out.step_costs, out.block_costs = self.step_costs, self.block_costs
         return out
 
-    def for_job(self) -> Speculation | None:
+    def for_job(self) -> DraftVerify | None:
         """A fresh drafter + verifier for one ``DecodeJob`` (pass it as both); None when off."""
         cfg = self.cfg
         if cfg.drafter == "none":
@@ -282,4 +282,4 @@ class Speculator:
                 drafter.rate, drafter.budget = policy.rate, policy.budget
         else:
             policy = FixedLookahead(cfg.k_max)
-        return Speculation(drafter, policy, model_kind=cfg.drafter != "prompt_lookup")
+        return DraftVerify(drafter, policy, model_kind=cfg.drafter != "prompt_lookup")

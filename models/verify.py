@@ -13,7 +13,7 @@ must match, row ``k`` the bonus position after all drafts.
   ``models.sampling.probs`` (temperature + top-p, exactly what plain decoding draws from), ``q``
   the drafter's distribution — a one-hot for deterministic drafters — so every emitted token
   is distributed exactly as in plain sampling.
-* ``Speculation`` (one response's drafter + verifier) asks its policy how much to verify: the
+* ``DraftVerify`` (one response's drafter + verifier) asks its policy how much to verify: the
   default ``models.draft_policy.DraftPolicy`` (acceptance per draft kind against the measured
   verify cost at the batch size, back-off, shadow scores of unverified free proposals), or
 * ``AdaptiveLookahead``, which picks ``k`` each step to maximise expected tokens per unit time,
@@ -348,7 +348,7 @@ class AdaptiveLookahead:
 # ----------------------------------------------------------------------------- per job
 
 
-class Drafter(Protocol):
+class VerifyDrafter(Protocol):
     last_class: int
 
     def propose(self, context: list[int], k: int) -> list[int]: ...
@@ -366,15 +366,15 @@ def kind_name(cls: int, model: bool) -> str:
     return "draft_model" if model and cls == 0 else f"prompt_lookup_{cls}gram"
 
 
-class Speculation:
-    """One response's drafter + verifier: ``models.decode``'s ``Drafter`` and ``Verifier`` at once.
+class DraftVerify:
+    """One response's drafter + verifier: ``models.decode``'s ``VerifyDrafter`` and ``Verifier`` at once.
 
     ``propose`` asks the drafter, then cuts the proposal to what its kind earns; ``accept``
     is greedy or speculative sampling; ``record`` feeds the policy under that kind.
     ``model_kind``: class 0 is a draft model's (it costs time to propose), not prompt lookup's.
     """
 
-    def __init__(self, drafter: Drafter, policy: Policy, model_kind: bool = False):
+    def __init__(self, drafter: VerifyDrafter, policy: Policy, model_kind: bool = False):
         self.drafter = drafter
         self.policy = policy
         self.model_kind = model_kind

@@ -140,7 +140,7 @@ class VisionLanguageModel:
         streamer = _IdStreamer()
         failure: list[BaseException] = []
 
-        class _Stop(StoppingCriteria):
+        class _StopGenerating(StoppingCriteria):
             def __call__(self, input_ids: Any, scores: Any, **kwargs: Any) -> Any:
                 flag = stop.is_set() or (cancel is not None and cancel.is_set())
                 return torch.full((input_ids.shape[0],), flag, dtype=torch.bool, device=input_ids.device)
@@ -155,7 +155,7 @@ class VisionLanguageModel:
                     self.model.generate(
                         **inputs,
                         streamer=streamer,
-                        stopping_criteria=StoppingCriteriaList([_Stop()]),
+                        stopping_criteria=StoppingCriteriaList([_StopGenerating()]),
                         **gen_kw,
                     )
             except BaseException as exc:  # surfaced in the consumer

@@ -2,7 +2,7 @@
 
 Engines (``AsrConfig.engine``):
 
-- ``"faster-whisper"`` (default, the faster here: see bench/asr.py) — CTranslate2, int8 on CPU,
+- ``"faster-whisper"`` (default, the faster here: see bench/asr_bench.py) — CTranslate2, int8 on CPU,
   reading the bundled CTranslate2 folder directly;
 - ``"openai-whisper"`` — the reference PyTorch implementation (fp32 on CPU), on a checkpoint
   converted once from the same CTranslate2 weights (``processors.whisper_convert``).

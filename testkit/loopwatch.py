@@ -117,7 +117,7 @@ def _install() -> None:
             asyncio.events.Handle._run = _timed_run  # type: ignore[method-assign]
 
 
-# Every stall of every test server's loop (``testkit.server.run_server`` watches each one while it
+# Every stall of every test server's loop (``testkit.live_server.run_server`` watches each one while it
 # serves, start-up and shut-down aside); tests/conftest.py fails the test during which one appears
 SERVER_STALLS: list[Stall] = []
 

@@ -32,7 +32,7 @@ def to_ulaw(audio16k: np.ndarray) -> bytes:
     return ulaw_encode(pcm.astype(np.int16))
 
 
-class PhoneCall:
+class PhoneCaller:
     def __init__(self, ws: Any, stream_sid: str):
         self.ws = ws
         self.stream_sid = stream_sid
@@ -55,7 +55,7 @@ class PhoneCall:
         auth_token: str | None = None,
         custom: dict[str, str] | None = None,
         signature: str | None = None,
-    ) -> PhoneCall:
+    ) -> PhoneCaller:
         url = f"ws://{addr}/v1/telephony/media-stream"
         headers = {}
         if auth_token is not None or signature is not None:

@@ -19,7 +19,7 @@ from typing import Any
 
 import httpx
 
-from testkit.server import count_server, free_port, run_server
+from testkit.live_server import count_server, free_port, run_server
 
 ROOT = Path(__file__).resolve().parent.parent
 

@@ -19,8 +19,8 @@ from typing import Any
 
 import yaml
 
+from testkit.live_server import count_server, free_port
 from testkit.remote_engines import EngineProcess
-from testkit.server import count_server, free_port
 
 
 class RedisServer:

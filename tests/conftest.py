@@ -10,11 +10,11 @@ from typing import Any
 import pytest
 from hypothesis import settings
 
-import testkit.server
+import testkit.live_server
 import tests.fuzzing
+from testkit.espeak import ESPEAK
+from testkit.live_server import run_server
 from testkit.loopwatch import SERVER_STALLS, report
-from testkit.server import run_server
-from testkit.speech import ESPEAK
 from testkit.tiny_models import build_tiny_llama, build_tiny_open_clip, build_tiny_sd, build_tiny_vlm
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
@@ -60,7 +60,7 @@ _STALLS_BEFORE = pytest.StashKey[int]()
 
 @pytest.hookimpl(tryfirst=True)
 def pytest_runtest_setup(item: pytest.Item) -> None:
-    item.stash[_SERVERS_BEFORE] = testkit.server.servers_started
+    item.stash[_SERVERS_BEFORE] = testkit.live_server.servers_started
     item.stash[_STALLS_BEFORE] = len(SERVER_STALLS)
 
 
@@ -74,7 +74,7 @@ def pytest_runtest_teardown(item: pytest.Item, nextitem: pytest.Item | None) -> 
     stalls = SERVER_STALLS[item.stash.get(_STALLS_BEFORE, len(SERVER_STALLS)) :]
     if stalls:
         pytest.fail(f"{item.nodeid}: a test server's {report(stalls)}", pytrace=False)
-    started = testkit.server.servers_started - item.stash.get(_SERVERS_BEFORE, testkit.server.servers_started)
+    started = testkit.live_server.servers_started - item.stash.get(_SERVERS_BEFORE, testkit.live_server.servers_started)
     if started and item.get_closest_marker("server") is None:
         pytest.fail(
             f"{item.nodeid} started {started} server(s) but is not marked `server`: use a server fixture "

@@ -21,7 +21,7 @@ from gateway.config_model import (
     TransformersModel,
     model_keys,
 )
-from gateway.options import SchedulerOptions
+from gateway.request_options import SchedulerOptions
 
 CONFIGS = sorted((Path(__file__).resolve().parent.parent / "configs").glob("*.yaml"))
 

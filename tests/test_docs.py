@@ -376,7 +376,7 @@ def test_the_endpoint_matcher_tells_a_real_path_from_a_made_up_one():
 
 
 def test_every_stream_omni_command_in_the_docs_exists():
-    from gateway.cli import commands
+    from gateway.cli import bench_module, commands
 
     assert {"serve", "bench"} <= set(commands())
     wrong = []
@@ -384,6 +384,6 @@ def test_every_stream_omni_command_in_the_docs_exists():
         for cmd, arg in re.findall(r"`stream-omni (\w+)(?: ([\w-]+))?", doc.read_text()):
             if cmd not in commands():
                 wrong.append(f"{doc.name}: stream-omni {cmd}")
-            elif cmd == "bench" and arg and not (ROOT / "bench" / f"{arg}.py").exists():
+            elif cmd == "bench" and arg and not (ROOT / (bench_module(arg).replace(".", "/") + ".py")).exists():
                 wrong.append(f"{doc.name}: stream-omni bench {arg} (no bench/{arg}.py)")
     assert not wrong, f"commands the CLI does not have (gateway/cli.py commands(), bench/*.py): {wrong}"

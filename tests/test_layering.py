@@ -26,11 +26,11 @@ PURE = (
     "gateway.realtime.transcription",
     "gateway.http.transcript_formats",
     "gateway.cluster.snapshot",
-    "gateway.client_secrets",
+    "gateway.ephemeral_keys",
     "gateway.keylimits",
-    "gateway.realtime.locks",
-    "gateway.webrtc.sdp",
-    "gateway.webrtc.pacing",
+    "gateway.realtime.fixed_fields",
+    "gateway.webrtc.webrtc_sdp",
+    "gateway.webrtc.track_pacing",
     "models.scheduler",
 )
 IO_FRAMEWORKS = ("asyncio", "starlette", "uvicorn", "websockets", "torch", "redis")

@@ -12,8 +12,8 @@ from pathlib import Path
 import httpx
 import pytest
 
+from testkit.live_server import count_server, free_port
 from testkit.remote_engines import ROOT, BadEngine
-from testkit.server import count_server, free_port
 
 pytestmark = pytest.mark.server
 

@@ -13,7 +13,7 @@ from ..realtime import protocol as p
 from ..realtime.connection import Connection
 from ..realtime.live_session import LiveSession
 from ..realtime.protocol import CLOSE_NORMAL
-from ..realtime.routes import refuse_store_unavailable
+from ..realtime.socket_routes import refuse_store_unavailable
 from ..services import Services
 from .node import ClusterNode
 from .proxy import Proxy
@@ -24,7 +24,7 @@ log = logging.getLogger("stream_omni.cluster")
 
 
 class ClusterSessions:
-    """A ``ClusterNode`` as the Realtime upgrade uses it (``gateway.realtime.routes.SessionCluster``)."""
+    """A ``ClusterNode`` as the Realtime upgrade uses it (``gateway.realtime.socket_routes.SessionCluster``)."""
 
     def __init__(self, node: ClusterNode):
         self.node = node

@@ -33,7 +33,7 @@ from ..realtime.speech_out import OPENAI_VOICES
 from ..security import bearer, key_digest
 from ..services import Services
 from ..voice.speech_actions import SpeechSettings
-from .errors import ApiError, check_model
+from .error_bodies import ApiError, check_model
 from .schemas import read_body
 
 MAX_INPUT_CHARS = 4096  # OpenAI's limit for one request

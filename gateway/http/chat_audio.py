@@ -21,7 +21,7 @@ from processors.speech_text import SpeechText, spoken_text
 from ..realtime.speech_out import OPENAI_VOICES
 from ..services import Services
 from ..voice.speech_actions import SpeechSettings
-from .errors import ApiError
+from .error_bodies import ApiError
 from .schemas import ChatRequest
 
 AUDIO_TTL_S = 3600  # expires_at: the audio id is not kept for later turns here; the hour is OpenAI's

@@ -23,11 +23,11 @@ from ..services import Services
 from ..tokenize import prompt_tokens
 from ..tools import chat as mcp_chat
 from . import bodies, chat_audio, tools
-from .content import chat_messages
-from .errors import ApiError, busy, check_model, error_body
+from .chat_parts import chat_messages
+from .error_bodies import ApiError, busy, check_model, error_body
 from .jobs import FAILED, FAILED_STATUS, HTTP_GRACE_S, Job, canceller, disconnected, error_code, finished, submit
 from .schemas import ChatRequest, ToolDef, parse, read_body
-from .stream import CompletionStore, CompletionStream, SseResponse, dumps
+from .sse import CompletionStore, CompletionStream, SseResponse, dumps
 
 log = logging.getLogger("stream_omni.http")
 

@@ -15,12 +15,12 @@ from pydantic import BaseModel, ConfigDict, Field
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 
-from ..client_secrets import DEFAULT_TTL_S, MAX_TTL_S, MIN_TTL_S, VaultUnavailable, mint
-from ..realtime import keyed
+from ..ephemeral_keys import DEFAULT_TTL_S, MAX_TTL_S, MIN_TTL_S, VaultUnavailable, mint
+from ..realtime import key_binding as keyed
 from ..realtime import protocol as p
 from ..security import bearer, key_digest
 from ..services import Services
-from .errors import ApiError
+from .error_bodies import ApiError
 from .schemas import parse, read_body
 
 

@@ -32,13 +32,13 @@ from models.backend import Backend, PromptEncoder
 from models.decode import ContextOverflow, DecodeJob, Done, JobEvents, TokenLogprob
 from models.engine_client import EngineBusy, Handle
 
+from ..engine_events import AsyncSink
 from ..services import Services
-from ..sink import AsyncSink
 from ..tokenize import TooManyTokens, text_tokens
 from . import bodies, jobs
-from .errors import ApiError, busy, check_model, error_body
+from .error_bodies import ApiError, busy, check_model, error_body
 from .schemas import SamplingRequest, parse, read_body
-from .stream import CompletionStore, CompletionStream, SseResponse, dumps
+from .sse import CompletionStore, CompletionStream, SseResponse, dumps
 
 MAX_PROMPTS = 16  # prompts (choices) in one request; each is a job on the engine
 MAX_LOGPROBS = 5  # as OpenAI

@@ -14,10 +14,10 @@ from models.decode import DecodeJob, Done, JobEvents
 from models.engine_client import EngineBusy, Handle
 from models.remote import RemoteJob
 
+from ..engine_events import AsyncSink
 from ..services import Services
-from ..sink import AsyncSink
 from . import bodies
-from .errors import busy
+from .error_bodies import busy
 
 HTTP_GRACE_S = 30.0  # resume window for SSE when server.grace_period_s is 0
 

@@ -15,40 +15,40 @@ from typing import Annotated, Any, Literal, TypeVar
 from pydantic import BaseModel, ConfigDict, Field, StrictBool, ValidationError, model_validator
 from starlette.requests import Request
 
-from ..options import SamplingKnobs, SchedulerOptions, Temperature, TopP
-from .errors import ApiError
+from ..request_options import SamplingKnobs, SchedulerOptions, Temperature, TopP
+from .error_bodies import ApiError
 
 
-class _Strict(BaseModel):
+class _StrictBody(BaseModel):
     model_config = ConfigDict(extra="forbid", strict=True, allow_inf_nan=False)
 
 
-class TextPart(_Strict):
+class TextPart(_StrictBody):
     type: Literal["text"]
     text: str
 
 
-class AudioData(_Strict):
+class AudioData(_StrictBody):
     data: str  # base64 of a whole WAV file
     format: Literal["wav"]
 
 
-class AudioPart(_Strict):
+class AudioPart(_StrictBody):
     type: Literal["input_audio"]
     input_audio: AudioData
 
 
-class ImageUrl(_Strict):
+class ImageUrl(_StrictBody):
     url: str  # a data: URL (or what the image describer allows)
     detail: Literal["auto", "low", "high"] | None = None
 
 
-class ImagePart(_Strict):
+class ImagePart(_StrictBody):
     type: Literal["image_url"]
     image_url: ImageUrl
 
 
-class FileRef(_Strict):
+class FileRef(_StrictBody):
     file_id: str | None = None  # an uploaded file's id (POST /v1/files); or instead …
     file_data: str | None = None  # … the file inline, as a data URL (data:<type>;base64,…)
     filename: str | None = None
@@ -60,7 +60,7 @@ class FileRef(_Strict):
         return self
 
 
-class FilePart(_Strict):
+class FilePart(_StrictBody):
     type: Literal["file"]
     file: FileRef
 
@@ -68,20 +68,20 @@ class FilePart(_Strict):
 Part = Annotated[TextPart | AudioPart | ImagePart | FilePart, Field(discriminator="type")]
 
 
-class FunctionCall(_Strict):
+class FunctionCall(_StrictBody):
     model_config = ConfigDict(extra="ignore", strict=True)
     name: str
     arguments: str  # a JSON object, serialised (as OpenAI sends it)
 
 
-class ToolCall(_Strict):
+class ToolCall(_StrictBody):
     model_config = ConfigDict(extra="ignore", strict=True)
     id: str
     type: Literal["function"] = "function"
     function: FunctionCall
 
 
-class Message(_Strict):
+class Message(_StrictBody):
     model_config = ConfigDict(extra="ignore", strict=True)
     role: Literal["system", "developer", "user", "assistant", "tool"]
     content: str | list[Part] | None = None
@@ -90,7 +90,7 @@ class Message(_Strict):
     tool_call_id: str | None = None  # a tool turn: which call it answers
 
 
-class FunctionDef(_Strict):
+class FunctionDef(_StrictBody):
     model_config = ConfigDict(extra="ignore", strict=True)
     name: str = Field(min_length=1, max_length=64, pattern=r"^[A-Za-z0-9_.-]+$")
     description: str = ""
@@ -98,13 +98,13 @@ class FunctionDef(_Strict):
     strict: bool | None = None
 
 
-class ToolDef(_Strict):
+class ToolDef(_StrictBody):
     model_config = ConfigDict(extra="ignore", strict=True)
     type: Literal["function"]
     function: FunctionDef
 
 
-class McpToolDef(_Strict):
+class McpToolDef(_StrictBody):
     """An extension: a server of the gateway's ``tools.mcp_servers`` whose tools the gateway runs itself."""
 
     model_config = ConfigDict(extra="ignore", strict=True)
@@ -113,16 +113,16 @@ class McpToolDef(_Strict):
     allowed_tools: list[str] | None = Field(default=None, max_length=512)  # only these are listed and offered
 
 
-class NamedFunction(_Strict):
+class NamedFunction(_StrictBody):
     name: str
 
 
-class NamedToolChoice(_Strict):
+class NamedToolChoice(_StrictBody):
     type: Literal["function"]
     function: NamedFunction
 
 
-class JsonSchemaFormat(_Strict):
+class JsonSchemaFormat(_StrictBody):
     model_config = ConfigDict(extra="ignore", strict=True)
     name: str = "response"
     schema_: dict[str, Any] | None = Field(None, alias="schema")
@@ -130,12 +130,12 @@ class JsonSchemaFormat(_Strict):
     description: str | None = None
 
 
-class ResponseFormat(_Strict):
+class ResponseFormat(_StrictBody):
     type: Literal["text", "json_object", "json_schema"]
     json_schema: JsonSchemaFormat | None = None
 
 
-class StreamOptions(_Strict):
+class StreamOptions(_StrictBody):
     model_config = ConfigDict(extra="ignore", strict=True)
     include_usage: bool = False  # a last chunk with ``usage`` and no choices
 
@@ -145,7 +145,7 @@ class StreamOptions(_Strict):
 IGNORED = ("user", "metadata", "store", "service_tier", "prompt_cache_key", "safety_identifier")
 
 
-class SamplingRequest(SamplingKnobs, _Strict):
+class SamplingRequest(SamplingKnobs, _StrictBody):
     """What chat and text completions share: the model, sampling, stop sequences, streaming."""
 
     model_config = ConfigDict(extra="forbid", strict=True, allow_inf_nan=False)
@@ -171,7 +171,7 @@ class SamplingRequest(SamplingKnobs, _Strict):
         return tuple(s for s in ([self.stop] if isinstance(self.stop, str) else self.stop) if s)
 
 
-class ChatAudio(_Strict):
+class ChatAudio(_StrictBody):
     """``audio`` of a request with ``modalities: ["text", "audio"]``."""
 
     model_config = ConfigDict(extra="ignore", strict=True)

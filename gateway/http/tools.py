@@ -21,7 +21,7 @@ from models import constrain, toolcalls, toolplan
 from models.toolcalls import ParsedCall, Tool
 from models.toolplan import Declared, ToolPlan, ToolPlanError
 
-from .errors import ApiError
+from .error_bodies import ApiError
 from .schemas import ChatRequest, NamedToolChoice, ToolDef
 
 

@@ -1,6 +1,6 @@
 """The bodies of ``POST /v1/audio/transcriptions``: text, json, verbose_json, srt, vtt and the SSE events. Pure.
 
-A transcript is a list of ``Piece`` (a speech segment's place in the file and Whisper's words for it),
+A transcript is a list of ``CaptionSegment`` (a speech segment's place in the file and Whisper's words for it),
 rendered in OpenAI's shapes. What the embedded Whisper does not report is left out rather than made up:
 no ``logprobs``, no ``words``, and no ``tokens`` / ``avg_logprob`` / ``no_speech_prob`` on a segment (the
 shared worker returns text only; docs/PROTOCOL.md). ``compression_ratio`` is computed from the text, as
@@ -26,7 +26,7 @@ LANGUAGE_NAMES = {"en": "english"}  # verbose_json names the language as Whisper
 
 
 @dataclass(frozen=True)
-class Piece:
+class CaptionSegment:
     """A segment's words and where it lies in the file (seconds)."""
 
     start_s: float
@@ -34,12 +34,12 @@ class Piece:
     text: str
 
 
-def spoken(pieces: list[Piece]) -> list[Piece]:
+def spoken(pieces: list[CaptionSegment]) -> list[CaptionSegment]:
     """The pieces that hold words (a segment Whisper heard nothing in is no segment of the transcript)."""
-    return [Piece(p.start_s, p.end_s, p.text.strip()) for p in pieces if p.text.strip()]
+    return [CaptionSegment(p.start_s, p.end_s, p.text.strip()) for p in pieces if p.text.strip()]
 
 
-def full_text(pieces: list[Piece]) -> str:
+def full_text(pieces: list[CaptionSegment]) -> str:
     return " ".join(p.text for p in spoken(pieces))
 
 
@@ -53,7 +53,7 @@ def compression_ratio(text: str) -> float:
     return round(len(raw) / len(zlib.compress(raw)), 3) if raw else 0.0
 
 
-def verbose(pieces: list[Piece], seconds: float, language: str | None) -> dict[str, Any]:
+def verbose(pieces: list[CaptionSegment], seconds: float, language: str | None) -> dict[str, Any]:
     said = spoken(pieces)
     segments = [
         {
@@ -87,7 +87,7 @@ def timestamp(seconds: float, decimal: str) -> str:
     return f"{h:02d}:{m:02d}:{s:02d}{decimal}{ms:03d}"
 
 
-def srt(pieces: list[Piece]) -> str:
+def srt(pieces: list[CaptionSegment]) -> str:
     cues = [
         f"{i}\n{timestamp(p.start_s, ',')} --> {timestamp(p.end_s, ',')}\n{p.text}\n"
         for i, p in enumerate(spoken(pieces), 1)
@@ -95,12 +95,12 @@ def srt(pieces: list[Piece]) -> str:
     return "\n".join(cues)
 
 
-def vtt(pieces: list[Piece]) -> str:
+def vtt(pieces: list[CaptionSegment]) -> str:
     cues = [f"{timestamp(p.start_s, '.')} --> {timestamp(p.end_s, '.')}\n{p.text}\n" for p in spoken(pieces)]
     return "WEBVTT\n\n" + "\n".join(cues)
 
 
-def render(fmt: str, pieces: list[Piece], seconds: float, language: str | None) -> tuple[str, str]:
+def render(fmt: str, pieces: list[CaptionSegment], seconds: float, language: str | None) -> tuple[str, str]:
     """(body, media type) of a whole transcript in ``fmt`` (one of ``FORMATS``)."""
     if fmt == "text":
         return full_text(pieces) + "\n", MEDIA[fmt]
@@ -122,7 +122,7 @@ def delta_event(text: str, first: bool) -> dict[str, Any]:
     return {"type": "transcript.text.delta", "delta": text.strip() if first else " " + text.strip()}
 
 
-def done_event(pieces: list[Piece]) -> dict[str, Any]:
+def done_event(pieces: list[CaptionSegment]) -> dict[str, Any]:
     """``transcript.text.done``. GA's usage there counts tokens, which Whisper's text-only passes do not report:
     left out (the JSON body's duration usage has the audio's length)."""
     return {"type": "transcript.text.done", "text": full_text(pieces)}

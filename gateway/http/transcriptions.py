@@ -35,8 +35,8 @@ from processors.segments import speech_segments
 from ..services import Services
 from ..voice.asr_worker import AsrWorker, shared_worker
 from . import transcript_formats as tf
-from .errors import ApiError, busy
-from .files import FORM_OVERHEAD
+from .error_bodies import ApiError, busy
+from .files_api import FORM_OVERHEAD
 from .schemas import header_count
 
 # OpenAI's transcription models; a client written for them works unchanged (the embedded Whisper answers)
@@ -143,7 +143,9 @@ class Transcriptions:
                 background=BackgroundTask(slot.release),
             )
         try:
-            pieces = [tf.Piece(s / 1000, e / 1000, await worker.transcribe(sid, "final", a)) for s, e, a in parts]
+            pieces = [
+                tf.CaptionSegment(s / 1000, e / 1000, await worker.transcribe(sid, "final", a)) for s, e, a in parts
+            ]
         finally:
             slot.release()
         body, media = tf.render(req.response_format, pieces, seconds, language)
@@ -154,13 +156,13 @@ async def _events(
     worker: AsrWorker, sid: str, parts: list[tuple[int, int, np.ndarray]], slot: _Slot
 ) -> AsyncIterator[bytes]:
     """One delta per segment with words, as each pass finishes, then the done event."""
-    pieces: list[tf.Piece] = []
+    pieces: list[tf.CaptionSegment] = []
     try:
         for start, end, audio in parts:
             text = await worker.transcribe(sid, "final", audio)
             if text.strip():
                 yield tf.sse(tf.delta_event(text, first=not tf.spoken(pieces)))
-            pieces.append(tf.Piece(start / 1000, end / 1000, text))
+            pieces.append(tf.CaptionSegment(start / 1000, end / 1000, text))
         yield tf.sse(tf.done_event(pieces))
     finally:
         slot.release()

@@ -8,7 +8,7 @@ from typing import Any
 from models.sampling import SamplingParams
 from models.toolplan import ToolPlan
 
-from ..tools.actions import CallTool, ListTools
+from ..tools.tool_actions import CallTool, ListTools
 from ..voice.speech_actions import PlayAudio, Played, Speak
 from . import protocol as p
 

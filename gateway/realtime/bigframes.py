@@ -3,7 +3,7 @@
 A thread is not enough: the depth scan's ``bytes.translate`` / numpy passes and pydantic's
 ``validate_json`` are single C calls that hold the GIL for their whole length (tens of ms for a
 15 MB frame on a loaded 2-core box), and while they run the loop thread cannot take the GIL back
-(``bench/bigframes.py``). Here the frame crosses a pipe as raw UTF-8 (``send_bytes`` writes the
+(``bench/bigframes_bench.py``). Here the frame crosses a pipe as raw UTF-8 (``send_bytes`` writes the
 buffer as it is, with the GIL released during each write) and the parsed event, or the
 ``ProtocolError`` it raised, comes back pickled: the loop's process only pays one encode.
 
@@ -95,7 +95,7 @@ def _serve(frames: Connection, results: Connection, limits: ParseLimits) -> None
         results.send(parse_checked(raw, limits))
 
 
-class _Worker:
+class _FrameWorker:
     def __init__(self, limits: ParseLimits):
         frames_r, frames_w = os.pipe()  # gateway → worker: frames
         results_r, results_w = os.pipe()  # worker → gateway: what each one parsed to
@@ -136,16 +136,16 @@ class FrameParser:
     def __init__(self, limits: ParseLimits, workers: int = 1):
         self.limits = limits
         self._workers = max(1, workers)
-        self._idle: queue.SimpleQueue[_Worker | None] = queue.SimpleQueue()  # None: a slot to start one in
+        self._idle: queue.SimpleQueue[_FrameWorker | None] = queue.SimpleQueue()  # None: a slot to start one in
         for _ in range(self._workers):
             self._idle.put(None)
-        self._all: set[_Worker] = set()
+        self._all: set[_FrameWorker] = set()
         self._lock = threading.Lock()
         self._closed = False
         self._slots: asyncio.Semaphore | None = None  # made on first use, in the server's loop
 
     async def parse(self, text: str | bytes) -> Any:
-        """``text``: the frame, or its UTF-8 left undecoded by the WebSocket layer (``gateway.wsreader``)."""
+        """``text``: the frame, or its UTF-8 left undecoded by the WebSocket layer (``gateway.ws_frames``)."""
         if self._slots is None:
             self._slots = asyncio.Semaphore(self._workers)
         async with self._slots:  # frames beyond the workers wait here, not on the shared to_thread pool's threads
@@ -169,15 +169,15 @@ class FrameParser:
         finally:
             self._idle.put(worker)
 
-    def _start(self) -> _Worker:
+    def _start(self) -> _FrameWorker:
         with self._lock:
             if self._closed:
                 raise RuntimeError("the frame parser is closed")
-            w = _Worker(self.limits)
+            w = _FrameWorker(self.limits)
             self._all.add(w)
             return w
 
-    def _forget(self, worker: _Worker) -> None:
+    def _forget(self, worker: _FrameWorker) -> None:
         with self._lock:
             self._all.discard(worker)
         worker.close()

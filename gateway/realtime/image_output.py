@@ -9,7 +9,7 @@ import secrets
 from dataclasses import dataclass
 from typing import Any, Protocol
 
-from models.image_events import TERMINAL, Completed, Generating, ImageEvent, PartialImage
+from models.image_events import TERMINAL, Generating, ImageCompleted, ImageEvent, PartialImage
 
 from . import protocol as p
 from .actions import Output, StartImage
@@ -24,7 +24,7 @@ class ImageProgress:
     event: ImageEvent
 
 
-class Host(Protocol):
+class ImageHost(Protocol):
     """What these functions use of the ``Session`` they are given."""
 
     response: ResponseState | None  # the active response
@@ -41,7 +41,7 @@ class Host(Protocol):
     ) -> Output: ...
 
 
-def request(s: Host, response_id: str, prompt: str) -> Output:
+def request(s: ImageHost, response_id: str, prompt: str) -> Output:
     """Start an image output item (modality "image", or a request the scheduler intercepted)."""
     r = s.response
     if r is None or r.id != response_id:
@@ -58,7 +58,7 @@ def request(s: Host, response_id: str, prompt: str) -> Output:
     )
 
 
-def progress(s: Host, response_id: str, item_id: str, ev: ImageEvent) -> Output:
+def progress(s: ImageHost, response_id: str, item_id: str, ev: ImageEvent) -> Output:
     """A progress event from the image generator (``models.image_gen``)."""
     r = s.response
     if r is None or r.id != response_id or item_id not in r.images:
@@ -82,10 +82,10 @@ def progress(s: Host, response_id: str, item_id: str, ev: ImageEvent) -> Output:
             )
         case _ if not isinstance(ev, TERMINAL):
             return Output()
-    item["status"] = "completed" if isinstance(ev, Completed) else "failed"
+    item["status"] = "completed" if isinstance(ev, ImageCompleted) else "failed"
     done_item = {"id": item_id, "type": "image_generation_call", "status": item["status"]}
     events = []
-    if isinstance(ev, Completed):
+    if isinstance(ev, ImageCompleted):
         done_item["result"] = item["result"] = ev.png_b64
         events.append(p.server_event("response.image_generation_call.completed", item_id=item_id, output_index=idx))
     events.append(p.server_event("response.output_item.done", response_id=r.id, output_index=idx, item=done_item))

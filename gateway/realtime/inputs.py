@@ -22,7 +22,7 @@ from . import protocol as p
 
 
 @dataclass(frozen=True)
-class Chunk:
+class EngineChunk:
     """Text the engine decoded for ``response_id`` (after the chunk filters)."""
 
     response_id: str
@@ -86,7 +86,7 @@ class SpeechMade:
 
 
 @dataclass(frozen=True)
-class SpeechStarted:
+class VoiceStarted:
     """The VAD heard speech begin: user item ``item_id`` is being spoken."""
 
     item_id: str
@@ -94,7 +94,7 @@ class SpeechStarted:
 
 
 @dataclass(frozen=True)
-class SpeechStopped:
+class VoiceStopped:
     """The VAD heard speech end."""
 
     item_id: str
@@ -244,15 +244,15 @@ class Preset:
 
 
 Internal = (
-    Chunk
+    EngineChunk
     | ToolCallCut
     | Finished
     | StartFailed
     | ImageRequested
     | ImageProgressed
     | SpeechMade
-    | SpeechStarted
-    | SpeechStopped
+    | VoiceStarted
+    | VoiceStopped
     | AudioCommitted
     | AudioCleared
     | TranscriptDelta

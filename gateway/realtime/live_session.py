@@ -24,18 +24,18 @@ from models.decode import ContextOverflow, JobEvents
 from models.engine_client import EngineBusy, Handle
 from models.image_events import Failed
 
+from ..engine_events import AsyncSink
 from ..filters import FILTER_FAILED, ResponseFilter
 from ..grammars import CompileBusy, off_loop
 from ..services import Services
 from ..session_registry import Attachment, Mirrored
-from ..sink import AsyncSink
 from ..tokenize import prompt_tokens
 from ..tools.runner import McpRunner
 from ..uploads import REFUSALS
 from ..voice.speaker import Speaker
 from ..voice.speech_actions import PlayAudio, Played, Speak
 from . import inputs as i
-from . import keyed
+from . import key_binding as keyed
 from . import protocol as p
 from .actions import (
     Action,
@@ -50,16 +50,16 @@ from .actions import (
     StartResponse,
 )
 from .bigframes import ParseLimits, parse_checked
-from .content import resolve_item
 from .defaults import session_defaults
 from .idle import IdleTimer
 from .image_jobs import ImageJobs
 from .image_output import ImageProgress
+from .item_parts import resolve_item
 from .media import MediaInput
 from .replay import ReplayBuffer
 from .responses import usage_of
 from .session import Session
-from .speculation import AfterPrepare, Speculation, Tokenizing
+from .speculation import AfterPrepare, PreparedReply, TokenizingHandle
 from .speech_out import prefetch_text
 from .timing import SessionTiming
 
@@ -92,12 +92,12 @@ class LiveSession:
         self.changed = asyncio.Event()  # set whenever the outbox grows
         self.session = Session(session_defaults(services), self.outbox.stamp, transcribe)
         self.state = services.backend.new_state()
-        self.handles: dict[str, Handle | Tokenizing] = {}
+        self.handles: dict[str, Handle | TokenizingHandle] = {}
         self.filters: dict[str, ResponseFilter] = {}  # response id → its chunk filtering
         self.model_q: asyncio.Queue[ModelMessage] = asyncio.Queue()
         self.media = MediaInput(self.session, services, self.send, self)
         self.idle = IdleTimer(self.media.idle_timeout, self._idle_fired)
-        self.speculation: Speculation | None = None
+        self.speculation: PreparedReply | None = None
         self._preparing: asyncio.Task[None] | None = None  # a reply being tokenized to be prepared unseen
         self._preparing_key: int | None = None  # its turn, while it may still be submitted
         self.speaker = Speaker(
@@ -214,11 +214,11 @@ class LiveSession:
                 return
             self.svc.metrics.speculation.labels(outcome="mismatched").inc()
             self._forget(spec)  # the engine retires a cancelled job before the next one touches the cache
-        pending = Tokenizing()
+        pending = TokenizingHandle()
         self.handles[action.response_id] = pending  # a cancel or close meanwhile marks it
         self._spawn(self._submit(action, pending))
 
-    async def _submit(self, action: StartResponse, pending: Tokenizing) -> None:
+    async def _submit(self, action: StartResponse, pending: TokenizingHandle) -> None:
         """Tokenize off the loop (gateway.tokenize), then hand the job to the engine — unless the
         response was cancelled meanwhile (the session already ended it with response.done)."""
         svc = self.svc
@@ -291,7 +291,7 @@ class LiveSession:
                 self._preparing_key = None
             if self._preparing is asyncio.current_task():
                 self._preparing = None
-        self.speculation = Speculation(key, action, handle)
+        self.speculation = PreparedReply(key, action, handle)
         self.svc.metrics.speculation.labels(outcome="prepared").inc()
 
     async def _after_prepare(self, action: StartResponse, waiting: AfterPrepare, prep: asyncio.Task[None]) -> None:
@@ -312,13 +312,13 @@ class LiveSession:
             self._forget(spec)
             self.svc.metrics.speculation.labels(outcome="discarded").inc()
 
-    def _forget(self, spec: Speculation) -> None:
+    def _forget(self, spec: PreparedReply) -> None:
         spec.handle.cancel()
         self.speaker.forget()  # its first audio, if prepared, is never heard
         if not spec.finished:  # its last events are still to come
             self._ignored.add(spec.action.response_id)
 
-    def _adopt(self, spec: Speculation, rid: str) -> None:
+    def _adopt(self, spec: PreparedReply, rid: str) -> None:
         """The turn committed as predicted: the prepared job becomes response ``rid``."""
         self.svc.metrics.speculation.labels(outcome="committed").inc()
         job_id = spec.action.response_id
@@ -431,7 +431,7 @@ class LiveSession:
                 if handle is not None:
                     handle.cancel()
             elif text:
-                self.send(self.session.handle(i.Chunk(rid, text)))
+                self.send(self.session.handle(i.EngineChunk(rid, text)))
         for prompt in [] if flt is not None and flt.stopped else events.requests:  # never shown as text
             self.send(self.session.handle(i.ImageRequested(rid, prompt)))
         for body in events.tool_calls:  # the model called a function: never shown as text

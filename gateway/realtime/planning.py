@@ -8,7 +8,7 @@ from typing import Any, Protocol
 from models import toolcalls
 from models.toolplan import ToolPlan
 
-from ..options import sampling_params
+from ..request_options import sampling_params
 from ..tools.state import McpState
 from . import functions, truncation
 from . import protocol as p
@@ -17,7 +17,7 @@ from .conversation import Item, ItemError
 from .speech_out import whole_words
 
 
-class Host(Protocol):
+class PlanningHost(Protocol):
     """What planning reads (and, fitting the context, changes) of the ``Session``."""
 
     defaults: Any  # its SessionDefaults
@@ -36,7 +36,7 @@ class Host(Protocol):
     def messages(self, extra_instructions: str | None = None) -> list[dict[str, str]]: ...
 
 
-def fit(s: Host, instructions: str | None, tools: ToolPlan, reply_budget: int) -> None:
+def fit(s: PlanningHost, instructions: str | None, tools: ToolPlan, reply_budget: int) -> None:
     """Drop the oldest whole turns from the model's context when the next prompt would not fit."""
     count = s.defaults.count_tokens
     if count is None or not s.defaults.max_context:
@@ -62,7 +62,9 @@ def fit(s: Host, instructions: str | None, tools: ToolPlan, reply_budget: int) -
         s.token_counts.pop(item_id, None)
 
 
-def plan(s: Host, ev: p.ResponseCreate, rid: str, extra: list[dict[str, str]]) -> tuple[StartResponse, Any] | Output:
+def plan(
+    s: PlanningHost, ev: p.ResponseCreate, rid: str, extra: list[dict[str, str]]
+) -> tuple[StartResponse, Any] | Output:
     """The generation ``ev`` asks for (messages, sampling, scheduler), or the error it gets."""
     opts = ev.response or p.ResponseOptions()
     o = s.options

@@ -17,12 +17,12 @@ from typing import Annotated, Any, Literal, get_args
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError, model_validator
 
-from ..options import SamplingKnobs, SchedulerOptions
+from ..request_options import SamplingKnobs, SchedulerOptions
 from ..tools.wire import McpApprovalResponseItem, McpTool, NamedMcpTool
 from . import strict_keys
 
 MAX_JSON_DEPTH = 32  # a nesting limit far below any parser's recursion limit
-NOT_UTF8 = "invalid_utf8"  # a big text frame handed over undecoded (gateway.wsreader) was not UTF-8: closed 1007
+NOT_UTF8 = "invalid_utf8"  # a big text frame handed over undecoded (gateway.ws_frames) was not UTF-8: closed 1007
 
 # WebSocket close codes the server sends (RFC 6455 section 7.4.1, and one of the private range)
 CLOSE_NORMAL = 1000
@@ -34,44 +34,44 @@ CLOSE_TRY_AGAIN = 1013
 CLOSE_SUPERSEDED = 4009  # the session was resumed on a newer socket
 
 
-class _Lenient(BaseModel):
+class _LenientEvent(BaseModel):
     model_config = ConfigDict(extra="ignore")
 
 
-class _Strict(BaseModel):
+class _StrictEvent(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
 
 # ---------------------------------------------------------------- session / response options
 
 
-class AudioFormat(_Lenient):
+class AudioFormat(_LenientEvent):
     # any other type is refused (naming the field): G.711 taken for pcm16 would be noise
     type: Literal["audio/pcm", "audio/pcmu", "audio/pcma"] = "audio/pcm"
     rate: int = 24000  # audio/pcm only; G.711 is 8 kHz
 
 
-class VoiceId(_Lenient):
+class VoiceId(_LenientEvent):
     id: str = Field(max_length=128)
 
 
-class AudioOutput(_Lenient):
+class AudioOutput(_LenientEvent):
     format: AudioFormat | None = None
     voice: str | VoiceId | None = Field(default=None)
     speed: float | None = Field(default=None, ge=0.25, le=1.5)
 
 
-class NoiseReduction(_Lenient):
+class NoiseReduction(_LenientEvent):
     type: Literal["near_field", "far_field"]  # a headset / a speakerphone, kiosk or robot across the room
 
 
-class EchoCancellation(_Lenient):
+class EchoCancellation(_LenientEvent):
     """Extension: who cancels the echo of the session's own voice in its microphone."""
 
     type: Literal["server", "client"]  # "client": it cancels its own (a browser's WebRTC does), the server does not
 
 
-class AudioInput(_Lenient):
+class AudioInput(_LenientEvent):
     format: AudioFormat | None = None
     noise_reduction: NoiseReduction | None = None  # null: off
     # unset: the server cancels the echo of what it plays unless on a WebRTC call; null: off
@@ -80,18 +80,18 @@ class AudioInput(_Lenient):
     transcription: dict[str, Any] | None = None
 
 
-class AudioOptions(_Lenient):
+class AudioOptions(_LenientEvent):
     input: AudioInput | None = None
     output: AudioOutput | None = None
 
 
-class ResponseAudio(_Lenient):
+class ResponseAudio(_LenientEvent):
     output: AudioOutput | None = None
 
 
-class SamplingOptions(SamplingKnobs, _Lenient):
+class SamplingOptions(SamplingKnobs, _LenientEvent):
     """Extension fields shared by session.update and response.create (sampling beyond GA's fields:
-    ``gateway.options.SamplingKnobs``)."""
+    ``gateway.request_options.SamplingKnobs``)."""
 
     temperature: float | None = Field(default=None, ge=0.0, le=2.0)
     top_p: float | None = Field(default=None, gt=0.0, le=1.0)
@@ -100,14 +100,14 @@ class SamplingOptions(SamplingKnobs, _Lenient):
     scheduler: SchedulerOptions | None = None
 
 
-class FunctionTool(_Lenient):
+class FunctionTool(_LenientEvent):
     type: Literal["function"] = "function"
     name: str = Field(min_length=1, max_length=64, pattern=r"^[A-Za-z0-9_.-]+$")
     description: str = ""
     parameters: dict[str, Any] | None = None  # a JSON schema (checked by functions.plan)
 
 
-class NamedTool(_Lenient):
+class NamedTool(_LenientEvent):
     type: Literal["function"]
     name: str
 
@@ -128,11 +128,11 @@ def _legacy_modalities(data: Any) -> Any:
     return data
 
 
-class TokenLimits(_Lenient):
+class TokenLimits(_LenientEvent):
     post_instructions: int | None = Field(default=None, ge=1)  # tokens kept after the instructions
 
 
-class RetentionRatio(_Lenient):
+class RetentionRatio(_LenientEvent):
     type: Literal["retention_ratio"]
     retention_ratio: float = Field(ge=0.0, le=1.0)  # of the room after the instructions, kept after a cut
     token_limits: TokenLimits | None = None
@@ -171,12 +171,12 @@ class ResponseOptions(ToolOptions):
 # ---------------------------------------------------------------- conversation items
 
 
-class InputText(_Strict):
+class InputText(_StrictEvent):
     type: Literal["input_text", "text", "output_text"]
     text: str
 
 
-class InputImage(_Lenient):
+class InputImage(_LenientEvent):
     type: Literal["input_image"]
     image_url: str | None = None  # a data URL; or instead …
     file_id: str | None = None  # … an uploaded image (POST /v1/files)
@@ -189,7 +189,7 @@ class InputImage(_Lenient):
         return self
 
 
-class InputAudio(_Lenient):
+class InputAudio(_LenientEvent):
     type: Literal["input_audio"]
     audio: str | None = None  # base64 pcm16 at the session's input rate; or instead …
     file_id: str | None = None  # … an uploaded WAV file (POST /v1/files)
@@ -202,7 +202,7 @@ class InputAudio(_Lenient):
         return self
 
 
-class InputFile(_Lenient):
+class InputFile(_LenientEvent):
     """Content a processor plugin reads (processors.registry): an uploaded file or inline data."""
 
     type: Literal["input_file"]
@@ -220,14 +220,14 @@ class InputFile(_Lenient):
 ContentPart = Annotated[InputText | InputImage | InputAudio | InputFile, Field(discriminator="type")]
 
 
-class MessageItem(_Lenient):
+class MessageItem(_LenientEvent):
     type: Literal["message"] = "message"
     id: str | None = Field(default=None, max_length=64)
     role: Literal["user", "system", "assistant"]
     content: list[ContentPart] = Field(min_length=1, max_length=64)
 
 
-class FunctionCallItem(_Lenient):
+class FunctionCallItem(_LenientEvent):
     type: Literal["function_call"]
     id: str | None = Field(default=None, max_length=64)
     call_id: str = Field(min_length=1, max_length=64)
@@ -235,14 +235,14 @@ class FunctionCallItem(_Lenient):
     arguments: str = "{}"
 
 
-class FunctionCallOutputItem(_Lenient):
+class FunctionCallOutputItem(_LenientEvent):
     type: Literal["function_call_output"]
     id: str | None = Field(default=None, max_length=64)
     call_id: str = Field(min_length=1, max_length=64)
     output: str
 
 
-class ItemReference(_Lenient):
+class ItemReference(_LenientEvent):
     type: Literal["item_reference"]
     id: str = Field(min_length=1, max_length=64)  # an item of the conversation
 
@@ -256,7 +256,7 @@ ResponseOptions.model_rebuild()
 # ---------------------------------------------------------------- client events
 
 
-class _ClientEvent(_Lenient):
+class _ClientEvent(_LenientEvent):
     event_id: str | None = Field(default=None, max_length=128)
 
 

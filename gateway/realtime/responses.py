@@ -21,7 +21,7 @@ class ResponseState:
     images: dict[str, dict[str, Any]] = field(default_factory=dict)  # image_generation_call items by id
     calls: list[Item] = field(default_factory=list)  # function_call items, each whole (see functions.py)
     known_tools: frozenset[str] = frozenset()  # names a call may carry
-    mcp: list[Item] = field(default_factory=list)  # MCP items it made, in order (gateway.tools.session)
+    mcp: list[Item] = field(default_factory=list)  # MCP items it made, in order (gateway.tools.mcp_session)
     ending: tuple[Any, ...] | None = None  # text finished; response.done waits for images
     # echoed in response.created/done as OpenAI does: LiveKit Agents matches a reply to its
     # response.create through metadata.client_event_id (without it generate_reply() times out)

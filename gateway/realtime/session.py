@@ -19,12 +19,13 @@ from typing import Any
 from models.sampling import SamplingParams
 
 from ..keylimits import BoundLimits
-from ..options import SchedulerOptions, model_refusal
-from ..tools.session import McpOutput
+from ..request_options import SchedulerOptions, model_refusal
+from ..tools.mcp_session import McpOutput
 from ..tools.state import McpPolicy, McpState
 from ..tools.wire import McpApprovalResponseItem
 from ..voice.speech_actions import SpeechSettings
-from . import audio_settings, functions, image_output, locks, planning, speech_out, transcription
+from . import audio_settings, functions, image_output, planning, speech_out, transcription
+from . import fixed_fields as locks
 from . import inputs as i
 from . import protocol as p
 from .actions import Action, AppendAudio, ClearAudio, CommitAudio, Output, Refused, ResolveItem, StartResponse
@@ -98,7 +99,7 @@ class Session(ResponseFlow, SpeechOutput, McpOutput, ItemEvents):
         # (response id, status, metrics) → the metrics response.done carries (the shell adds turn_latency)
         self.finish_hook: Callable[[str, str, dict[str, Any] | None], dict[str, Any] | None] | None = None
         self.limiter: BoundLimits | None = None  # its key's response and token budgets (gateway.keylimits)
-        self.locked: frozenset[str] = frozenset()  # session fields an ek_ key fixed (gateway.realtime.locks)
+        self.locked: frozenset[str] = frozenset()  # session fields an ek_ key fixed (gateway.realtime.fixed_fields)
 
     # ------------------------------------------------------------------ helpers
 
@@ -159,7 +160,7 @@ class Session(ResponseFlow, SpeechOutput, McpOutput, ItemEvents):
 
     def _internal(self, inp: i.Input) -> Output:
         match inp:
-            case i.Chunk(rid, text):
+            case i.EngineChunk(rid, text):
                 return self.on_chunk(rid, text)
             case i.ToolCallCut(rid, body):
                 return self.on_tool_call(rid, body)
@@ -174,9 +175,9 @@ class Session(ResponseFlow, SpeechOutput, McpOutput, ItemEvents):
                 return image_output.progress(self, rid, item_id, event)
             case i.SpeechMade(result):
                 return self.on_speech(result)  # type: ignore[no-any-return]
-            case i.SpeechStarted(item_id, ms):
+            case i.VoiceStarted(item_id, ms):
                 return self.speech_started(item_id, ms)
-            case i.SpeechStopped(item_id, ms):
+            case i.VoiceStopped(item_id, ms):
                 return self.speech_stopped(item_id, ms)
             case i.AudioCommitted(item_id):
                 self.item_pending(item_id)  # its transcript is to come: responses wait for it

@@ -12,7 +12,7 @@ from .actions import StartResponse
 
 
 @dataclass
-class Speculation:
+class PreparedReply:
     """A reply prepared at a pause in the user's speech: running in the engine, nothing sent yet."""
 
     key: int  # the TurnTaker's id for it
@@ -36,7 +36,7 @@ class Speculation:
         )
 
 
-class Tokenizing:
+class TokenizingHandle:
     """Stands in a session's ``handles`` for a response whose prompt is being tokenized; ``cancel`` like a Handle's."""
 
     cancelled = False
@@ -45,6 +45,6 @@ class Tokenizing:
         self.cancelled = True
 
 
-class AfterPrepare(Tokenizing):
+class AfterPrepare(TokenizingHandle):
     """A response whose turn committed while its reply was still being prepared unseen: it waits for
     that preparation (milliseconds of tokenizing), then adopts the prepared job or starts normally."""

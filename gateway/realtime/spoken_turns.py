@@ -25,7 +25,6 @@ from ..services import Services
 from ..voice.asr_worker import PassShed, shared_worker
 from ..voice.spoken_turn import ReplyPreparer, SpokenTurn, seconds_of
 from ..voice.turntaking import (
-    Completed,
     Drop,
     PassKind,
     Prepare,
@@ -33,10 +32,11 @@ from ..voice.turntaking import (
     Reopener,
     SetSilence,
     ShowDelta,
-    Stopped,
     Transcribe,
     TurnAction,
+    TurnCompleted,
     TurnConfig,
+    TurnStopped,
     TurnTaker,
 )
 from ..voice.voice_input import SpeechPaused, SpeechResumed, Turn, VoiceEvent, VoiceInput
@@ -116,7 +116,7 @@ class SpokenTurns:
 
     def _speech_started(self, start_ms: int) -> None:
         self._current_item = f"item_{secrets.token_hex(8)}"
-        self.send(self.session.handle(i.SpeechStarted(self._current_item, start_ms)))
+        self.send(self.session.handle(i.VoiceStarted(self._current_item, start_ms)))
         voice = self.voice
         cfg = voice.vad_config if voice else None
         self._held = None  # an earlier overlap's turn is over; this one is judged afresh
@@ -210,7 +210,7 @@ class SpokenTurns:
         self.svc.metrics.voice_overlaps.labels(outcome="interruption").inc()
         self.send(self.session.handle(i.Cancel("turn_detected")))
 
-    def _judge(self, item_id: str, a: Completed) -> Completed:
+    def _judge(self, item_id: str, a: TurnCompleted) -> TurnCompleted:
         """A held overlap's turn is complete: a backchannel or a false start keeps the reply and is not
         answered; anything else interrupts it (if it has not already) and is answered as usual."""
         held = self._held
@@ -272,10 +272,10 @@ class SpokenTurns:
                 self._spawn(self._pass(spoken, a.pass_id, a.kind, audio))
             elif isinstance(a, ShowDelta):
                 self.send(self.session.handle(i.TranscriptDelta(item_id, a.delta)))
-            elif isinstance(a, Stopped):
-                self.send(self.session.handle(i.SpeechStopped(item_id, a.end_ms)))
+            elif isinstance(a, TurnStopped):
+                self.send(self.session.handle(i.VoiceStopped(item_id, a.end_ms)))
                 self.send(self.session.handle(i.AudioCommitted(item_id)))
-            elif isinstance(a, Completed):
+            elif isinstance(a, TurnCompleted):
                 a = self._judge(item_id, a)
                 if not a.respond or spoken.reopened:
                     self._reopener.closed(item_id)  # no reply to this turn will come
@@ -302,13 +302,13 @@ class SpokenTurns:
                 elif a.ms is not None:
                     self._window(spoken, a.ms)
 
-    def _quiet(self, a: Completed) -> Completed:
+    def _quiet(self, a: TurnCompleted) -> TurnCompleted:
         """A turn a later one continues: its transcript goes out, it answers nothing."""
         if a.speculation is not None and self.speculator is not None:
             self.speculator.drop(a.speculation)
         return replace(a, respond=False, speculation=None)
 
-    def _completed(self, spoken: SpokenTurn, a: Completed) -> None:
+    def _completed(self, spoken: SpokenTurn, a: TurnCompleted) -> None:
         item_id, seconds = spoken.item_id, seconds_of(spoken.audio)
         if a.transcript is None:
             self.send(self.session.handle(i.TranscriptFailed(item_id, "transcription_failed", NOT_HEARD)))

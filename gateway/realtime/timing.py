@@ -20,7 +20,7 @@ if TYPE_CHECKING:
     from . import protocol as p
     from .media import MediaInput
     from .session import Session
-    from .speculation import Speculation
+    from .speculation import PreparedReply
 
 clock = time.perf_counter
 
@@ -67,7 +67,7 @@ class SessionTiming:
     def submitted(self, response_id: str) -> None:
         self.timer.submitted(response_id, clock())
 
-    def adopted(self, spec: Speculation, response_id: str) -> None:
+    def adopted(self, spec: PreparedReply, response_id: str) -> None:
         self.timer.adopted(response_id, spec.submitted_at)
 
     async def resolving(self, work: Awaitable[None], ev: p.ItemCreate) -> None:

@@ -26,7 +26,7 @@ from ..realtime.speech_out import due_truncations
 from ..security import key_digest
 from ..voice.speech_actions import PlayAudio
 from .pacer import Lead, pacer
-from .playout import Frame, MarkOut, Playout, Started, Stopped
+from .playout import Frame, MarkOut, Playout, PlayoutStarted, PlayoutStopped
 
 log = logging.getLogger("stream_omni.telephony")
 
@@ -108,7 +108,7 @@ class PhoneCall:
                     self._outbox.append(o.ulaw)
                 elif isinstance(o, MarkOut):
                     self._outbox.append(o.name)
-                elif isinstance(o, Started):
+                elif isinstance(o, PlayoutStarted):
                     self._emit([p.server_event("output_audio_buffer.started", response_id=o.response_id)])
         self._lead.sent(sent, owed)
         if self._outbox and (self._sending is None or self._sending.done()):
@@ -129,7 +129,7 @@ class PhoneCall:
         r = self.live.session.response if self.live is not None else None
         return r.id if r is not None else None
 
-    def _stopped(self, stopped: list[Stopped]) -> None:
+    def _stopped(self, stopped: list[PlayoutStopped]) -> None:
         self._emit([p.server_event("output_audio_buffer.stopped", response_id=s.response_id) for s in stopped])
 
     # ------------------------------------------------------------------ barge-in, truncation

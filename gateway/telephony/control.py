@@ -25,7 +25,7 @@ from starlette.responses import JSONResponse, Response
 from starlette.routing import BaseRoute, Route, WebSocketRoute
 from starlette.websockets import WebSocket
 
-from ..http.errors import error_body
+from ..http.error_bodies import error_body
 from ..realtime import protocol as p
 from ..realtime.bigframes import ParseLimits, parse_checked
 from ..realtime.connection import Connection
@@ -37,10 +37,10 @@ from ..session_registry import TooManySessions
 from . import twilio, webhooks
 from .call import ANY_KEY, PhoneCall, telephone_session
 from .digest import DigestAuth
+from .media_stream import StreamLine, serve
 from .playout import FRAME_MS
 from .sip import Dialog, SipPolicy, SipServer
 from .sip_transport import serve_stream, tls_context
-from .stream import StreamLine, serve
 
 log = logging.getLogger("stream_omni.telephony")
 

@@ -29,12 +29,12 @@ class MarkOut:
 
 
 @dataclass(frozen=True)
-class Started:
+class PlayoutStarted:
     response_id: str  # its first frame went out
 
 
 @dataclass(frozen=True)
-class Stopped:
+class PlayoutStopped:
     response_id: str  # all its audio has played (its last mark came back) and no more is coming
 
 
@@ -45,7 +45,7 @@ class Cut:
 
 
 @dataclass
-class _Chunk:
+class _PlayoutChunk:
     ulaw: bytes
     response_id: str
     item_id: str
@@ -60,14 +60,14 @@ class _Pending:
     last: bool  # the end of a chunk
 
 
-Out = Frame | MarkOut | Started
+Out = Frame | MarkOut | PlayoutStarted
 
 
 class Playout:
     def __init__(self, mark_ms: int = 100, max_queued_s: float = 120.0):
         self.mark_frames = max(1, mark_ms // FRAME_MS)
         self.max_queued = int(max_queued_s * 8000)
-        self._queue: deque[_Chunk] = deque()
+        self._queue: deque[_PlayoutChunk] = deque()
         self._queued = 0
         self._pending: dict[str, _Pending] = {}  # mark name → where it stands; insertion order = send order
         self._sent: dict[str, int] = {}  # item id → ms of it sent
@@ -90,7 +90,7 @@ class Playout:
         if self._queued + len(ulaw) > self.max_queued:
             return False
         if ulaw:
-            self._queue.append(_Chunk(ulaw, response_id, item_id))
+            self._queue.append(_PlayoutChunk(ulaw, response_id, item_id))
             self._queued += len(ulaw)
         return True
 
@@ -102,7 +102,7 @@ class Playout:
         out: list[Out] = []
         if self._current != head.response_id:
             self._current = head.response_id
-            out.append(Started(head.response_id))
+            out.append(PlayoutStarted(head.response_id))
         piece = head.ulaw[head.offset : head.offset + FRAME_BYTES]
         head.offset += len(piece)
         self._queued -= len(piece)
@@ -121,7 +121,7 @@ class Playout:
             out.append(MarkOut(name))
         return out
 
-    def ack(self, name: str, open_response: str | None = None) -> list[Stopped]:
+    def ack(self, name: str, open_response: str | None = None) -> list[PlayoutStopped]:
         """The provider echoed mark ``name``: what was sent before it has played. ``open_response``: the
         response that may still add audio (it has not stopped while it runs)."""
         mark = self._pending.get(name)
@@ -139,10 +139,10 @@ class Playout:
         if not more and rid != open_response:
             if self._current == rid:
                 self._current = None
-            return [Stopped(rid)]
+            return [PlayoutStopped(rid)]
         return []
 
-    def finished(self, response_id: str) -> list[Stopped]:
+    def finished(self, response_id: str) -> list[PlayoutStopped]:
         """``response_id`` can add no more audio: stopped now if all of it has played already."""
         more = any(p.response_id == response_id for p in self._pending.values()) or any(
             c.response_id == response_id for c in self._queue
@@ -150,7 +150,7 @@ class Playout:
         if more or self._current != response_id:
             return []
         self._current = None
-        return [Stopped(response_id)]
+        return [PlayoutStopped(response_id)]
 
     def clear(self) -> Cut:
         """Drop the queue and forget the marks in flight (their echoes mean nothing now)."""

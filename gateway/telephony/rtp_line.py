@@ -8,7 +8,8 @@ import asyncio
 import secrets
 from typing import cast
 
-from . import rtp, sdp
+from . import phone_sdp as sdp
+from . import rtp
 from .call import PhoneCall
 
 Addr = tuple[str, int]
@@ -17,7 +18,7 @@ Addr = tuple[str, int]
 class RtpLine(asyncio.DatagramProtocol):
     """A call's RTP: frames out to the caller's address, the caller's audio and keys into ``call``."""
 
-    def __init__(self, offer: sdp.Offer, jitter_depth: int = 3):
+    def __init__(self, offer: sdp.PhoneOffer, jitter_depth: int = 3):
         self.codec = offer.codec
         self.lead_frames = 0  # a phone's jitter buffer is tens of ms and its own: frames go out on the clock
         self.offer = offer

@@ -24,7 +24,8 @@ from typing import Any, cast
 
 from sipmessage import AuthCredentials, Message, Request, Response
 
-from . import sdp, session_timer
+from . import phone_sdp as sdp
+from . import session_timer
 from .call import PhoneCall
 from .digest import DigestAuth
 from .rtp_line import RtpLine
@@ -219,7 +220,7 @@ class SipServer(asyncio.DatagramProtocol):
         out = [("Supported", SUPPORTED), ("Session-Expires", timer.header())]
         return out + ([("Require", "timer")] if timer.required else [])
 
-    async def _open(self, req: Request, peer: Peer, offer: sdp.Offer, timer: session_timer.Timer | None) -> None:
+    async def _open(self, req: Request, peer: Peer, offer: sdp.PhoneOffer, timer: session_timer.Timer | None) -> None:
         loop = asyncio.get_running_loop()
         sip_call = req.headers.get("Call-ID") or ""
         try:

@@ -15,10 +15,10 @@ from typing import Any
 from models.toolcalls import ParsedCall, Tool
 
 from ..grammars import CompileBusy, off_loop
-from ..http.errors import ApiError
+from ..http.error_bodies import ApiError
 from ..services import Services
 from . import listing
-from .client import CallFailed, Connection, Endpoint, Limits
+from .client import CallFailed, Endpoint, Limits, McpConnection
 from .runner import capped
 
 log = logging.getLogger("stream_omni.mcp")
@@ -38,11 +38,11 @@ class ChatMcp:
             c.mcp_max_list_bytes,
             c.mcp_max_list_values,
         )
-        self.connections: dict[str, Connection] = {}
+        self.connections: dict[str, McpConnection] = {}
         for label in labels:
             s = c.mcp_servers[label]
             ep = Endpoint(label, s.url, dict(s.headers), None, s.command, s.args, dict(s.env), s.cwd)
-            self.connections[label] = Connection(ep, limits)
+            self.connections[label] = McpConnection(ep, limits)
         self.tools: list[Tool] = []
         self.routes: dict[str, str] = {}  # tool name → server label
         self.calls = 0  # calls run for this request

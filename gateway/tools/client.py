@@ -1,8 +1,8 @@
-"""MCP connections through the official ``mcp`` SDK: Streamable HTTP (guarded, gateway.tools.guard) and
+"""MCP connections through the official ``mcp`` SDK: Streamable HTTP (guarded, gateway.tools.ssrf) and
 stdio (the configured environment only). One connection per server per session, kept open between calls
 in a task of its own (the SDK's transports are context managers); every wait is bounded. That task and
 every call run on the MCP loop (``gateway.tools.loop_thread``), so the SDK's parsing of what a server
-sends never runs on the gateway's event loop; ``Connection`` is the gateway's handle on it.
+sends never runs on the gateway's event loop; ``McpConnection`` is the gateway's handle on it.
 """
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ from mcp.client.stdio import stdio_client
 from mcp.client.streamable_http import streamable_http_client
 
 from . import loop_thread
-from .guard import Guard, Refused, client
+from .ssrf import AddressRefused, Guard, client
 
 log = logging.getLogger("stream_omni.mcp")
 ENV = "/usr/bin/env"  # runs a stdio server with ``env -i``: exactly the configured variables
@@ -78,7 +78,7 @@ def result_text(result: types.CallToolResult) -> str:
     return "\n".join(parts)
 
 
-class Connection:
+class McpConnection:
     """One server's connection as the gateway's loops see it: each operation runs on the MCP loop, in a
     ``_Link`` made there on first use (its futures, events and streams belong to that loop)."""
 
@@ -163,7 +163,7 @@ class _Link:
         if self.ep.url is not None and self.guard.allowed is not None:
             try:
                 await self.guard.admit(self.ep.url)  # refused before any connection
-            except Refused as exc:
+            except AddressRefused as exc:
                 raise CallFailed("http_error", str(exc)) from None
         if self._task is None:
             self._task = asyncio.create_task(self._serve(), name=f"mcp-{self.ep.label}")

@@ -1,4 +1,4 @@
-"""Runs a session's MCP actions (gateway.tools.actions) and feeds the results back into it.
+"""Runs a session's MCP actions (gateway.tools.tool_actions) and feeds the results back into it.
 
 One per ``LiveSession``: a connection per server label, tasks per response (cancelled with it), every
 result capped (tools.mcp_max_output_bytes / _tokens) before the model sees it. A misbehaving server
@@ -18,14 +18,14 @@ from ..realtime.actions import Output
 from ..realtime.inputs import McpListed, McpResult
 from ..tokenize import on_tokenizer_thread
 from . import events, listing, policy
-from .actions import CallTool, ListTools, Server
-from .client import CallFailed, Connection, Endpoint, Limits
+from .client import CallFailed, Endpoint, Limits, McpConnection
 from .seats import KeySeats
+from .tool_actions import CallTool, ListTools, Server
 
 log = logging.getLogger("stream_omni.mcp")
 
 
-class Host(Protocol):
+class ToolHost(Protocol):
     """What the runner needs of its ``LiveSession``."""
 
     def send(self, out: Output) -> None: ...
@@ -34,7 +34,7 @@ class Host(Protocol):
 class McpRunner:
     def __init__(
         self,
-        host: Host,
+        host: ToolHost,
         session: Any,
         config: ToolsConfig,
         tokenizer: Any = None,
@@ -58,7 +58,7 @@ class McpRunner:
             config.mcp_max_list_values,
         )
         self.listing_limits = listing.ListingLimits(config.mcp_max_tools)
-        self.connections: dict[str, Connection] = {}
+        self.connections: dict[str, McpConnection] = {}
         self.tasks: dict[str, set[asyncio.Task[None]]] = {}  # response id (or "list") → its tasks
 
     def act(self, action: ListTools | CallTool) -> None:
@@ -79,7 +79,7 @@ class McpRunner:
         headers = dict(self.session.mcp.secrets.get(server.label, {}))
         return Endpoint(server.label, server.url, headers, self.config.mcp_allowed_urls)
 
-    def connection(self, server: Server) -> Connection:
+    def connection(self, server: Server) -> McpConnection:
         """The label's open connection; a new one when it died, or its server changed, within the
         session's and the key's connection caps (``CallFailed`` past them)."""
         ep = self.endpoint(server)
@@ -100,7 +100,7 @@ class McpRunner:
             raise CallFailed(
                 "http_error", "this API key has too many MCP connections open (tools.mcp_max_connections_per_key)"
             )
-        conn = self.connections[server.label] = Connection(ep, self.limits)
+        conn = self.connections[server.label] = McpConnection(ep, self.limits)
         self._count()
         return conn
 
@@ -120,7 +120,7 @@ class McpRunner:
             if label not in keep:
                 self._drop(label, conn)
 
-    def _drop(self, label: str, conn: Connection) -> None:
+    def _drop(self, label: str, conn: McpConnection) -> None:
         """Closed: after a timeout or a broken answer the connection is not trusted again, and a label
         no longer named needs none."""
         if self.connections.get(label) is conn:
@@ -133,7 +133,7 @@ class McpRunner:
         if self.gauge is not None:
             self.gauge.set(self.seats.total)
 
-    def _spawn_close(self, conn: Connection) -> None:
+    def _spawn_close(self, conn: McpConnection) -> None:
         task = asyncio.create_task(conn.close(), name="mcp-close")
         self.tasks.setdefault("close", set()).add(task)
         task.add_done_callback(lambda t: self.tasks.get("close", set()).discard(t))

@@ -15,7 +15,7 @@ from models.toolplan import ToolPlan
 from ..realtime import functions
 from ..realtime import protocol as p
 from . import policy
-from .actions import Server
+from .tool_actions import Server
 from .wire import McpTool, NamedMcpTool
 
 ToolError = functions.ToolError

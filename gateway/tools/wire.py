@@ -11,11 +11,11 @@ from pydantic import BaseModel, ConfigDict, Field
 LABEL = r"^[A-Za-z0-9_-]+$"
 
 
-class _Lenient(BaseModel):
+class _LenientWire(BaseModel):
     model_config = ConfigDict(extra="ignore")
 
 
-class McpTool(_Lenient):
+class McpTool(_LenientWire):
     """``{type: "mcp", server_label, server_url?, …}``: without ``server_url`` the label names a server of
     the gateway's own configuration (``tools.mcp_servers``)."""
 
@@ -32,7 +32,7 @@ class McpTool(_Lenient):
     connector_id: str | None = None  # OpenAI's hosted connectors: not served here (a clear error)
 
 
-class NamedMcpTool(_Lenient):
+class NamedMcpTool(_LenientWire):
     """``tool_choice: {type: "mcp", server_label, name?}``: a call to that tool (or any of that server's)."""
 
     type: Literal["mcp"]
@@ -40,7 +40,7 @@ class NamedMcpTool(_Lenient):
     name: str | None = None
 
 
-class McpApprovalResponseItem(_Lenient):
+class McpApprovalResponseItem(_LenientWire):
     type: Literal["mcp_approval_response"]
     id: str | None = Field(default=None, max_length=64)
     approval_request_id: str = Field(min_length=1, max_length=64)

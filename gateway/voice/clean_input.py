@@ -44,7 +44,7 @@ class _Played:
 
 
 @dataclass(frozen=True)
-class _Stop:
+class _StopPump:
     pass
 
 
@@ -53,7 +53,7 @@ class _Then:
     fn: Callable[[], None]  # runs on the loop once every frame before it is delivered
 
 
-_Item = _Frame | _Played | _Stop | _Then
+_Item = _Frame | _Played | _StopPump | _Then
 
 
 class CleanPump:
@@ -84,7 +84,7 @@ class CleanPump:
 
     def stop_playback(self) -> None:
         if self.busy:
-            self._put(_Stop())
+            self._put(_StopPump())
         else:
             self.cleaner.stop_playback()
 
@@ -134,7 +134,7 @@ class CleanPump:
                     out.append((item.raw, item.event_id))
             elif isinstance(item, _Played):
                 self.cleaner.played(item.pcm, item.rate)
-            elif isinstance(item, _Stop):
+            elif isinstance(item, _StopPump):
                 self.cleaner.stop_playback()
         return out
 

@@ -12,7 +12,7 @@ from processors.audio import TARGET_RATE
 from processors.turn_end import EndOfTurn, windows_for
 from processors.vad import ServerVadConfig
 
-from .turntaking import Completed, TurnConfig, TurnTaker
+from .turntaking import TurnCompleted, TurnConfig, TurnTaker
 
 
 @dataclass
@@ -23,7 +23,7 @@ class SpokenTurn:
     taker: TurnTaker
     audio: np.ndarray | None = None  # float32 [n] at 16 kHz, set at speech_stopped
     tickets: dict[int, int] = field(default_factory=dict)  # pass id → the worker's ticket, while queued or running
-    completed: Completed | None = None  # its transcript, held until every earlier turn's is out
+    completed: TurnCompleted | None = None  # its transcript, held until every earlier turn's is out
     end: EndOfTurn | None = None  # its silence window from the end-of-turn model (turn_detection.model)
     lead: np.ndarray | None = None  # the audio of the turn this one reopened: it leads every pass and probe
     reopened: bool = False  # a later turn continues this one: it answers nothing and its item goes

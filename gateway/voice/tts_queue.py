@@ -43,7 +43,7 @@ class _Entry(Generic[T]):
 
 
 @dataclass
-class _Owner(Generic[T]):
+class _QueueOwner(Generic[T]):
     jobs: list[_Entry[T]] = field(default_factory=list)  # sorted by (rank, seq)
     deficit: int = 0  # characters it may still spend this turn
 
@@ -52,7 +52,7 @@ class SynthesisQueue(Generic[T]):
     def __init__(self, quantum: int = QUANTUM) -> None:
         self.quantum = quantum
         self._urgent: list[_Entry[T]] = []  # sorted by (rank, seq)
-        self._owners: dict[str, _Owner[T]] = {}
+        self._owners: dict[str, _QueueOwner[T]] = {}
         self._ring: deque[str] = deque()  # owners with jobs, whose turn comes in this order
         self._turn = False  # the first owner of the ring has had its quantum for this turn
         self._seq = itertools.count()
@@ -71,7 +71,7 @@ class SynthesisQueue(Generic[T]):
             return
         o = self._owners.get(owner)
         if o is None:
-            o = self._owners[owner] = _Owner()
+            o = self._owners[owner] = _QueueOwner()
         if not o.jobs:
             self._ring.append(owner)
         _insert(o.jobs, entry)

@@ -23,7 +23,7 @@ touches the engine, so every ordering of VAD events and transcription results is
   a Whisper pass on a small CPU takes longer than what is left of the window after it (0.5 s
   passes against 300 ms: ``bench voice``); the reply still waits for ``speculation_ms``, since the
   engine is shared. Speech coming back drops it (``Drop``: nothing was shown, nothing entered the
-  history). When the window closes, ``Stopped`` and ``Completed`` come out together and the
+  history). When the window closes, ``TurnStopped`` and ``TurnCompleted`` come out together and the
   prepared reply is adopted; a pause text that arrives after the window closed is the transcript
   as it stands (no second pass). semantic_vad also sets this turn's silence window from that
   text (``SetSilence``).
@@ -84,14 +84,14 @@ class ShowDelta:
 
 
 @dataclass(frozen=True)
-class Stopped:
+class TurnStopped:
     """``speech_stopped`` and ``input_audio_buffer.committed``: the turn is in the conversation."""
 
     end_ms: int
 
 
 @dataclass(frozen=True)
-class Completed:
+class TurnCompleted:
     """The transcript (None: transcription failed); ``delta`` completes the shown words into it."""
 
     transcript: str | None
@@ -125,7 +125,7 @@ class SetSilence:
     text: str = ""
 
 
-TurnAction = Transcribe | ShowDelta | Stopped | Completed | Prepare | Drop | SetSilence
+TurnAction = Transcribe | ShowDelta | TurnStopped | TurnCompleted | Prepare | Drop | SetSilence
 
 
 # ---------------------------------------------------------------- the state machine
@@ -219,7 +219,7 @@ class TurnTaker:
         if self._busy:
             return []
         self._end_ms = end_ms
-        out: list[TurnAction] = [Stopped(end_ms)]
+        out: list[TurnAction] = [TurnStopped(end_ms)]
         if self._pause_text is not None:
             out.append(self._complete(self._pause_text, self._speculation))
         elif self._running is not None and self._running[1] == "pause":
@@ -253,7 +253,7 @@ class TurnTaker:
             return []
         if kind != "partial" and self._end_ms is not None:
             self.done = True
-            return [Completed(None, "", False, None)]
+            return [TurnCompleted(None, "", False, None)]
         return self._next()
 
     def shed(self, pass_id: int) -> list[TurnAction]:
@@ -282,7 +282,7 @@ class TurnTaker:
 
     @property
     def _busy(self) -> bool:
-        """Stopped or done: VAD events no longer concern this turn."""
+        """TurnStopped or done: VAD events no longer concern this turn."""
         return self.done or self._end_ms is not None
 
     def _start(self, kind: PassKind, upto_ms: int) -> Transcribe:
@@ -342,13 +342,13 @@ class TurnTaker:
             return text.strip(), "", False
         return (self.agreement.text + rest).strip(), rest, True
 
-    def _complete(self, text: str, speculation: int | None) -> Completed:
+    def _complete(self, text: str, speculation: int | None) -> TurnCompleted:
         self.done = True
         self._speculation = None
         self._to_prepare = None
         transcript, delta, consistent = self._final_text(text)
         respond = self.config.respond and bool(transcript)
-        return Completed(transcript, delta, respond, speculation if respond else None, consistent)
+        return TurnCompleted(transcript, delta, respond, speculation if respond else None, consistent)
 
 
 # ---------------------------------------------------------------- reopening a turn

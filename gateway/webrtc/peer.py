@@ -23,10 +23,10 @@ from ..realtime.speech_out import due_truncations
 from ..voice.speech_actions import PlayAudio
 from .channel import LABEL, DataChannelSocket
 from .checks import CheckPacer, pace_checks
-from .pacing import FRAME_MS, Cleared, OutboundAudio, PlayoutEvent, Started, Stopped, track_samples
 from .ports import bind_in_range
-from .sdp import Offer, with_opus_bitrate, with_public_ip
+from .track_pacing import FRAME_MS, Cleared, OutboundAudio, PlayoutEvent, TrackStarted, TrackStopped, track_samples
 from .tracks import IDLE_FRAMES, PacedTrack, decode_inline, pump_inbound, shorten_jitter_buffer
+from .webrtc_sdp import WebRtcOffer, with_opus_bitrate, with_public_ip
 
 log = logging.getLogger("stream_omni.webrtc")
 
@@ -68,7 +68,7 @@ class Call:
 
     # ------------------------------------------------------------------ signalling
 
-    async def answer(self, offer: Offer, last_seq: int = -1, resumed: bool = False) -> str:
+    async def answer(self, offer: WebRtcOffer, last_seq: int = -1, resumed: bool = False) -> str:
         """Set the offer, attach our track and the session, return the SDP answer."""
         pc = self.pc
         pc.on("track", self._on_track)
@@ -126,9 +126,9 @@ class Call:
     def _playout(self, events: list[PlayoutEvent]) -> None:
         out = []
         for ev in events:
-            if isinstance(ev, Started):
+            if isinstance(ev, TrackStarted):
                 out.append(p.server_event("output_audio_buffer.started", response_id=ev.response_id))
-            elif isinstance(ev, Stopped):
+            elif isinstance(ev, TrackStopped):
                 out.append(p.server_event("output_audio_buffer.stopped", response_id=ev.response_id))
         self._emit(out)
 

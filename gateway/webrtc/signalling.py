@@ -1,7 +1,7 @@
 """GA WebRTC signalling: ``POST /v1/realtime/calls`` (SDP offer → answer), hangup, and the sideband socket.
 
 Everything that can refuse an offer cheaply runs before any media work: origin, API key, the
-per-key offer rate, the body's size and type, the SDP checks (``gateway.webrtc.sdp``), the
+per-key offer rate, the body's size and type, the SDP checks (``gateway.webrtc.webrtc_sdp``), the
 ``session`` JSON, and the session limits. Only then is a peer connection made.
 """
 
@@ -22,23 +22,23 @@ from starlette.responses import JSONResponse, Response
 from starlette.routing import BaseRoute, Route
 from starlette.websockets import WebSocket
 
-from ..client_secrets import Grant, VaultUnavailable
 from ..cluster.node import ClusterNode
 from ..cluster.store import StoreUnavailable
 from ..config import Config, is_loopback
-from ..http.errors import error_body
+from ..ephemeral_keys import Grant, VaultUnavailable
+from ..http.error_bodies import error_body
 from ..realtime import protocol as p
 from ..realtime.connection import Connection
-from ..realtime.keyed import PresetRefused, authenticate
+from ..realtime.key_binding import PresetRefused, authenticate
 from ..realtime.live_session import LiveSession
 from ..realtime.protocol import CLOSE_POLICY
 from ..realtime.ratelimit import TokenBucket
 from ..security import AuthRefused, accept_authorized, check_origin, ws_auth
 from ..services import Services
 from ..session_registry import TooManySessions
-from .pacing import OutboundAudio
 from .peer import Call
-from .sdp import MAX_SDP_BYTES, CandidatePolicy, OfferError, check_offer
+from .track_pacing import OutboundAudio
+from .webrtc_sdp import MAX_SDP_BYTES, CandidatePolicy, OfferError, check_offer
 
 log = logging.getLogger("stream_omni.webrtc")
 

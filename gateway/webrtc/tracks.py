@@ -19,7 +19,7 @@ from aiortc.mediastreams import MediaStreamError
 from av import AudioFrame, CodecContext, FFmpegError, Packet
 from av.audio.codeccontext import AudioCodecContext
 
-from .pacing import FRAME, FRAME_MS, RATE, OutboundAudio, PlayoutEvent
+from .track_pacing import FRAME, FRAME_MS, RATE, OutboundAudio, PlayoutEvent
 
 log = logging.getLogger("stream_omni.webrtc")
 

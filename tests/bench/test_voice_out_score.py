@@ -6,7 +6,7 @@ from __future__ import annotations
 import math
 from typing import Any
 
-from bench.speech import gaps
+from bench.speech_bench import gaps
 from bench.voice_out_score import (
     SENTENCES,
     corpus_wer,
@@ -29,7 +29,7 @@ def test_the_playback_clock_starts_at_the_first_delta_and_waits_for_a_late_one()
     assert math.isclose(played_ms(late, 10.8), 500)
     assert math.isclose(played_ms(late, 11.2), 700)
     assert stalls_ms(on_time) == [] and [round(x) for x in stalls_ms(late)] == [500]
-    assert gaps(late)[0] == len(stalls_ms(late))  # the same underruns bench/speech.py counts
+    assert gaps(late)[0] == len(stalls_ms(late))  # the same underruns bench/speech_bench.py counts
 
 
 def test_words_are_compared_as_the_voice_says_them() -> None:

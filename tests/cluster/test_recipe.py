@@ -21,9 +21,9 @@ import pytest
 import websockets
 import yaml
 
+from testkit.live_server import free_port
 from testkit.remote_engines import EngineProcess
 from testkit.replicas import RedisServer
-from testkit.server import free_port
 from tests.cluster.client import Run, turn, user
 from tests.resume_client import WS_OPTS, recv
 

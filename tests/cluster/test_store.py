@@ -90,7 +90,7 @@ def test_commands_reach_the_owner_in_order_and_ack(redis_server):
 
 def test_an_unreachable_redis_fails_fast(redis_server):
     async def main():
-        from testkit.server import free_port
+        from testkit.live_server import free_port
 
         st = RedisStore(f"redis://127.0.0.1:{free_port()}/0", 1.0)
         loop = asyncio.get_running_loop()

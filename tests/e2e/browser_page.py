@@ -10,7 +10,7 @@ from typing import Any
 
 import numpy as np
 
-from testkit.speech import ESPEAK, silence, speak, wav_bytes
+from testkit.espeak import ESPEAK, silence, speak, wav_bytes
 from tests.e2e.browser_fixtures import (
     ARTIFACTS,
     Recorder,

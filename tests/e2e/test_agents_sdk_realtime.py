@@ -204,7 +204,7 @@ async def test_a_handoff_switches_agents(tiny_backend, server_factory):
 @requires_espeak
 async def test_a_voice_turn_has_its_transcript_in_the_history(tiny_backend, server_factory):
     from processors.asr import word_error_rate
-    from testkit.speech import silence, speak
+    from testkit.espeak import silence, speak
     from tests.media.test_realtime_voice import pcm24
 
     sentence = "Please open the kitchen window."

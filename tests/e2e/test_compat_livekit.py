@@ -168,7 +168,7 @@ async def test_voice_turn_pushed_as_audio_frames(tiny_backend, server_factory):
 
     from processors.asr import word_error_rate
     from processors.audio import float32_to_pcm16
-    from testkit.speech import silence, speak
+    from testkit.espeak import silence, speak
 
     sentence = "Please open the kitchen window."
     with server_factory(tiny_backend, **{**CONF, "audio.enabled": True, "session.max_output_tokens": 8}) as addr:

@@ -23,8 +23,8 @@ import pytest
 
 from processors.asr import word_error_rate
 from processors.audio import float32_to_pcm16
+from testkit.espeak import silence, speak
 from testkit.fake_backend import WORDS, FakeBackend
-from testkit.speech import silence, speak
 from tests.conftest import requires_espeak
 
 HAVE_PIPECAT = importlib.util.find_spec("pipecat") is not None

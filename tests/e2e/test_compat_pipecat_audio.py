@@ -22,9 +22,9 @@ import numpy as np
 
 from processors.asr import normalize_words, word_error_rate
 from processors.audio import float32_to_pcm16
+from testkit.espeak import silence, speak
 from testkit.fake_backend import FakeBackend
 from testkit.recording import Recording
-from testkit.speech import silence, speak
 from tests.conftest import requires_espeak
 from tests.e2e.spoken import (
     BARGE_IN,

@@ -69,7 +69,7 @@ def test_a_tool_call_and_the_answer_that_uses_its_output(js_clients, tiny_backen
 @requires_espeak
 def test_a_voice_turn(js_clients, tiny_backend, server_factory, tmp_path):
     from processors.asr import word_error_rate
-    from testkit.speech import silence, speak
+    from testkit.espeak import silence, speak
     from tests.media.test_realtime_voice import pcm24
 
     question = "What is the weather like in Paris today?"

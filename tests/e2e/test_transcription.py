@@ -23,8 +23,8 @@ from pydantic import TypeAdapter
 
 from processors.asr import word_error_rate
 from processors.audio import float32_to_pcm16
+from testkit.espeak import silence, speak, wav_bytes
 from testkit.recording import Recording
-from testkit.speech import silence, speak, wav_bytes
 from tests.conftest import requires_espeak
 from tests.wsclient import RealtimeClient
 

@@ -14,14 +14,14 @@ from models.drafters import PromptLookupDrafter
 from models.engine import Engine
 from models.sampling import SamplingParams
 from models.scheduler import SchedulerConfig
-from models.verify import AdaptiveLookahead, FixedLookahead, LookaheadConfig, Speculation
+from models.verify import AdaptiveLookahead, DraftVerify, FixedLookahead, LookaheadConfig
 from testkit.fake_backend import FakeBackend
 
 WAIT = 10.0  # seconds any one response may take before the test fails
 
 
 def make_job(fake: FakeBackend, text: str, n: int = 40, k: int = 0) -> DecodeJob:
-    spec = Speculation(PromptLookupDrafter(3, 1), FixedLookahead(k)) if k else None
+    spec = DraftVerify(PromptLookupDrafter(3, 1), FixedLookahead(k)) if k else None
     return DecodeJob(
         fake,
         fake.new_state(),

@@ -18,7 +18,7 @@ from models.engine import Engine  # noqa: E402
 from models.llama_cpp import LlamaCppBackend, LlamaCppConfig  # noqa: E402
 from models.sampling import SamplingParams  # noqa: E402
 from models.scheduler import SchedulerConfig  # noqa: E402
-from models.verify import FixedLookahead, Speculation  # noqa: E402
+from models.verify import DraftVerify, FixedLookahead  # noqa: E402
 
 pytestmark = pytest.mark.real_model
 
@@ -83,7 +83,7 @@ def test_a_bad_item_changes_no_state_of_the_batch(backend: LlamaCppBackend) -> N
 
 
 def job(b: LlamaCppBackend, q: str, n: int = 24, k: int = 0) -> DecodeJob:
-    spec = Speculation(PromptLookupDrafter(3, 1), FixedLookahead(k)) if k else None
+    spec = DraftVerify(PromptLookupDrafter(3, 1), FixedLookahead(k)) if k else None
     return DecodeJob(
         b,
         b.new_state(),

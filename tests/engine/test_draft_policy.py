@@ -13,7 +13,7 @@ from models.drafters import PromptLookupDrafter
 from models.engine import Engine
 from models.sampling import SamplingParams
 from models.scheduler import SchedulerConfig
-from models.verify import Speculation
+from models.verify import DraftVerify
 from testkit.fake_backend import FakeBackend
 
 # llama.cpp on this CPU (bench/results/llama_cpp_curve.md): k + 1 tokens cost almost k + 1 steps at first
@@ -211,10 +211,10 @@ class SwitchingDrafter:
         return None
 
 
-def _job(fake: FakeBackend, text: str, drafting: bool, n: int = 150) -> tuple[DecodeJob, Speculation | None]:
+def _job(fake: FakeBackend, text: str, drafting: bool, n: int = 150) -> tuple[DecodeJob, DraftVerify | None]:
     spec = None
     if drafting:
-        spec = Speculation(
+        spec = DraftVerify(
             SwitchingDrafter(fake),
             DraftPolicy(StepCosts(FLAT), PolicyConfig(k_max=6, backoff_base=2, priors=((3, 0.5),))),
         )
@@ -251,7 +251,7 @@ def test_greedy_output_is_plain_greedy_while_the_policy_switches_drafting_on_and
     # batched: one engine, every response in one forward per step
     eng = Engine(max_running=8)
     try:
-        done: list[tuple[DecodeJob, Speculation]] = []
+        done: list[tuple[DecodeJob, DraftVerify]] = []
         finished = []
         for t in texts:
             job, spec = _job(fake, t, True)

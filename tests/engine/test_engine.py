@@ -201,7 +201,7 @@ def test_the_app_loads_and_probes_the_model_on_the_engine_thread(tiny_backend):
     """gateway.app runs the backend loader and the speculator's cost probe on the engine's thread
     (llama.cpp slows ≈ 2× once a second thread has run it; see models/engine.py)."""
     from gateway.config import load_config
-    from testkit.server import run_server
+    from testkit.live_server import run_server
 
     seen: dict[str, int] = {}
 
@@ -233,7 +233,7 @@ def test_the_app_keeps_its_start_up_heap_out_of_the_cyclic_gc_while_it_serves(ti
     import gc
 
     from gateway.config import load_config
-    from testkit.server import run_server
+    from testkit.live_server import run_server
 
     assert gc.get_freeze_count() == 0
     cfg = load_config(None, **{"audio.enabled": False, "speculative.drafter": "none"})
@@ -250,7 +250,7 @@ def test_the_server_readies_the_next_conversations_cache_while_idle(tiny_backend
     import asyncio
 
     from gateway.config import load_config
-    from testkit.server import run_server
+    from testkit.live_server import run_server
     from tests.wsclient import RealtimeClient
 
     ff = tiny_backend.fast

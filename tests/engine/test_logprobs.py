@@ -9,13 +9,13 @@ import pytest
 from models.decode import DecodeJob, JobEvents
 from models.sampling import SamplingParams, log_softmax
 from models.scheduler import SchedulerConfig
-from models.verify import FixedLookahead, Speculation
+from models.verify import DraftVerify, FixedLookahead
 from tests.engine.spec_fakes import FakeLM, ListDrafter, oracle_drafts
 
 
 def run(backend, prompt, params, top, drafter=None) -> tuple[DecodeJob, list[JobEvents]]:
     sched = SchedulerConfig(lookahead_tokens=8 if drafter else 0, draft_before_first_text=True)
-    spec = Speculation(drafter, FixedLookahead(4)) if drafter else None
+    spec = DraftVerify(drafter, FixedLookahead(4)) if drafter else None
     job = DecodeJob(backend, backend.new_state(), prompt, params, sched, spec, spec, top_logprobs=top)
     events = []
     while not job.finished:

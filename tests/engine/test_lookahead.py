@@ -10,8 +10,8 @@ from models.sampling import SamplingParams
 from models.speculative import SpecConfig, Speculator
 from models.verify import (
     AdaptiveLookahead,
+    DraftVerify,
     LookaheadConfig,
-    Speculation,
     cost_at,
     expected_tokens,
     measure_cost_curve,
@@ -151,14 +151,14 @@ def test_adaptive_job_stops_drafting_garbage_but_keeps_good_drafts():
     params = SamplingParams(max_tokens=200)
     cfg = LookaheadConfig(probe_every=20)
     wrong = ListDrafter(lambda ctx, k: [(int(np.argmax(backend.logits(ctx))) + 1) % 12] * k)
-    garbage = Speculation(wrong, AdaptiveLookahead(CURVE, cfg))
+    garbage = DraftVerify(wrong, AdaptiveLookahead(CURVE, cfg))
     job = decode(backend, [1, 2], params, garbage, garbage)
     assert job.accepted == 0
     assert job.drafted <= 50  # a few tries, then only probes every 20 steps
 
     oracle = oracle_drafts(backend)
 
-    good = Speculation(ListDrafter(oracle), AdaptiveLookahead(CURVE, cfg))
+    good = DraftVerify(ListDrafter(oracle), AdaptiveLookahead(CURVE, cfg))
     job = decode(backend, [1, 2], params, good, good)
     assert job.drafted >= 150 and job.accepted == job.drafted
 

@@ -9,7 +9,7 @@ from models.decode import DecodeJob
 from models.penalties import active, breaker_mask, dry_runs, penalize
 from models.sampling import SamplingParams, probs
 from models.scheduler import SchedulerConfig
-from models.verify import FixedLookahead, Speculation
+from models.verify import DraftVerify, FixedLookahead
 from tests.engine.spec_fakes import FakeLM, ListDrafter, oracle_drafts
 from tests.ngrams import repeats
 
@@ -101,7 +101,7 @@ def test_top_k_and_min_p_cut_the_tail():
 def decode(params: SamplingParams, drafter=None, top=None, scale=3.0) -> DecodeJob:
     backend = FakeLM(vocab=12, scale=scale)
     sched = SchedulerConfig(lookahead_tokens=8 if drafter else 0, draft_before_first_text=True)
-    spec = Speculation(drafter, FixedLookahead(4)) if drafter else None
+    spec = DraftVerify(drafter, FixedLookahead(4)) if drafter else None
     job = DecodeJob(backend, backend.new_state(), [1, 2, 3], params, sched, spec, spec, top_logprobs=top)
     while not job.finished:
         job.step()

@@ -18,8 +18,8 @@ from typing import Any
 import httpx
 import pytest
 
+from testkit.live_server import free_port
 from testkit.remote_engines import BadEngine, EngineProcess, gateway, llama_server, stream_omni_engine, tcp_states
-from testkit.server import free_port
 from tests.conftest import requires_espeak
 from tests.wsclient import RealtimeClient
 
@@ -283,7 +283,7 @@ async def test_a_second_stream_omni_as_the_engine(tmp_path):
 async def test_a_voice_turn_reaches_the_engine_as_text(engine):
     import numpy as np
 
-    from testkit.speech import silence, speak
+    from testkit.espeak import silence, speak
     from tests.media.test_realtime_voice import pcm24, stream
 
     with gateway(engine.base_url, **{"audio.enabled": True, "session.max_output_tokens": 24}) as addr:
@@ -302,7 +302,7 @@ async def test_a_voice_turn_reaches_the_engine_as_text(engine):
 async def test_barge_in_closes_the_upstream_stream(engine):
     import numpy as np
 
-    from testkit.speech import silence, speak
+    from testkit.espeak import silence, speak
     from tests.media.test_realtime_voice import pcm24, stream
 
     with gateway(engine.base_url, **{"audio.enabled": True}) as addr:

@@ -6,7 +6,7 @@ from __future__ import annotations
 import types
 
 from gateway.config import load_config
-from gateway.options import SamplingKnobs
+from gateway.request_options import SamplingKnobs
 from gateway.services import Services
 from models.llm import generation_defaults
 from models.sampling import REPETITION_GUARD_KEYS, SamplingParams

@@ -13,9 +13,9 @@ from models.drafters import PromptLookupDrafter
 from models.sampling import SamplingParams, probs
 from models.verify import (
     AdaptiveLookahead,
+    DraftVerify,
     FixedLookahead,
     LookaheadConfig,
-    Speculation,
     accept_greedy,
     accept_sampling,
 )
@@ -110,7 +110,7 @@ def test_sampled_decoding_with_drafts_has_the_plain_distribution(drafter_kind):
             drafter = PromptLookupDrafter()
         else:
             drafter = ListDrafter(lambda ctx, k: [1, 0, 1][:k])
-        s = Speculation(drafter, FixedLookahead(3))
+        s = DraftVerify(drafter, FixedLookahead(3))
         job = decode(backend, prompt, params, s, s)
         counts[tuple(job.generated)] += 1
         drafted += job.drafted
@@ -152,7 +152,7 @@ def test_greedy_with_drafts_equals_plain_greedy(prompt, max_tokens, k, kind):
         "adaptive": PromptLookupDrafter(),
     }[kind]
     policy = AdaptiveLookahead(config=LookaheadConfig(k_max=k)) if kind == "adaptive" else FixedLookahead(k)
-    s = Speculation(drafter, policy)
+    s = DraftVerify(drafter, policy)
     spec = decode(backend, prompt, params, s, s)
     assert spec.generated == plain.generated
     assert spec.metrics()["tokens"] == plain.metrics()["tokens"]
@@ -167,7 +167,7 @@ def test_oracle_drafts_cut_the_number_of_forwards():
     oracle = oracle_drafts(backend)
 
     backend.calls.clear()
-    s = Speculation(ListDrafter(oracle), FixedLookahead(7))
+    s = DraftVerify(ListDrafter(oracle), FixedLookahead(7))
     spec = decode(backend, [1, 2, 3], params, s, s)
     assert spec.generated == plain.generated
     assert spec.accepted == spec.drafted > 0

@@ -23,9 +23,9 @@ from models.speculative import SpecConfig, Speculator
 from models.verify import (
     DEFAULT_COST_CURVE,
     AdaptiveLookahead,
+    DraftVerify,
     FixedLookahead,
     LookaheadConfig,
-    Speculation,
     draft_agreement,
 )
 from testkit.tiny_models import build_tiny_llama
@@ -72,15 +72,15 @@ def greedy(backend, prompt, max_tokens, spec=None):
     return job
 
 
-def make_spec(kind: str, target, draft, k: int) -> Speculation:
+def make_spec(kind: str, target, draft, k: int) -> DraftVerify:
     if kind == "lookup":
-        return Speculation(PromptLookupDrafter(), FixedLookahead(k))
+        return DraftVerify(PromptLookupDrafter(), FixedLookahead(k))
     if kind == "lookup_adaptive":
-        return Speculation(PromptLookupDrafter(), AdaptiveLookahead(config=LookaheadConfig(k_max=k)))
+        return DraftVerify(PromptLookupDrafter(), AdaptiveLookahead(config=LookaheadConfig(k_max=k)))
     if kind == "draft":
-        return Speculation(ModelDrafter(draft), FixedLookahead(k))
+        return DraftVerify(ModelDrafter(draft), FixedLookahead(k))
     if kind == "self":
-        return Speculation(ModelDrafter(SelfDraftBackend(target, 1)), FixedLookahead(k))
+        return DraftVerify(ModelDrafter(SelfDraftBackend(target, 1)), FixedLookahead(k))
     if kind == "lookup_first":  # wired like Speculator.for_job: lookup classes free, the model paid
         d = LookupFirstDrafter(PromptLookupDrafter(), ModelDrafter(draft, seconds_per_token=0.001))
         pol = AdaptiveLookahead(
@@ -90,7 +90,7 @@ def make_spec(kind: str, target, draft, k: int) -> Speculation:
             step_seconds=0.01,
         )
         d.rate, d.budget = pol.rate, pol.budget
-        return Speculation(d, pol)
+        return DraftVerify(d, pol)
     raise AssertionError(kind)
 
 
@@ -272,7 +272,7 @@ def test_real_model_bf16_greedy_identity_under_many_rejections(real_backend, pro
     assert real_backend.fast is not None and real_backend.cfg.dtype == "bfloat16"
     prompt = real_backend.chat_tokens([{"role": "user", "content": prompt_text}])
     plain = greedy(real_backend, prompt, 40)
-    spec = Speculation(ModelDrafter(SelfDraftBackend(real_backend, 20)), FixedLookahead(4))
+    spec = DraftVerify(ModelDrafter(SelfDraftBackend(real_backend, 20)), FixedLookahead(4))
     fast = greedy(real_backend, prompt, 40, spec)
     assert 0 < fast.accepted < fast.drafted
     assert fast.generated == plain.generated

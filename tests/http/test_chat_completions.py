@@ -13,8 +13,8 @@ import numpy as np
 import pytest
 from openai import APIStatusError, AsyncOpenAI, OpenAI
 
+from testkit.espeak import speak, wav_bytes
 from testkit.fake_backend import FakeBackend
-from testkit.speech import speak, wav_bytes
 from tests.conftest import requires_espeak
 from tests.http.helpers import LONG, MODEL, NO_AUDIO, assert_error, body, content_of, post, prompt_len, sse_events, user
 from tests.wsclient import RealtimeClient

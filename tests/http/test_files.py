@@ -13,11 +13,11 @@ import pytest
 from openai import BadRequestError, NotFoundError, OpenAI
 from PIL import Image
 
-from gateway.files import FileStore, QuotaExceeded
+from gateway.file_store import FileStore, QuotaExceeded
 from processors.audio import AudioError, AudioLimits, decode_wav
 from processors.image import ImageError, ImageLimits, decode_image
+from testkit.espeak import speak, wav_bytes
 from testkit.fake_backend import FakeBackend
-from testkit.speech import speak, wav_bytes
 from tests.conftest import requires_espeak
 from tests.wsclient import RealtimeClient
 

@@ -27,8 +27,8 @@ def messages(*raw: dict[str, Any]) -> list[Any]:
 
 
 async def test_image_parts_go_through_the_describer_when_there_is_one():
-    from gateway.http.content import chat_messages
-    from gateway.http.errors import ApiError
+    from gateway.http.chat_parts import chat_messages
+    from gateway.http.error_bodies import ApiError
     from processors.image import ImageError
 
     seen: list[str] = []
@@ -52,9 +52,9 @@ async def test_image_parts_go_through_the_describer_when_there_is_one():
 
 
 async def test_an_image_part_reads_as_the_same_text_on_both_apis():
-    from gateway.http.content import chat_messages
+    from gateway.http.chat_parts import chat_messages
     from gateway.realtime import protocol as p
-    from gateway.realtime.content import resolve_parts
+    from gateway.realtime.item_parts import resolve_parts
     from models.clip import describe as clip_words
 
     url = "data:image/png;base64,AAAA"
@@ -68,7 +68,7 @@ async def test_an_image_part_reads_as_the_same_text_on_both_apis():
 
 
 async def test_default_instructions_apply_only_without_a_system_message():
-    from gateway.http.content import chat_messages
+    from gateway.http.chat_parts import chat_messages
 
     svc = fake_services(instructions="Be brief.")
     out = await chat_messages(svc, messages({"role": "user", "content": "hi"}))
@@ -78,7 +78,7 @@ async def test_default_instructions_apply_only_without_a_system_message():
 
 
 async def test_stream_buffer_is_bounded_and_never_skips_silently():
-    from gateway.http.stream import CompletionStream, ReplayGap
+    from gateway.http.sse import CompletionStream, ReplayGap
 
     s = CompletionStream("c1", "owner", grace_s=1.0, max_bytes=200)
     for i in range(20):
@@ -94,7 +94,7 @@ async def test_stream_buffer_is_bounded_and_never_skips_silently():
 
 
 async def test_store_evicts_idle_finished_first_and_refuses_when_all_are_read():
-    from gateway.http.stream import CompletionStore, CompletionStream
+    from gateway.http.sse import CompletionStore, CompletionStream
 
     store = CompletionStore(max_streams=2)
     cancelled: list[str] = []

@@ -7,11 +7,11 @@ import threading
 
 import pytest
 
-from gateway.tokenize import COUNT, HEAD_CHARS_PER_TOKEN, TEXT, TooManyTokens, _Worker, encode_within
+from gateway.tokenize import COUNT, HEAD_CHARS_PER_TOKEN, TEXT, TooManyTokens, _PriorityWorker, encode_within
 
 
 def test_a_count_runs_before_prompts_queued_ahead_of_it():
-    worker, gate, ran = _Worker("test-tokenize"), threading.Event(), []
+    worker, gate, ran = _PriorityWorker("test-tokenize"), threading.Event(), []
     blocker = worker.submit(gate.wait, 30, priority=TEXT)  # holds the thread while the queue fills
     prompts = [worker.submit(ran.append, f"prompt {i}", priority=TEXT) for i in range(3)]
     count = worker.submit(ran.append, "count", priority=COUNT)
@@ -23,7 +23,7 @@ def test_a_count_runs_before_prompts_queued_ahead_of_it():
 
 
 def test_a_failing_job_reaches_its_caller_and_the_thread_goes_on():
-    worker = _Worker("test-tokenize")
+    worker = _PriorityWorker("test-tokenize")
     with pytest.raises(ZeroDivisionError):
         worker.submit(lambda: 1 / 0).result(timeout=30)
     assert worker.submit(len, "abc").result(timeout=30) == 3

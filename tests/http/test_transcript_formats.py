@@ -15,7 +15,11 @@ from processors.audio import TARGET_RATE
 from processors.segments import speech_segments
 from processors.vad import ServerVadConfig
 
-PIECES = [tf.Piece(0.7, 2.0, " Hello there. "), tf.Piece(2.5, 3.0, "  "), tf.Piece(3723.4561, 3725.0, "Bye.")]
+PIECES = [
+    tf.CaptionSegment(0.7, 2.0, " Hello there. "),
+    tf.CaptionSegment(2.5, 3.0, "  "),
+    tf.CaptionSegment(3723.4561, 3725.0, "Bye."),
+]
 
 
 def test_srt_numbers_cues_and_skips_segments_without_words():

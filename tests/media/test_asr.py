@@ -14,7 +14,7 @@ from processors.asr import AsrConfig, AsrError, load_asr, model_dir, word_error_
 from processors.audio import AudioBuffer, float32_to_pcm16
 from processors.vad import ServerVad, SpeechStopped
 from processors.whisper_convert import ConversionError, converted_checkpoint, read_ct2
-from testkit.speech import silence, speak
+from testkit.espeak import silence, speak
 from tests.conftest import requires_espeak
 
 pytestmark = pytest.mark.real_model  # Whisper tiny.en

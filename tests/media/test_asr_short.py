@@ -17,7 +17,7 @@ from processors.asr import (
     normalize_words,
     repeats,
 )
-from testkit.speech import silence, speak
+from testkit.espeak import silence, speak
 from tests.conftest import requires_espeak
 
 pytestmark = pytest.mark.real_model  # Whisper tiny.en

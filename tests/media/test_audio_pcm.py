@@ -17,7 +17,7 @@ from processors.audio import (
     float32_to_pcm16,
     pcm16_to_float32,
 )
-from testkit.speech import wav_bytes
+from testkit.espeak import wav_bytes
 
 
 def tone(freq: float, seconds: float, rate: int, amp: float = 0.5) -> np.ndarray:

@@ -14,8 +14,8 @@ import pytest
 
 from processors.asr import normalize_words, word_error_rate
 from processors.speexdsp import available
+from testkit.espeak import silence, speak
 from testkit.fake_backend import FakeBackend
-from testkit.speech import silence, speak
 from tests.conftest import requires_espeak
 from tests.media.test_realtime_voice import pcm24
 from tests.wsclient import RealtimeClient

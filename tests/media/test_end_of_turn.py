@@ -14,8 +14,8 @@ import numpy as np
 import pytest
 
 from processors import smart_turn
+from testkit.espeak import silence, speak
 from testkit.fake_backend import FakeBackend
-from testkit.speech import silence, speak
 from tests.conftest import requires_espeak
 from tests.http.test_metrics import scrape, value
 from tests.media.test_realtime_voice import pcm24, stream

@@ -16,7 +16,7 @@ import pytest
 import torch
 from PIL import Image
 
-from models.image_events import Cancelled, Completed, Failed, ImageEvent, PartialImage
+from models.image_events import Cancelled, Failed, ImageCompleted, ImageEvent, PartialImage
 from models.image_gen import (
     LATENT_RGB,
     ImageGenConfig,
@@ -90,7 +90,7 @@ def test_completed_generation_emits_events_in_order_and_a_png(generator: ImageGe
     ]
     assert result.status == "completed" and result.steps_run == 4 and len(unet_calls) == 4
     final = rec.events[-1]
-    assert isinstance(final, Completed)
+    assert isinstance(final, ImageCompleted)
     assert base64.b64decode(final.png_b64) == result.png
     img = _png(final.png_b64)
     assert img.mode == "RGB" and img.size == (16, 16) == (final.width, final.height)

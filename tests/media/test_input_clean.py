@@ -10,7 +10,7 @@ from processors.echo import FRAME, EchoCanceller, FarEnd, estimate_delay
 from processors.echo_presence import PresenceConfig
 from processors.input_clean import InputCleaner
 from processors.speexdsp import available
-from testkit.speech import speak
+from testkit.espeak import speak
 from tests.conftest import requires_espeak
 
 pytestmark = [requires_espeak, pytest.mark.skipif(not available(), reason="libspeexdsp1 is not installed")]

@@ -17,7 +17,7 @@ from processors.vad import (
     SpeechStopped,
     percentile,
 )
-from testkit.speech import at_snr, babble, silence, speak, white_noise
+from testkit.espeak import at_snr, babble, silence, speak, white_noise
 from tests.conftest import requires_espeak
 from tests.media.test_realtime_voice import pcm24, stream
 from tests.wsclient import RealtimeClient

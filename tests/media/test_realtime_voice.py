@@ -9,7 +9,7 @@ import numpy as np
 
 from processors.asr import word_error_rate
 from processors.audio import float32_to_pcm16
-from testkit.speech import silence, speak
+from testkit.espeak import silence, speak
 from tests.conftest import requires_espeak
 from tests.wsclient import RealtimeClient
 

@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 
 from processors.asr import word_error_rate
-from testkit.speech import silence, speak
+from testkit.espeak import silence, speak
 from tests.conftest import requires_espeak
 from tests.http.test_metrics import scrape, value
 from tests.media.test_realtime_voice import pcm24, stream

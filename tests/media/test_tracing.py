@@ -14,10 +14,10 @@ import pytest
 from gateway.config import TracingConfig
 from gateway.realtime.turnlatency import TurnLatency, stage_sum
 from gateway.tracing import start_tracing
+from testkit.espeak import silence, speak
 from testkit.fake_backend import FakeBackend
+from testkit.live_server import free_port
 from testkit.otlp import OtlpReceiver, Span, tree
-from testkit.server import free_port
-from testkit.speech import silence, speak
 from tests.conftest import requires_espeak
 from tests.media.test_realtime_voice import pcm24, stream
 from tests.wsclient import RealtimeClient

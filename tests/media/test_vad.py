@@ -19,7 +19,7 @@ from processors.vad import (
     SpeechStopped,
     VadStateMachine,
 )
-from testkit.speech import silence, speak
+from testkit.espeak import silence, speak
 from tests.conftest import requires_espeak
 
 CFG = ServerVadConfig(threshold=0.5, prefix_padding_ms=96, silence_duration_ms=128)  # 3 and 4 windows

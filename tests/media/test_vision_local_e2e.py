@@ -18,7 +18,7 @@ from typing import Any
 
 import pytest
 
-from testkit.server import ServerAddr, run_server
+from testkit.live_server import ServerAddr, run_server
 from testkit.vision_images import data_url, photo, render_lines
 from tests.wsclient import RealtimeClient
 

@@ -8,8 +8,8 @@ from collections.abc import Iterator
 import numpy as np
 import pytest
 
-from testkit.server import ServerAddr, run_server
-from testkit.speech import silence, speak
+from testkit.espeak import silence, speak
+from testkit.live_server import ServerAddr, run_server
 from testkit.vision_images import data_url, render_lines
 from tests.conftest import requires_espeak
 from tests.media.test_realtime_voice import pcm24, stream

@@ -14,7 +14,7 @@ from gateway.voice.asr_queue import QueueConfig
 from gateway.voice.asr_worker import SEAT_IDLE_S, AsrWorker, PassShed
 from models.cores import CORES
 from processors.asr import DEFAULT_HEADROOM_S, AsrConfig, encoder_frames, word_error_rate
-from testkit.speech import silence, speak
+from testkit.espeak import silence, speak
 from tests.conftest import requires_espeak
 from tests.media.test_realtime_voice import pcm24, stream
 from tests.wsclient import RealtimeClient

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from gateway.voice.asr_queue import Pass, PassQueue, QueueConfig, Shed
-from gateway.voice.turntaking import Completed, Stopped, Transcribe, TurnConfig, TurnTaker
+from gateway.voice.turntaking import Transcribe, TurnCompleted, TurnConfig, TurnStopped, TurnTaker
 
 
 def p(ticket: int, session: str, kind: str, at: float, input_s: float = 8.0) -> Pass:
@@ -124,16 +124,16 @@ def test_a_shed_partial_lets_the_pause_pass_it_blocked_start_at_once() -> None:
     assert t.blocked_on is None
     assert t.shed(pause.pass_id) == []  # a gating pass is never taken as shed
     out = t.stopped(1400)
-    assert isinstance(out[0], Stopped) and len(out) == 1
+    assert isinstance(out[0], TurnStopped) and len(out) == 1
     (done,) = t.transcribed(pause.pass_id, "hello there")
-    assert isinstance(done, Completed) and done.transcript == "hello there"
+    assert isinstance(done, TurnCompleted) and done.transcript == "hello there"
 
 
 def test_a_final_pass_blocked_by_a_queued_partial_starts_when_it_is_shed() -> None:
     t = TurnTaker(TurnConfig(interval_ms=500, speculate=False), 0)
     (partial,) = t.heard(600)
     assert isinstance(partial, Transcribe)
-    assert t.stopped(1200) == [Stopped(1200)]
+    assert t.stopped(1200) == [TurnStopped(1200)]
     assert t.blocked_on == partial.pass_id
     (final,) = t.shed(partial.pass_id)
     assert isinstance(final, Transcribe) and final.kind == "final" and final.upto_ms == 1200

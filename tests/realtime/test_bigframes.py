@@ -17,7 +17,7 @@ from websockets.protocol import OPEN, Protocol, Side
 from gateway.realtime import protocol as p
 from gateway.realtime.bigframes import FrameParser, ParseLimits, parse_checked
 from gateway.realtime.ratelimit import TokenBucket
-from gateway.wsreader import BIG, ChunkedReader
+from gateway.ws_frames import BIG, ChunkedReader
 from tests.fuzzing import examples
 
 
@@ -187,7 +187,7 @@ async def test_the_server_parses_big_frames_in_a_process_and_stops_it(server_fac
     assert worker.proc.poll() is not None  # the server's shutdown ended it
 
 
-# ---------------------------------------------------------------- the WebSocket frame reader (gateway.wsreader)
+# ---------------------------------------------------------------- the WebSocket frame reader (gateway.ws_frames)
 
 
 @settings(max_examples=examples(60), deadline=None)

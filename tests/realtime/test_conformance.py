@@ -209,7 +209,7 @@ def _vad(kind: str) -> dict[str, Any]:
 @requires_espeak
 @pytest.mark.parametrize("kind", ["server_vad", "semantic_vad"])
 async def test_voice_turns_conform(tiny_backend, server_factory, kind):
-    from testkit.speech import silence, speak
+    from testkit.espeak import silence, speak
     from tests.media.test_realtime_voice import pcm24, stream
 
     with server_factory(tiny_backend) as addr:

@@ -18,7 +18,7 @@ SHELLS = [
     "gateway/realtime/connection.py",
     "gateway/realtime/media.py",
     "gateway/realtime/spoken_turns.py",
-    "gateway/realtime/keyed.py",
+    "gateway/realtime/key_binding.py",
     "gateway/realtime/timing.py",
     "gateway/tools/runner.py",
     *sorted(str(p.relative_to(ROOT)) for p in (ROOT / "gateway/webrtc").glob("*.py")),

@@ -20,8 +20,8 @@ from gateway.realtime import inputs as i
 from gateway.realtime import protocol as p
 from gateway.realtime.actions import CancelResponse, Refused, StartResponse
 from gateway.realtime.session import Session, SessionDefaults
-from gateway.tools.actions import ListTools
 from gateway.tools.state import McpPolicy
+from gateway.tools.tool_actions import ListTools
 from models.image_events import Generating
 
 URL = "http://127.0.0.1:8123/mcp"
@@ -54,8 +54,8 @@ def test_every_internal_input_is_a_frozen_dataclass_and_none_is_a_client_event()
 
 def test_a_voice_turn_that_asks_for_a_reply_starts_one():
     s = make()
-    assert types(s.handle(i.SpeechStarted("item_v", 100))) == ["input_audio_buffer.speech_started"]
-    assert types(s.handle(i.SpeechStopped("item_v", 900))) == ["input_audio_buffer.speech_stopped"]
+    assert types(s.handle(i.VoiceStarted("item_v", 100))) == ["input_audio_buffer.speech_started"]
+    assert types(s.handle(i.VoiceStopped("item_v", 900))) == ["input_audio_buffer.speech_stopped"]
     committed = s.handle(i.AudioCommitted("item_v"))
     assert types(committed) == ["input_audio_buffer.committed", "conversation.item.added"]
     assert types(s.handle(i.TranscriptDelta("item_v", "hel"))) == ["conversation.item.input_audio_transcription.delta"]
@@ -123,10 +123,10 @@ def test_engine_results_stream_a_text_response_to_its_end():
     s = make()
     said(s, "hi")
     rid = s.handle(p.parse('{"type":"response.create"}')).actions[0].response_id
-    first = s.handle(i.Chunk(rid, "Hel"))
+    first = s.handle(i.EngineChunk(rid, "Hel"))
     assert types(first)[-1] == "response.output_text.delta" and first.events[-1]["delta"] == "Hel"
-    assert types(s.handle(i.Chunk(rid, "lo"))) == ["response.output_text.delta"]
-    assert s.handle(i.Chunk("resp_other", "x")).events == []  # a late chunk of another response: dropped
+    assert types(s.handle(i.EngineChunk(rid, "lo"))) == ["response.output_text.delta"]
+    assert s.handle(i.EngineChunk("resp_other", "x")).events == []  # a late chunk of another response: dropped
     done = s.handle(i.Finished(rid, "stop", {"tokens": 2}, {"total_tokens": 5}))
     assert types(done)[-1] == "response.done" and done.events[-1]["response"]["status"] == "completed"
     assert s.response is None
@@ -148,7 +148,7 @@ def test_cancel_and_abandon_end_the_response_differently():
     s = make()
     said(s, "hi")
     rid = s.handle(p.parse('{"type":"response.create"}')).actions[0].response_id
-    s.handle(i.Chunk(rid, "Hello"))
+    s.handle(i.EngineChunk(rid, "Hello"))
     cancelled = s.handle(i.Cancel("turn_detected"))
     assert cancelled.actions[0] == CancelResponse(rid)
     assert cancelled.events[-1]["response"]["status_details"] == {"type": "cancelled", "reason": "turn_detected"}

@@ -6,10 +6,10 @@ import asyncio
 
 import pytest
 
-from gateway.client_secrets import MAX_TTL_S, MIN_TTL_S, Grant, MemoryVault, is_ephemeral, mint, value_hash
 from gateway.cluster.snapshot import restore, snapshot
+from gateway.ephemeral_keys import MAX_TTL_S, MIN_TTL_S, Grant, MemoryVault, is_ephemeral, mint, value_hash
 from gateway.keylimits import KeyLimits
-from gateway.realtime import locks
+from gateway.realtime import fixed_fields as locks
 from gateway.realtime import protocol as p
 from gateway.realtime.actions import Output
 from gateway.realtime.session import Session, SessionDefaults

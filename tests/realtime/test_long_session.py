@@ -21,8 +21,8 @@ from typing import Any
 import numpy as np
 import pytest
 
-from testkit.server import ServerAddr, run_server
-from testkit.speech import silence, speak
+from testkit.espeak import silence, speak
+from testkit.live_server import ServerAddr, run_server
 from tests.conftest import requires_espeak
 from tests.media.test_realtime_voice import pcm24, stream
 from tests.wsclient import RealtimeClient

@@ -14,7 +14,7 @@ import pytest
 import websockets
 
 from gateway.config import load_config
-from testkit.server import run_server
+from testkit.live_server import run_server
 
 llama_cpp = pytest.importorskip("llama_cpp", reason="llama-cpp-python not installed (pip install 'stream-omni[llama]')")
 

@@ -20,7 +20,7 @@ def fake():
 @pytest.fixture(scope="module")
 def reference(fake, tmp_path_factory):
     from gateway.config import load_config
-    from testkit.server import run_server
+    from testkit.live_server import run_server
 
     async def once(addr):
         return await run_with_drops(addr, [])

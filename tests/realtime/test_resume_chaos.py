@@ -16,7 +16,7 @@ from hypothesis import strategies as st
 
 from gateway.config import load_config
 from testkit.fake_backend import FakeBackend
-from testkit.server import run_server
+from testkit.live_server import run_server
 from tests.fuzzing import examples
 from tests.resume_client import run_with_drops
 

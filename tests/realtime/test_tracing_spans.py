@@ -15,7 +15,7 @@ from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanE
 from gateway.config import TracingConfig
 from gateway.realtime.turnlatency import TurnTimer
 from gateway.tracing import Tracing, tracing_attributes
-from testkit.server import free_port
+from testkit.live_server import free_port
 
 
 @pytest.fixture

@@ -3,16 +3,16 @@
 from __future__ import annotations
 
 from gateway.voice.turntaking import (
-    Completed,
     Drop,
     Prepare,
     Reopen,
     Reopener,
     SetSilence,
     ShowDelta,
-    Stopped,
     Transcribe,
+    TurnCompleted,
     TurnConfig,
+    TurnStopped,
     TurnTaker,
 )
 
@@ -54,16 +54,16 @@ def test_final_pass_at_stop_completes_the_shown_words():
         [p] = t.heard(now)
         t.transcribed(p.pass_id, text)
     stop = t.stopped(2000)
-    assert stop[0] == Stopped(2000) and stop[1] == Transcribe(3, 2000, "final")
+    assert stop[0] == TurnStopped(2000) and stop[1] == Transcribe(3, 2000, "final")
     [done] = t.transcribed(3, " Please open the kitchen window.")
-    assert done == Completed("Please open the kitchen window.", " kitchen window.", True, None)
+    assert done == TurnCompleted("Please open the kitchen window.", " kitchen window.", True, None)
     assert t.agreement.text + done.delta == done.transcript
 
 
 def test_stop_during_a_partial_pass_waits_for_it_then_runs_the_final_pass():
     t = TurnTaker(PARTIAL_ONLY, start_ms=0)
     [p] = t.heard(500)
-    assert t.stopped(1200) == [Stopped(1200)]
+    assert t.stopped(1200) == [TurnStopped(1200)]
     assert t.transcribed(p.pass_id, "Hello") == [Transcribe(2, 1200, "final")]
     [done] = t.transcribed(2, "Hello there.")
     assert done.transcript == "Hello there." and done.delta == "Hello there."
@@ -89,7 +89,7 @@ def test_empty_transcript_is_not_answered():
 def test_failed_final_pass_fails_the_transcript():
     t = TurnTaker(TurnConfig(interval_ms=0), start_ms=0)
     _, final = t.stopped(900)
-    assert t.failed(final.pass_id) == [Completed(None, "", False, None)]
+    assert t.failed(final.pass_id) == [TurnCompleted(None, "", False, None)]
 
 
 # ---------------------------------------------------------------- speculation
@@ -103,7 +103,7 @@ def test_pause_prepares_the_reply_and_stop_commits_it_at_once():
     assert p == Transcribe(1, 1200, "pause")
     assert t.transcribed(1, "Open the window.") == [Prepare(2, "Open the window.")]
     stop = t.stopped(1500)
-    assert stop == [Stopped(1500), Completed("Open the window.", "Open the window.", True, 2)]
+    assert stop == [TurnStopped(1500), TurnCompleted("Open the window.", "Open the window.", True, 2)]
     assert t.discarded == 0
 
 
@@ -131,9 +131,9 @@ def test_speech_resuming_before_the_pause_pass_returns_prepares_nothing():
 def test_stop_before_the_pause_pass_returns_uses_its_text_without_speculation():
     t = TurnTaker(SPEC, start_ms=0)
     [p] = t.paused(1200)
-    assert t.stopped(1500) == [Stopped(1500)]
+    assert t.stopped(1500) == [TurnStopped(1500)]
     [done] = t.transcribed(p.pass_id, "Open the window.")
-    assert done == Completed("Open the window.", "Open the window.", True, None)
+    assert done == TurnCompleted("Open the window.", "Open the window.", True, None)
 
 
 def test_pause_during_a_partial_pass_runs_the_pause_pass_after_it():
@@ -150,7 +150,7 @@ def test_no_speculation_without_create_response_but_the_pause_text_is_still_the_
     [p] = t.paused(1200)
     assert t.transcribed(p.pass_id, "Open the window.") == []
     _, done = t.stopped(1500)
-    assert done == Completed("Open the window.", "Open the window.", False, None)
+    assert done == TurnCompleted("Open the window.", "Open the window.", False, None)
 
 
 def test_partial_passes_wait_while_paused():
@@ -191,7 +191,7 @@ def test_a_running_pass_that_heard_the_silence_begin_stands_for_the_pause_pass()
     assert t.transcribed(p.pass_id, "Open the window.") == []  # 64 ms of silence: the reply waits
     [prep] = t.heard(1668)
     assert prep == Prepare(2, "Open the window.")
-    assert t.stopped(1968) == [Stopped(1968), Completed("Open the window.", "Open the window.", True, 2)]
+    assert t.stopped(1968) == [TurnStopped(1968), TurnCompleted("Open the window.", "Open the window.", True, 2)]
 
 
 def test_a_running_pass_that_ends_before_the_silence_is_followed_by_a_pause_pass():
@@ -217,7 +217,7 @@ def test_a_pause_text_in_before_the_window_closes_is_the_transcript_even_unprepa
     t = TurnTaker(TurnConfig(interval_ms=0, prepare_after_ms=400), start_ms=0)
     [p] = t.paused(1064, silence_start_ms=1000)
     assert t.transcribed(p.pass_id, "Open the window.") == []
-    assert t.stopped(1300) == [Stopped(1300), Completed("Open the window.", "Open the window.", True, None)]
+    assert t.stopped(1300) == [TurnStopped(1300), TurnCompleted("Open the window.", "Open the window.", True, None)]
 
 
 def test_speech_resuming_before_the_reply_is_due_prepares_nothing():
@@ -289,7 +289,7 @@ def test_a_confident_pause_prepares_the_reply_before_prepare_after_ms():
     assert prep == Prepare(2, "Turn off the lights.")
     assert t.confident() == [] and t.heard(1300) == []  # prepared once
     done = t.stopped(1200)
-    assert done[1] == Completed("Turn off the lights.", "Turn off the lights.", True, 2)
+    assert done[1] == TurnCompleted("Turn off the lights.", "Turn off the lights.", True, 2)
 
 
 def test_confidence_before_the_text_prepares_when_the_text_comes_and_resuming_forgets_it():

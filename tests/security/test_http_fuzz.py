@@ -21,7 +21,7 @@ pytestmark = pytest.mark.server  # a real uvicorn server for the whole module
 @pytest.fixture(scope="module")
 def fuzzed(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, ErrorLog]]:
     from gateway.config import load_config
-    from testkit.server import run_server
+    from testkit.live_server import run_server
 
     conf = load_config(
         None, **{"audio.enabled": False, "files.folder": str(tmp_path_factory.mktemp("files")), "files.max_per_key": 50}

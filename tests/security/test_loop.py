@@ -53,7 +53,7 @@ def _say(text: str) -> str:
 
 @pytest.mark.server
 async def test_realtime_tokenization_leaves_the_loop_free():
-    from testkit.server import run_server
+    from testkit.live_server import run_server
 
     backend = BlockedTokenizer()
     with run_server(load_config(None, **NO_AUDIO), backend) as addr:
@@ -74,7 +74,7 @@ async def test_realtime_tokenization_leaves_the_loop_free():
 
 @pytest.mark.server
 async def test_a_response_cancelled_while_tokenizing_never_reaches_the_engine():
-    from testkit.server import run_server
+    from testkit.live_server import run_server
 
     backend = BlockedTokenizer()
     with run_server(load_config(None, **NO_AUDIO), backend) as addr:
@@ -96,7 +96,7 @@ async def test_a_response_cancelled_while_tokenizing_never_reaches_the_engine():
 
 @pytest.mark.server
 def test_http_tokenization_leaves_the_loop_free():
-    from testkit.server import run_server
+    from testkit.live_server import run_server
 
     backend = BlockedTokenizer()
     with run_server(load_config(None, **NO_AUDIO), backend) as addr:

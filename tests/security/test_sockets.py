@@ -1,6 +1,6 @@
 """Half-open, slow, over-size and dead sockets cost nothing, and /health answers throughout.
 
-How fast it answers under each attack is measured by ``python -m bench.security``, not here."""
+How fast it answers under each attack is measured by ``python -m bench.security_bench``, not here."""
 
 from __future__ import annotations
 

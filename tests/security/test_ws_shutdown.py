@@ -16,7 +16,7 @@ from websockets.protocol import State
 from websockets.uri import parse_uri
 
 from gateway.config import ServerConfig
-from gateway.guard import guarded_protocols
+from gateway.socket_guard import guarded_protocols
 
 
 class HeldTransport(asyncio.Transport):

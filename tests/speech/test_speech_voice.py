@@ -9,8 +9,8 @@ import time
 
 import numpy as np
 
+from testkit.espeak import silence, speak
 from testkit.fake_backend import FakeBackend
-from testkit.speech import silence, speak
 from tests.conftest import requires_espeak
 from tests.media.test_realtime_voice import pcm24, stream
 from tests.media.test_speculation import counts, until_metric

@@ -16,7 +16,7 @@ from openai import OpenAI
 from openai.types.webhooks import RealtimeCallIncomingWebhookEvent
 
 from testkit.fake_backend import FakeBackend
-from testkit.phonecall import PhoneCall
+from testkit.phonecall import PhoneCaller
 from tests.wsclient import RealtimeClient
 
 SECRET = "whsec_" + base64.b64encode(b"call-control webhook secret 32b!").decode()
@@ -44,7 +44,7 @@ async def test_accept_through_the_sdk_then_sideband_dtmf_refer_and_hangup(server
     url, got = receiver
     with server_factory(FakeBackend(), **overrides(url)) as addr:
         client = OpenAI(api_key=KEY, base_url=f"http://{addr}/v1", max_retries=0)
-        call = await PhoneCall.dial(addr, custom={"caller": "+15550100"})
+        call = await PhoneCaller.dial(addr, custom={"caller": "+15550100"})
         event = await incoming(got, client)
         call_id = event.data.call_id
         assert ("X-Twilio-Param-caller", "+15550100") in [(h.name, h.value) for h in event.data.sip_headers]
@@ -85,7 +85,7 @@ async def test_reject_through_the_sdk_ends_the_stream_and_a_bad_session_is_a_400
     url, got = receiver
     with server_factory(FakeBackend(), **overrides(url)) as addr:
         client = OpenAI(api_key=KEY, base_url=f"http://{addr}/v1", max_retries=0)
-        call = await PhoneCall.dial(addr)
+        call = await PhoneCaller.dial(addr)
         call_id = (await incoming(got, client)).data.call_id
         with pytest.raises(openai.BadRequestError) as bad:
             await asyncio.to_thread(client.realtime.calls.accept, call_id, type="realtime", output_modalities=["video"])
@@ -103,7 +103,7 @@ async def test_reject_through_the_sdk_ends_the_stream_and_a_bad_session_is_a_400
 async def test_a_call_nobody_accepts_is_dropped_after_accept_timeout(server_factory, receiver):
     url, got = receiver
     with server_factory(FakeBackend(), **{**overrides(url), "telephony.accept_timeout_s": 0.5}) as addr:
-        call = await PhoneCall.dial(addr)
+        call = await PhoneCaller.dial(addr)
         await asyncio.to_thread(got.get, timeout=10)
         await asyncio.wait_for(call.closed.wait(), 5.0)
         assert not addr.app.state.telephony.calls

@@ -16,9 +16,9 @@ import websockets
 
 from processors.asr import load_asr, word_error_rate
 from processors.audio import resample
+from testkit.espeak import silence, speak
 from testkit.fake_backend import FakeBackend
-from testkit.phonecall import PhoneCall, to_ulaw
-from testkit.speech import silence, speak
+from testkit.phonecall import PhoneCaller, to_ulaw
 from tests.conftest import requires_espeak
 from tests.wsclient import RealtimeClient
 
@@ -38,7 +38,7 @@ def words(text: str) -> list[str]:
     return re.findall(r"[a-z]+", text.lower())
 
 
-async def sideband(addr: str, call: PhoneCall) -> RealtimeClient:
+async def sideband(addr: str, call: PhoneCaller) -> RealtimeClient:
     """The app's control socket on the call (``?call_id=``), once the call has one."""
     app = addr.app  # type: ignore[attr-defined]
     await call.wait(lambda: any(p.call.live is not None for p in app.state.telephony.calls.values()), 10)
@@ -56,7 +56,7 @@ async def until_in(c: RealtimeClient, type_: str, within: float) -> dict[str, An
 @requires_espeak
 async def test_a_spoken_question_is_answered_in_paced_ulaw_frames_with_marks(server_factory):
     with server_factory(FakeBackend(answer_tokens=10, step_s=0.005), **PHONE) as addr:
-        call = await PhoneCall.dial(addr)
+        call = await PhoneCaller.dial(addr)
         side = await sideband(addr, call)
         speech = said(QUESTION)
         await call.say(speech)
@@ -95,7 +95,7 @@ async def test_a_spoken_question_is_answered_in_paced_ulaw_frames_with_marks(ser
 @requires_espeak
 async def test_barge_in_clears_the_stream_and_truncates_at_the_acknowledged_mark(server_factory):
     with server_factory(FakeBackend(answer_tokens=300, step_s=0.02), **PHONE) as addr:
-        call = await PhoneCall.dial(addr)
+        call = await PhoneCaller.dial(addr)
         side = await sideband(addr, call)
         await call.say(said(QUESTION))
         await until_in(side, "output_audio_buffer.started", 60)
@@ -119,18 +119,18 @@ async def test_the_upgrade_signature_is_checked(server_factory):
     token = "twilio-auth-token"
     with server_factory(FakeBackend(), **PHONE, **{"telephony.twilio_auth_token": token}) as addr:
         with pytest.raises(websockets.InvalidStatus) as refused:
-            await PhoneCall.dial(addr, signature="bm90IHRoZSBzaWduYXR1cmU=")
+            await PhoneCaller.dial(addr, signature="bm90IHRoZSBzaWduYXR1cmU=")
         assert refused.value.response.status_code == 403
         with pytest.raises(websockets.InvalidStatus):
-            await PhoneCall.dial(addr)  # none at all
-        call = await PhoneCall.dial(addr, auth_token=token)
+            await PhoneCaller.dial(addr)  # none at all
+        call = await PhoneCaller.dial(addr, auth_token=token)
         await call.wait(lambda: bool(addr.app.state.telephony.calls), 10)
         await call.hang_up()
 
 
 async def test_dtmf_reaches_the_session(server_factory):
     with server_factory(FakeBackend(), **PHONE) as addr:
-        call = await PhoneCall.dial(addr)
+        call = await PhoneCaller.dial(addr)
         side = await sideband(addr, call)
         await call.dtmf("5")
         await call.dtmf("#")

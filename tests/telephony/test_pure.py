@@ -10,9 +10,10 @@ import pytest
 from openai import OpenAI
 from openai.types.webhooks import RealtimeCallIncomingWebhookEvent
 
-from gateway.telephony import rtp, sdp, twilio, webhooks
+from gateway.telephony import phone_sdp as sdp
+from gateway.telephony import rtp, twilio, webhooks
 from gateway.telephony.call import telephone_session
-from gateway.telephony.playout import FRAME_BYTES, Frame, MarkOut, Playout, Started, Stopped
+from gateway.telephony.playout import FRAME_BYTES, Frame, MarkOut, Playout, PlayoutStarted, PlayoutStopped
 
 SECRET = "whsec_" + base64.b64encode(b"a secret of thirty-two bytes!!!!").decode()
 
@@ -81,7 +82,7 @@ def test_playout_paces_frames_marks_chunks_and_the_playhead_follows_the_acks():
     play.push(b"\x01" * 800, "resp_1", "item_1")  # 100 ms
     play.push(b"\x02" * 100, "resp_1", "item_1")  # 12.5 ms: a short tail chunk
     first = play.take()
-    assert first[0] == Started("resp_1") and first[1] == Frame(b"\x01" * FRAME_BYTES)
+    assert first[0] == PlayoutStarted("resp_1") and first[1] == Frame(b"\x01" * FRAME_BYTES)
     out = [first] + [play.take() for _ in range(5)]
     names = [n for o in out for n in _marks(o)]
     assert names == ["m1", "m2"]  # after 5 frames (100 ms, also the chunk's end), after the tail chunk
@@ -92,7 +93,7 @@ def test_playout_paces_frames_marks_chunks_and_the_playhead_follows_the_acks():
     assert play.ack("m1", open_response="resp_1") == []
     assert play.heard_ms("item_1") == 100
     assert play.ack("m2", open_response="resp_1") == []  # still running: more may come
-    assert play.finished("resp_1") == [Stopped("resp_1")]
+    assert play.finished("resp_1") == [PlayoutStopped("resp_1")]
     assert not play.playing
 
 

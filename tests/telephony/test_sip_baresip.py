@@ -18,9 +18,9 @@ import soundfile as sf
 
 from processors.asr import load_asr, word_error_rate
 from processors.audio import resample
+from testkit.espeak import silence, speak
 from testkit.fake_backend import FakeBackend
-from testkit.server import free_port
-from testkit.speech import silence, speak
+from testkit.live_server import free_port
 from tests.conftest import requires_espeak
 from tests.wsclient import RealtimeClient
 

@@ -13,7 +13,7 @@ from openai import OpenAI
 
 from gateway.telephony import digest
 from testkit.fake_backend import FakeBackend
-from testkit.server import free_port
+from testkit.live_server import free_port
 from testkit.sipclient import SipCaller
 from tests.wsclient import RealtimeClient
 

@@ -16,7 +16,7 @@ from typing import Any
 
 import pytest
 
-from testkit.server import free_port
+from testkit.live_server import free_port
 from tests.http.test_tools import ScriptedBackend
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -6,7 +6,7 @@ from __future__ import annotations
 import httpx2
 import pytest
 
-from gateway.tools.guard import Guard, Refused, client
+from gateway.tools.ssrf import AddressRefused, Guard, client
 from tests.tools.conftest import start_server, stop
 
 
@@ -16,7 +16,7 @@ async def test_each_redirect_hop_is_checked_before_it_is_sent(mcp_http, tmp_path
         guard = Guard((hop.url,), 1 << 20)
         before = len(mcp_http.requests())
         async with client(guard, {}, 5.0) as http:
-            with pytest.raises(Refused):
+            with pytest.raises(AddressRefused):
                 await http.get(hop.url)
         assert "mcp_allowed_urls" in (guard.refusal or "") and guard.refused.is_set()
         assert len(hop.requests()) == 1 and len(mcp_http.requests()) == before  # the target saw nothing
@@ -34,7 +34,7 @@ async def test_a_name_resolving_to_loopback_is_refused_unsent(mcp_http):
     url = f"http://localhost:{port}/mcp"
     before = len(mcp_http.requests())
     async with client(Guard((url,), 1 << 20), {}, 5.0) as http:
-        with pytest.raises(Refused, match="internal address"):
+        with pytest.raises(AddressRefused, match="internal address"):
             await http.get(url)
     assert len(mcp_http.requests()) == before
 

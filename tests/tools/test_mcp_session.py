@@ -16,8 +16,8 @@ from gateway.cluster.snapshot import snapshot
 from gateway.realtime import protocol as p
 from gateway.realtime.actions import StartResponse
 from gateway.realtime.session import Session, SessionDefaults
-from gateway.tools.actions import CallTool, ListTools
 from gateway.tools.state import McpPolicy
+from gateway.tools.tool_actions import CallTool, ListTools
 
 SERVER_EVENT: TypeAdapter[Any] = TypeAdapter(RealtimeServerEvent)
 URL = "http://127.0.0.1:8123/mcp"

@@ -1,5 +1,5 @@
 """An offer's ICE candidates are addresses the server would send STUN to: screened before aiortc sees the
-offer (``gateway.webrtc.sdp.screen_candidates``), pure, and end to end with a real aiortc offer on loopback
+offer (``gateway.webrtc.webrtc_sdp.screen_candidates``), pure, and end to end with a real aiortc offer on loopback
 whose extra candidate is a UDP socket of the test's own that must hear nothing. No packet leaves 127.0.0.0/8:
 what must not be contacted is shown by the pure screen, never by trying it."""
 
@@ -15,8 +15,8 @@ from aiortc import RTCPeerConnection, RTCSessionDescription
 from gateway.config import Config
 from gateway.config_calls import WebRtcConfig
 from gateway.webrtc.checks import CheckPacer
-from gateway.webrtc.sdp import CandidatePolicy, OfferError, check_offer, screen_candidates
 from gateway.webrtc.signalling import private_candidates_checked
+from gateway.webrtc.webrtc_sdp import CandidatePolicy, OfferError, check_offer, screen_candidates
 from testkit.rtcclient import PlayTrack, post_offer
 from tests.webrtc.test_pure import OFFER
 

@@ -5,8 +5,8 @@ from __future__ import annotations
 import numpy as np
 
 from processors.asr import word_error_rate
+from testkit.espeak import silence, speak
 from testkit.rtcclient import RtcClient, pcm48
-from testkit.speech import silence, speak
 from tests.conftest import requires_espeak
 
 QUESTION = "What is the weather going to be like tomorrow morning?"

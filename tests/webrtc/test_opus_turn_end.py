@@ -12,8 +12,8 @@ from aiortc.jitterbuffer import JitterFrame
 
 from gateway.webrtc.tracks import InlineDecoder, _frame
 from processors.vad import WINDOW_MS, ServerVad, ServerVadConfig, SpeechStopped
+from testkit.espeak import silence, speak
 from testkit.rtcclient import FRAME, pcm48
-from testkit.speech import silence, speak
 from tests.conftest import requires_espeak
 
 

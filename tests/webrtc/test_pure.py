@@ -5,8 +5,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from gateway.webrtc.pacing import FRAME, RATE, Cleared, OutboundAudio, Started, Stopped, track_samples
-from gateway.webrtc.sdp import OfferError, check_offer, with_opus_bitrate, with_public_ip
+from gateway.webrtc.track_pacing import FRAME, RATE, Cleared, OutboundAudio, TrackStarted, TrackStopped, track_samples
+from gateway.webrtc.webrtc_sdp import OfferError, check_offer, with_opus_bitrate, with_public_ip
 
 OFFER = """v=0
 o=- 1 1 IN IP4 0.0.0.0
@@ -77,9 +77,9 @@ def test_silence_when_empty_then_started_played_stopped():
     assert not frame.any() and events == []
     assert q.push(tone(50), "resp_1", "item_1")
     frames = [q.next_frame() for _ in range(4)]
-    assert frames[0][1] == [Started("resp_1")]
+    assert frames[0][1] == [TrackStarted("resp_1")]
     assert frames[1][1] == []
-    assert frames[2][1] == [Stopped("resp_1")]  # 50 ms: the third frame is half audio, half silence
+    assert frames[2][1] == [TrackStopped("resp_1")]  # 50 ms: the third frame is half audio, half silence
     assert frames[2][0][: FRAME // 2].all() and not frames[2][0][FRAME // 2 :].any()
     assert frames[3][1] == [] and q.played_ms("item_1") == 50 and not q.playing
 
@@ -100,19 +100,19 @@ def test_two_responses_back_to_back_stop_and_start_between_them():
     q = OutboundAudio()
     q.push(tone(20), "r1", "i1")
     q.push(tone(20), "r2", "i2")
-    assert q.next_frame()[1] == [Started("r1")]
-    assert q.next_frame()[1] == [Stopped("r1"), Started("r2"), Stopped("r2")]
+    assert q.next_frame()[1] == [TrackStarted("r1")]
+    assert q.next_frame()[1] == [TrackStopped("r1"), TrackStarted("r2"), TrackStopped("r2")]
 
 
 def test_a_response_still_open_underruns_instead_of_stopping():
     q = OutboundAudio()
     q.push(tone(20), "r1", "i1")
-    assert q.next_frame("r1")[1] == [Started("r1")]
+    assert q.next_frame("r1")[1] == [TrackStarted("r1")]
     frame, events = q.next_frame("r1")  # synthesis is behind: silence, but the reply goes on
     assert not frame.any() and events == [] and q.playing and q.underruns == 1
     q.push(tone(20), "r1", "i1")
     assert q.next_frame("r1")[1] == []  # no second started
-    assert q.next_frame(None)[1] == [Stopped("r1")]  # the response ended: no more audio is coming
+    assert q.next_frame(None)[1] == [TrackStopped("r1")]  # the response ended: no more audio is coming
 
 
 def test_clear_names_every_item_it_cut_with_what_of_it_played():

@@ -21,9 +21,9 @@ from pydantic import TypeAdapter
 from gateway.realtime.speech_out import heard_length
 from processors.asr import load_asr, word_error_rate
 from processors.audio import resample
+from testkit.espeak import silence, speak
 from testkit.fake_backend import FakeBackend
 from testkit.rtcclient import RATE, RtcClient, pcm48
-from testkit.speech import silence, speak
 from tests.conftest import requires_espeak
 
 SERVER_EVENT: TypeAdapter[Any] = TypeAdapter(RealtimeServerEvent)

@@ -11,7 +11,7 @@ from aiortc.jitterbuffer import JitterFrame
 from aiortc.rtp import RtpPacket
 from av import Packet
 
-from gateway.webrtc.pacing import FRAME, RATE, OutboundAudio, Started, Stopped
+from gateway.webrtc.track_pacing import FRAME, RATE, OutboundAudio, TrackStarted, TrackStopped
 from gateway.webrtc.tracks import (
     IDLE_FRAMES,
     SETTLE_FRAMES,
@@ -43,7 +43,7 @@ async def test_the_track_encodes_audio_and_sends_cached_silence_when_idle():
     track = PacedTrack(source, seen.extend)  # no response open once the tone is queued: it is all there is
     track._start = -1e9  # every frame due now: the work, not the pacing
     packets = [await track.recv() for _ in range(25 + SETTLE_FRAMES + 10)]
-    assert seen == [Started("r1"), Stopped("r1")]
+    assert seen == [TrackStarted("r1"), TrackStopped("r1")]
     assert [p.pts for p in packets[:3]] == [0, FRAME, 2 * FRAME]
     assert track.encoded == 25 + SETTLE_FRAMES  # the tone, then silence until the encoder has settled …
     idle = packets[25 + SETTLE_FRAMES :]

@@ -178,7 +178,7 @@ def main() -> None:
 
     from gateway.config import load_config
     from gateway.loading import default_loader
-    from testkit.server import run_server
+    from testkit.live_server import run_server
 
     overrides = {
         "audio.enabled": False,

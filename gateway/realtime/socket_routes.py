@@ -10,14 +10,14 @@ from typing import Protocol
 from starlette.routing import BaseRoute, WebSocketRoute
 from starlette.websockets import WebSocket
 
-from ..client_secrets import VaultUnavailable
+from ..ephemeral_keys import VaultUnavailable
 from ..security import AuthRefused, check_origin
 from ..services import Services
 from ..session_registry import StoreUnavailable, TooManySessions
 from . import protocol as p
 from . import transcription
 from .connection import Connection
-from .keyed import PresetRefused, authenticate
+from .key_binding import PresetRefused, authenticate
 from .live_session import LiveSession
 from .protocol import CLOSE_NORMAL, CLOSE_POLICY, CLOSE_TRY_AGAIN
 

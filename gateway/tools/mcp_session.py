@@ -19,8 +19,8 @@ from ..realtime.actions import Output, StartResponse
 from ..realtime.conversation import Conversation, Item
 from ..realtime.responses import ResponseState
 from . import events, policy
-from .actions import CallTool, ListTools, Server
 from .state import McpState, Run, ToolError
+from .tool_actions import CallTool, ListTools, Server
 from .wire import McpApprovalResponseItem
 
 CANCELLED = "the response ended before the call finished"

@@ -33,11 +33,12 @@ from starlette.routing import BaseRoute, Route
 
 from ..security import bearer, http_api_key_ok, key_digest
 from ..services import Services
-from . import audio_speech, chat_completions, client_secrets, completions, files, transcriptions
+from . import audio_speech, chat_completions, client_secrets, completions, transcriptions
+from . import files_api as files
 from .budget import ByteBudget
-from .errors import ApiError, error_response
+from .error_bodies import ApiError, error_response
 from .schemas import header_count
-from .stream import CompletionStore, SseResponse
+from .sse import CompletionStore, SseResponse
 
 log = logging.getLogger("stream_omni.http")
 

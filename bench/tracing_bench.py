@@ -7,7 +7,7 @@ each round, so load drift hits both alike. Per turn: the model's decode rate (``
 ``tokens_per_s``) and the client's end-to-end time (``response.create`` → ``response.done``), medians
 over rounds. Targets: ≤ 2 % tokens/s and ≤ 5 ms per turn.
 
-    python -m bench.tracing [--rounds 20] [--tokens 64]    (--loop-only: the event loop's cost per turn alone)
+    python -m bench.tracing_bench [--rounds 20] [--tokens 64]    (--loop-only: the event loop's cost per turn alone)
 """
 
 from __future__ import annotations
@@ -126,7 +126,7 @@ def main() -> None:
         added = (cost["traced_us"] - cost["untraced_us"]) / 1000
         md = (
             "# Tracing: what a traced voice turn costs the event loop\n\n"
-            f"`python -m bench.tracing --loop-only` — {info['when']}, {info['cpus']} CPUs, load average (1 min) "
+            f"`python -m bench.tracing_bench --loop-only` — {info['when']}, {info['cpus']} CPUs, load average (1 min) "
             f"{info['loadavg_1m']}. A voice turn's events (48 text + 48 audio deltas, 4 TTS chunks) through the "
             f"turn timer (on either way) and the session trace: {cost['untraced_us']:.0f} µs untraced, "
             f"{cost['traced_us']:.0f} µs traced; tracing adds {added:.3f} ms a turn (median of 300; target ≤ 5 ms).\n"
@@ -156,7 +156,7 @@ def main() -> None:
     per_turn_ms = (cost["traced_us"] - cost["untraced_us"]) / 1000
     md = (
         "# Tracing on vs off: the same Realtime text turns, side by side\n\n"
-        f"`python -m bench.tracing --rounds {args.rounds} --tokens {args.tokens}` — {info['when']}, "
+        f"`python -m bench.tracing_bench --rounds {args.rounds} --tokens {args.tokens}` — {info['when']}, "
         f"{info['cpus']} CPUs, load average (1 min) {info['loadavg_1m']}; the embedded model on llama.cpp, "
         f"medians over {args.rounds} turns each, alternating. Spans received: {chat_spans} responses. "
         "Targets: tokens/s ratio ≥ 0.98, end-to-end ≤ +5 ms per turn.\n\n"

@@ -2,7 +2,7 @@
 
 For each attack the server is probed with GET /health (a fresh connection each time, like any
 client) every 50 ms while the attack runs; the table gives the median and the worst probe. Run:
-``python -m bench.security``; writes bench/results/security.{json,md}. Image-decode memory is
+``python -m bench.security_bench``; writes bench/results/security.{json,md}. Image-decode memory is
 measured separately (bench/security_images.py).
 """
 

@@ -1,4 +1,4 @@
-"""ASR speed, side by side: ``python -m bench.asr`` → bench/results/asr.json and asr.md.
+"""ASR speed, side by side: ``python -m bench.asr_bench`` → bench/results/asr.json and asr.md.
 
 For each engine (faster-whisper int8, openai-whisper fp32) on the same ~7 s espeak-ng utterance:
 load time, the real-time factor (transcription seconds / audio seconds; median of ``--repeats``
@@ -35,7 +35,7 @@ def utterance(text: str = TEXT) -> np.ndarray:
     """``text`` spoken by espeak-ng (en-us, 160 wpm) → float32 ``[n]`` at 16 kHz."""
     espeak = shutil.which("espeak-ng")
     if espeak is None:
-        sys.exit("bench.asr needs espeak-ng: apt-get install espeak-ng")
+        sys.exit("bench.asr_bench needs espeak-ng: apt-get install espeak-ng")
     wav = subprocess.run(
         [espeak, "-v", "en-us", "-s", "160", "--stdout", text], check=True, capture_output=True, timeout=60
     ).stdout
@@ -95,7 +95,7 @@ def markdown(report: dict) -> str:
 
 
 def main(argv: list[str] | None = None) -> dict:
-    parser = argparse.ArgumentParser(prog="python -m bench.asr", description=__doc__)
+    parser = argparse.ArgumentParser(prog="python -m bench.asr_bench", description=__doc__)
     parser.add_argument("--engines", nargs="+", choices=ENGINES, default=list(ENGINES))
     parser.add_argument("--model", default="tiny.en", choices=["tiny.en", "base"])
     parser.add_argument("--repeats", type=int, default=3)

@@ -27,14 +27,14 @@ FRAME_MS = 20
 
 
 @dataclass(frozen=True)
-class Started:
+class TrackStarted:
     """Audio of ``response_id`` began to play."""
 
     response_id: str
 
 
 @dataclass(frozen=True)
-class Stopped:
+class TrackStopped:
     """Everything of ``response_id`` has played and no more is coming: its audio is over."""
 
     response_id: str
@@ -50,7 +50,7 @@ class Cleared:
     items: tuple[tuple[str, int], ...] = ()  # every item cut, playing or still queued: (item id, ms of it played)
 
 
-PlayoutEvent = Started | Stopped | Cleared
+PlayoutEvent = TrackStarted | TrackStopped | Cleared
 
 
 def track_samples(audio: bytes, fmt: str) -> np.ndarray:
@@ -63,7 +63,7 @@ def track_samples(audio: bytes, fmt: str) -> np.ndarray:
 
 
 @dataclass
-class _Chunk:
+class _TrackChunk:
     samples: np.ndarray  # int16 [n] at RATE
     response_id: str
     item_id: str
@@ -72,7 +72,7 @@ class _Chunk:
 class OutboundAudio:
     def __init__(self, max_queued_s: float = 120.0):
         self.max_queued = int(max_queued_s * RATE)  # a reply longer than this is cut (bounded memory)
-        self._queue: deque[_Chunk] = deque()
+        self._queue: deque[_TrackChunk] = deque()
         self._offset = 0  # samples of the head chunk already played
         self._queued = 0
         self._playing: tuple[str, str] | None = None  # (response_id, item_id) being heard
@@ -105,7 +105,7 @@ class OutboundAudio:
         if self._queued - self._offset + len(samples) > self.max_queued:
             return False
         if len(samples):
-            self._queue.append(_Chunk(samples, response_id, item_id))
+            self._queue.append(_TrackChunk(samples, response_id, item_id))
             self._queued += len(samples)
         return True
 
@@ -121,8 +121,8 @@ class OutboundAudio:
             head = self._queue[0]
             if self._playing is None or self._playing[0] != head.response_id:
                 if self._playing is not None:
-                    events.append(Stopped(self._playing[0]))
-                events.append(Started(head.response_id))
+                    events.append(TrackStopped(self._playing[0]))
+                events.append(TrackStarted(head.response_id))
                 self.last_response = head.response_id
             self._playing = (head.response_id, head.item_id)
             take = min(FRAME - filled, len(head.samples) - self._offset)
@@ -136,7 +136,7 @@ class OutboundAudio:
                 self._offset = 0
         if not self._queue and self._playing is not None:
             if self._playing[0] != open_response:
-                events.append(Stopped(self._playing[0]))
+                events.append(TrackStopped(self._playing[0]))
                 self._playing = None
             elif filled < FRAME:
                 self.underruns += 1

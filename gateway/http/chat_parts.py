@@ -20,7 +20,7 @@ from processors.image import ImageError
 from ..services import Services
 from ..uploads import REFUSALS, FileRefused, admit_images, attached_text, image_text
 from ..voice.asr_worker import transcribe_clip
-from .errors import ApiError
+from .error_bodies import ApiError
 from .schemas import AudioPart, FilePart, ImagePart, Message
 
 log = logging.getLogger("stream_omni.http")

@@ -1,4 +1,4 @@
-"""Image path latencies: ``python -m bench.image`` (from the repo root) → bench/results/image.{json,md}.
+"""Image path latencies: ``python -m bench.image_bench`` (from the repo root) → bench/results/image.{json,md}.
 
 Measures (medians over ``--repeats``; torch on one thread, as the server runs it here):
 - data-URL → validated, decoded, normalised RGB for a 1024×768 PNG and JPEG (and JPEG with

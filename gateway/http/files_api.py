@@ -17,10 +17,10 @@ from starlette.formparsers import MultiPartException
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 
-from ..files import PURPOSES, FileStore, QuotaExceeded, StoredFile, TooManyFiles
+from ..file_store import PURPOSES, FileStore, QuotaExceeded, StoredFile, TooManyFiles
 from ..services import Services
 from ..uploads import REFUSALS, check_upload, sniff
-from .errors import ApiError
+from .error_bodies import ApiError
 from .schemas import header_count
 
 FORM_OVERHEAD = 64 * 1024  # multipart boundaries and the small fields around the file

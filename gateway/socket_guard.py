@@ -32,7 +32,7 @@ from websockets.http11 import MAX_LINE_LENGTH, MAX_NUM_HEADERS
 from websockets.protocol import State
 
 from .config import ServerConfig
-from .wsreader import UNDECODED_TEXT, ChunkedReader
+from .ws_frames import UNDECODED_TEXT, ChunkedReader
 
 
 def _reply(status: str, body: bytes) -> bytes:
@@ -46,7 +46,7 @@ def guarded_protocols(
     server: ServerConfig, undecoded_text_bytes: int = 1 << 62
 ) -> tuple[type[H11Protocol], type[WebSocketsSansIOProtocol]]:
     """(http, ws) protocol classes for ``uvicorn.Config(http=…, ws=…)``, bound to this server's limits;
-    text messages of ``undecoded_text_bytes`` or more reach the app undecoded (``gateway.wsreader``)."""
+    text messages of ``undecoded_text_bytes`` or more reach the app undecoded (``gateway.ws_frames``)."""
     pending: Counter[str] = Counter()  # client address → sockets that have not sent a request head yet
 
     def abort_later(loop: asyncio.AbstractEventLoop, transport: asyncio.Transport) -> None:

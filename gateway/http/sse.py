@@ -22,7 +22,7 @@ from typing import Any
 from starlette.responses import StreamingResponse
 from starlette.types import Receive, Scope, Send
 
-from .errors import error_body
+from .error_bodies import error_body
 
 MAX_STREAMS = 64  # completions kept for resume, per app
 MAX_STREAM_BYTES = 1024 * 1024  # frames kept per completion

@@ -8,7 +8,7 @@ measured step is cropped back, so every round sees the same caches; N is visited
 round so load drift hits every N alike. Fastest and median of ``--rounds`` rounds; the 1-minute
 load average is recorded with the row. Writes bench/results/hf_batch.{json,md}.
 
-    python -m bench.hf_batch [--rounds 8] [--ctx 64] [--dtype bfloat16] [--threads 1]
+    python -m bench.hf_batch_bench [--rounds 8] [--ctx 64] [--dtype bfloat16] [--threads 1]
 """
 
 from __future__ import annotations

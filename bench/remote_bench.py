@@ -28,7 +28,7 @@ by a letter or digit (the first word went on in the next delta or chunk). tok/s:
 ``response.done`` over the WebSocket, and → our upstream connection leaving ESTABLISHED (read from
 /proc/net/tcp).
 
-    python -m bench.remote [--rounds 3] [--tokens 128] [--engine-threads 1] [--engine llama-server]
+    python -m bench.remote_bench [--rounds 3] [--tokens 128] [--engine-threads 1] [--engine llama-server]
 
 Writes bench/results/remote.{json,md} (remote_llama_server.{json,md} with ``--engine llama-server``).
 """

@@ -5,7 +5,7 @@ is held through each C call of the parse), and with every protection off (parse 
 bytes/s bound), to show what each buys. Target: attacked ≤ 1.5× alone (a victim may slow, never stall). Writes
 bench/results/bigframes.*.
 
-`python -m bench.bigframes [--seconds 15] [--attackers 3] [--frame-mb 15] [--repeat 1]` (the box's load moves
+`python -m bench.bigframes_bench [--seconds 15] [--attackers 3] [--frame-mb 15] [--repeat 1]` (the box's load moves
 the gaps: repeats interleave the servers, so that each is measured under the same load)
 """
 
@@ -115,7 +115,7 @@ def scenario(addr: str, seconds: float, attackers: int, frame_mb: float, nice: i
     the victim for the same two cores unless it runs below them."""
     proc = None
     if attackers:
-        code = f"import asyncio, os; os.nice({nice}); from bench.bigframes import flood; "
+        code = f"import asyncio, os; os.nice({nice}); from bench.bigframes_bench import flood; "
         code += f"print(asyncio.run(flood({addr!r}, {seconds + 2}, {attackers}, {frame_mb})))"
         proc = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True)
         time.sleep(1.0)  # the flood is on before the victim starts

@@ -3,7 +3,7 @@
 ``websockets.streams.StreamReader`` appends each socket read to one ``bytearray`` (re-allocated and
 copied as it grows) and then slices the frame out of it (one more copy of the whole frame, in a
 single C call on the event loop). For a 15 MB frame that is tens of ms of the loop's time
-(``bench/bigframes.py``). Here a read of at least ``BIG`` bytes copies each of the socket's chunks,
+(``bench/bigframes_bench.py``). Here a read of at least ``BIG`` bytes copies each of the socket's chunks,
 as it comes, into a buffer of exactly the frame's size: nothing is left to copy at the end but the
 unmasking. Everything else is websockets' own code: this class only replaces the reader's two
 buffer methods.

@@ -20,7 +20,7 @@ import httpx2
 from . import policy
 
 
-class Refused(httpx2.TransportError):
+class AddressRefused(httpx2.TransportError):
     """A request the policy refused (never sent) or an answer over its size."""
 
 
@@ -41,14 +41,14 @@ class Guard:
         self.refusal: str | None = None
         self.refused = asyncio.Event()  # set with refusal: a pending operation stops waiting
 
-    def refuse(self, message: str) -> Refused:
+    def refuse(self, message: str) -> AddressRefused:
         if self.refusal is None:
             self.refusal = message
         self.refused.set()
-        return Refused(message)
+        return AddressRefused(message)
 
     async def admit(self, url: str) -> tuple[str, str]:
-        """``url``'s host and the checked address to connect to; ``Refused`` (nothing was sent) when not allowed."""
+        """``url``'s host and the checked address to connect to; ``AddressRefused`` (nothing sent) if not allowed."""
         if self.allowed is None:
             t = policy.split(url)
             return t.host, t.host

@@ -3,7 +3,7 @@
 ``check`` validates a ``POST /v1/realtime/client_secrets`` session config exactly as a
 ``session.update`` would be (the same Session and audio checks, on a throwaway session) and gives
 the session object to answer with; ``bind`` applies it to the real session before
-``session.created``, so the browser's first view is the fixed config (``gateway.realtime.locks``).
+``session.created``, so the browser's first view is the fixed config (``gateway.realtime.fixed_fields``).
 """
 
 from __future__ import annotations
@@ -14,8 +14,8 @@ from typing import Any
 
 from starlette.requests import HTTPConnection
 
-from ..client_secrets import Grant as Grant  # re-exported: LiveSession takes one
-from ..client_secrets import is_ephemeral, unseal
+from ..ephemeral_keys import Grant as Grant  # re-exported: LiveSession takes one
+from ..ephemeral_keys import is_ephemeral, unseal
 from ..keylimits import BoundLimits
 from ..security import AuthRefused, offered_keys, ws_auth
 from ..services import Services

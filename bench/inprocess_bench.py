@@ -13,7 +13,7 @@ neither system reuses the other's prefill beyond the shared template. Gap = stre
 paired per round. No drafting (it never runs before the first text anyway, and its start-up
 probe takes minutes on a busy 2-core box); one llama.cpp thread, steadier under contention.
 
-    python -m bench.inprocess [--rounds 20] [--threads 1] [--fake]
+    python -m bench.inprocess_bench [--rounds 20] [--threads 1] [--fake]
 """
 
 from __future__ import annotations

@@ -62,7 +62,7 @@ class StoredFile:
         }
 
 
-class _Owner:
+class _KeyFiles:
     """One key's files, in upload order, and the bytes they hold; its lock makes check + write one step."""
 
     def __init__(self, files: dict[str, StoredFile]):
@@ -91,14 +91,14 @@ class FileStore:
         self.clock = clock
         self.max_per_key = max_per_key
         self.sweep_every_s = sweep_every_s
-        self._owners: dict[str, _Owner] = {}
+        self._owners: dict[str, _KeyFiles] = {}
         self._owners_lock = threading.Lock()  # only around the dict itself: O(1) under it
         self._last_sweep = clock()
 
     def _dir(self, owner: str) -> Path:
         return self.folder / (owner or "anonymous")
 
-    def _owner(self, owner: str) -> _Owner:
+    def _owner(self, owner: str) -> _KeyFiles:
         with self._owners_lock:
             found = self._owners.get(owner)
         if found is not None:
@@ -109,7 +109,7 @@ class FileStore:
             meta = self._read_meta(owner, meta_path.stem)
             if meta is not None:
                 files[meta.id] = meta
-        loaded = _Owner(dict(sorted(files.items(), key=lambda kv: (kv[1].uploaded, kv[0]))))
+        loaded = _KeyFiles(dict(sorted(files.items(), key=lambda kv: (kv[1].uploaded, kv[0]))))
         with self._owners_lock:
             return self._owners.setdefault(owner, loaded)
 
@@ -151,13 +151,13 @@ class FileStore:
             o.used += meta.bytes
             return meta
 
-    def _expire(self, owner: str, o: _Owner) -> None:
+    def _expire(self, owner: str, o: _KeyFiles) -> None:
         """Drop ``owner``'s expired files (``o.lock`` held)."""
         now = self.clock()
         for meta in [f for f in o.files.values() if f.expires_at <= now]:
             self._remove(owner, o, meta.id)
 
-    def _remove(self, owner: str, o: _Owner, file_id: str) -> None:
+    def _remove(self, owner: str, o: _KeyFiles, file_id: str) -> None:
         meta = o.files.pop(file_id, None)
         if meta is not None:
             o.used -= meta.bytes

@@ -13,7 +13,7 @@ class SdpError(ValueError):
 
 
 @dataclass(frozen=True)
-class Offer:
+class PhoneOffer:
     address: str  # where the caller wants RTP
     port: int
     payload_type: int  # the G.711 payload chosen (µ-law first)
@@ -22,7 +22,7 @@ class Offer:
     direction: str  # sendrecv, sendonly (the caller holds), recvonly, inactive
 
 
-def parse_offer(text: str) -> Offer:
+def parse_offer(text: str) -> PhoneOffer:
     address, port, formats = "", 0, []
     rtpmap: dict[int, str] = {}
     direction = "sendrecv"
@@ -54,10 +54,10 @@ def parse_offer(text: str) -> Offer:
         offered = ", ".join(rtpmap.get(pt, str(pt)) for pt in formats)
         raise SdpError(f"no PCMU or PCMA offered (offered: {offered})")
     dtmf = next((pt for pt in formats if rtpmap.get(pt, "").startswith("telephone-event/8000")), None)
-    return Offer(address, port, chosen, codecs[chosen], dtmf, direction)
+    return PhoneOffer(address, port, chosen, codecs[chosen], dtmf, direction)
 
 
-def answer(offer: Offer, address: str, port: int, session_id: int) -> str:
+def answer(offer: PhoneOffer, address: str, port: int, session_id: int) -> str:
     """Our answer: the chosen codec, telephone-events if offered, the direction that mirrors the offer's."""
     mirror = {"sendonly": "recvonly", "recvonly": "sendonly"}.get(offer.direction, offer.direction)
     formats = [offer.payload_type] + ([offer.dtmf_type] if offer.dtmf_type is not None else [])

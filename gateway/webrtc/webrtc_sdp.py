@@ -30,7 +30,7 @@ class OfferError(ValueError):
 
 
 @dataclass(frozen=True)
-class Offer:
+class WebRtcOffer:
     """What the gateway needs to know of a checked offer."""
 
     sdp: str  # the offer, normalised to CRLF line ends
@@ -111,7 +111,7 @@ def screen_candidates(sdp: str, policy: CandidatePolicy) -> str:
     return "\n".join(line for i, line in enumerate(lines) if i not in dropped)
 
 
-def check_offer(text: str, candidates: CandidatePolicy | None = None) -> Offer:
+def check_offer(text: str, candidates: CandidatePolicy | None = None) -> WebRtcOffer:
     """The offer (its candidates screened by ``candidates``), or ``OfferError``: not SDP, no audio, no data
     channel, no Opus, a bad a=maxptime, too many candidates."""
     if len(text.encode()) > MAX_SDP_BYTES:
@@ -140,7 +140,7 @@ def check_offer(text: str, candidates: CandidatePolicy | None = None) -> Offer:
         offered = sorted({c.split("/")[0] for c in audio[0].rtpmap.values()}) or audio[0].formats
         raise OfferError(f"SDP offer's audio has no Opus (offered: {', '.join(offered)}); only opus/48000 is served")
     body = screen_candidates(body.replace("\r\n", "\n"), candidates or CandidatePolicy())
-    return Offer(
+    return WebRtcOffer(
         sdp=body.replace("\n", "\r\n") + "\r\n",
         opus_payload=int(opus[0]),
         audio_direction=audio[0].direction,
