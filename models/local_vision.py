@@ -12,6 +12,8 @@ listener waits on Whisper, an image only adds to a message.
 
 from __future__ import annotations
 
+import contextlib
+import functools
 import logging
 import time
 from concurrent.futures import ThreadPoolExecutor
@@ -21,7 +23,7 @@ from PIL import Image
 
 from processors.vision_text import VisionReading, reading_order
 
-from .cores import yield_to_decoding
+from .cores import CORES, NICE, yield_to_decoding
 from .image_classifier import ImageClassifier
 from .ocr import TextReader
 
@@ -37,7 +39,7 @@ class VisionTimings:
 
 
 class LocalVision:
-    def __init__(self, top_k: int = 5, ocr: bool = True, ocr_max_side: int = 1280) -> None:
+    def __init__(self, top_k: int = 5, ocr: bool = True, ocr_max_side: int = 1280, nice: int = NICE) -> None:
         self.top_k = top_k  # classes kept per image
         self.classifier = ImageClassifier()
         self.reader: TextReader | None = None
@@ -46,8 +48,11 @@ class LocalVision:
                 self.reader = TextReader(ocr_max_side)
             except (ImportError, OSError) as exc:  # OpenCV without libgl1 / libglib2.0-0: labels still work
                 log.warning("image input reads no text: the OCR cannot load (%s); install libgl1 libglib2.0-0", exc)
-        # one thread: one pass at a time, one core at most; niced for good, so it is this pool's alone
-        self._worker = ThreadPoolExecutor(1, thread_name_prefix="vision", initializer=yield_to_decoding)
+        # one thread: one pass at a time, one core at most; niced for good, so it is this pool's alone.
+        # nice 0: the pass runs at the LLM's priority and borrows a core from it, as a Whisper pass does
+        self.nice = nice
+        start = functools.partial(yield_to_decoding, nice)
+        self._worker = ThreadPoolExecutor(1, thread_name_prefix="vision", initializer=start)
         self.last: VisionTimings | None = None  # the latest pass's timings
 
     def read(self, image: Image.Image) -> VisionReading:
@@ -55,6 +60,10 @@ class LocalVision:
         return self._worker.submit(self._pass, image).result()
 
     def _pass(self, image: Image.Image) -> VisionReading:
+        with CORES.lend() if self.nice == 0 else contextlib.nullcontext():
+            return self._models(image)
+
+    def _models(self, image: Image.Image) -> VisionReading:
         t0 = time.perf_counter()
         labels = self.classifier.classify(image, self.top_k)
         t1 = time.perf_counter()
