@@ -129,12 +129,12 @@ def pct(xs: list[float], q: float) -> float:
     return float(statistics.quantiles(xs, n=10, method="inclusive")[int(q * 10) - 1]) if len(xs) > 1 else xs[0]
 
 
-def model_times(imgs: dict[str, tuple[str, str]], tries: int) -> dict[str, dict[str, float]]:
+def model_times(imgs: dict[str, tuple[str, str]], tries: int, nice: int) -> dict[str, dict[str, float]]:
     """Classifier and OCR seconds per image (median), one thread each, as a server pass runs them."""
     from models.local_vision import LocalVision
     from processors.image import ImageLimits, load_image_url
 
-    vision = LocalVision()
+    vision = LocalVision(nice=nice)
     out = {}
     for name, (url, _) in imgs.items():
         img = load_image_url(url, ImageLimits(max_side=1024)).image  # what the server's models see
@@ -186,13 +186,15 @@ def main() -> None:
     ap.add_argument("--tries", type=int, default=7)
     ap.add_argument("--tokens", type=int, default=200, help="the concurrent text reply's length")
     ap.add_argument("--rounds", type=int, default=3, help="text alone / beside images pairs (the ratio's median)")
+    ap.add_argument("--nice", type=int, default=10, help="vision.local_nice (0: a pass borrows a core instead)")
     ap.add_argument("--name", default="vision")
     args = ap.parse_args()
     imgs = images()
     load_before = machine()["loadavg_1m"]
-    with server_process({"audio.enabled": False, "speculative.drafter": "none"}) as addr:
+    overrides = {"audio.enabled": False, "speculative.drafter": "none", "vision.local_nice": args.nice}
+    with server_process(overrides) as addr:
         served = asyncio.run(measure(addr, imgs, args.tries, args.tokens, args.rounds))
-    models = model_times(imgs, args.tries)
+    models = model_times(imgs, args.tries, args.nice)
     rows = [
         {
             "image": name,
@@ -206,7 +208,8 @@ def main() -> None:
     ratio = served["ratio"]
     pairs = ", ".join(f"{p['ratio']:.2f}x ({p['images']} photos, load {p['load_1m']})" for p in served["pairs"])
     md = (
-        f"# bench vision ({machine()['when']}, load {load_before} before, {machine()['loadavg_1m']} after)\n\n"
+        f"# bench vision, vision.local_nice {args.nice} ({machine()['when']}, "
+        f"load {load_before} before, {machine()['loadavg_1m']} after)\n\n"
         + markdown_table(rows, list(rows[0]))
         + f"\nA text session: {served['text_tok_s_alone']:.1f} tok/s alone, "
         f"{served['text_tok_s_with_images']:.1f} tok/s while {served['images_during_text']} photos were "
