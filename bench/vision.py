@@ -6,9 +6,11 @@ session per try sends the image and "what is this?" / "what does it say?" as one
 ``response.create``: the time from sending the message to the first ``response.output_text.delta``,
 p50 / p90 over ``--tries``. The classifier's and the OCR's own time on the same image, one thread,
 in this process while the server is idle (their median over ``--tries``). Then a text session
-streams a long reply twice, alone and while another session sends images one after another: its
-decode rate (output tokens over the time from its first to its last delta) with images against
-without, side by side in one run (the image session asks no reply: this is what describing costs).
+streams a long reply alone and while another session sends images one after another, in turn
+``--rounds`` times: its decode rate (output tokens over the time from its first to its last delta)
+with images against without, each pair side by side, the median of the pairs' ratios (the image
+session asks no reply: this is what describing costs), with how many photos were described beside
+it and the load average after each pair.
 
 Writes bench/results/vision.{json,md} (``--name`` for another).
 """
@@ -127,12 +129,12 @@ def pct(xs: list[float], q: float) -> float:
     return float(statistics.quantiles(xs, n=10, method="inclusive")[int(q * 10) - 1]) if len(xs) > 1 else xs[0]
 
 
-def model_times(imgs: dict[str, tuple[str, str]], tries: int) -> dict[str, dict[str, float]]:
+def model_times(imgs: dict[str, tuple[str, str]], tries: int, nice: int) -> dict[str, dict[str, float]]:
     """Classifier and OCR seconds per image (median), one thread each, as a server pass runs them."""
     from models.local_vision import LocalVision
     from processors.image import ImageLimits, load_image_url
 
-    vision = LocalVision()
+    vision = LocalVision(nice=nice)
     out = {}
     for name, (url, _) in imgs.items():
         img = load_image_url(url, ImageLimits(max_side=1024)).image  # what the server's models see
@@ -149,21 +151,33 @@ def model_times(imgs: dict[str, tuple[str, str]], tries: int) -> dict[str, dict[
     return out
 
 
-async def measure(addr: str, imgs: dict[str, tuple[str, str]], tries: int, tokens: int) -> dict[str, Any]:
+async def measure(addr: str, imgs: dict[str, tuple[str, str]], tries: int, tokens: int, rounds: int) -> dict[str, Any]:
     latency = {}
     for name, (url, question) in imgs.items():
         await first_text(addr, url, question)  # warm-up
         xs = [await first_text(addr, url, question) for _ in range(tries)]
         latency[name] = {"p50_s": statistics.median(xs), "p90_s": pct(xs, 0.9), "runs": xs}
-    alone = await text_rate(addr, tokens)
     photo_url = imgs["photo 640x480"][0]
-    with_images, sent = await rate_with_images(addr, photo_url, tokens)
-    alone_after = await text_rate(addr, tokens)
+    pairs = []
+    for _ in range(rounds):  # alone and beside images in turn: a shared box's load drifts between them
+        alone = await text_rate(addr, tokens)
+        with_images, sent = await rate_with_images(addr, photo_url, tokens)
+        pairs.append(
+            {
+                "alone": alone,
+                "with_images": with_images,
+                "images": sent,
+                "ratio": with_images / alone,
+                "load_1m": round(os.getloadavg()[0], 2),
+            }
+        )
     return {
         "first_text": latency,
-        "text_tok_s_alone": (alone + alone_after) / 2,
-        "text_tok_s_with_images": with_images,
-        "images_during_text": sent,
+        "text_tok_s_alone": statistics.median(p["alone"] for p in pairs),
+        "text_tok_s_with_images": statistics.median(p["with_images"] for p in pairs),
+        "images_during_text": statistics.median(p["images"] for p in pairs),
+        "ratio": statistics.median(p["ratio"] for p in pairs),
+        "pairs": pairs,
     }
 
 
@@ -171,12 +185,16 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--tries", type=int, default=7)
     ap.add_argument("--tokens", type=int, default=200, help="the concurrent text reply's length")
+    ap.add_argument("--rounds", type=int, default=3, help="text alone / beside images pairs (the ratio's median)")
+    ap.add_argument("--nice", type=int, default=10, help="vision.local_nice (0: a pass borrows a core instead)")
     ap.add_argument("--name", default="vision")
     args = ap.parse_args()
     imgs = images()
-    with server_process({"audio.enabled": False, "speculative.drafter": "none"}) as addr:
-        served = asyncio.run(measure(addr, imgs, args.tries, args.tokens))
-    models = model_times(imgs, args.tries)
+    load_before = machine()["loadavg_1m"]
+    overrides = {"audio.enabled": False, "speculative.drafter": "none", "vision.local_nice": args.nice}
+    with server_process(overrides) as addr:
+        served = asyncio.run(measure(addr, imgs, args.tries, args.tokens, args.rounds))
+    models = model_times(imgs, args.tries, args.nice)
     rows = [
         {
             "image": name,
@@ -187,13 +205,15 @@ def main() -> None:
         }
         for name in imgs
     ]
-    ratio = served["text_tok_s_with_images"] / served["text_tok_s_alone"]
+    ratio = served["ratio"]
+    pairs = ", ".join(f"{p['ratio']:.2f}x ({p['images']} photos, load {p['load_1m']})" for p in served["pairs"])
     md = (
-        f"# bench vision ({machine()['when']}, load {machine()['loadavg_1m']})\n\n"
+        f"# bench vision, vision.local_nice {args.nice} ({machine()['when']}, "
+        f"load {load_before} before, {machine()['loadavg_1m']} after)\n\n"
         + markdown_table(rows, list(rows[0]))
         + f"\nA text session: {served['text_tok_s_alone']:.1f} tok/s alone, "
         f"{served['text_tok_s_with_images']:.1f} tok/s while {served['images_during_text']} photos were "
-        f"described beside it: {ratio:.2f}x\n"
+        f"described beside it: {ratio:.2f}x (median of {len(served['pairs'])} pairs: {pairs})\n"
     )
     write(args.name, {"machine": machine(), "served": served, "models": models, "ratio": ratio}, md)
 

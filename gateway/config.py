@@ -227,6 +227,9 @@ class VisionConfig(_Frozen):
     mode: Literal["none", "local", "clip", "vlm"] = "local"
     local_labels: int = Field(default=3, ge=1, le=10)  # local: the classifier's best labels described per image
     local_ocr: bool = True  # local: read the text in every image (PP-OCRv4, Chinese and English)
+    # local: steps the image pass runs below the LLM's priority, lending it no core (replies beside images
+    # keep their speed; images wait while replies stream); 0: same priority, the LLM lends it a core
+    local_nice: int = Field(default=10, ge=0, le=19)
     max_images_per_message: int = Field(default=4, ge=1, le=64)  # image parts in one message (over: 400 / error)
     # images read per API key per minute, both APIs (keyless clients share one budget); null: no cap
     images_per_key_per_minute: int | None = Field(default=None, ge=1, le=1_000_000)

@@ -69,12 +69,12 @@ def image_limits(config: Config) -> ImageLimits:
 
 
 @functools.cache
-def local_vision(top_k: int, ocr: bool) -> Any:
+def local_vision(top_k: int, ocr: bool, nice: int = 10) -> Any:
     """The offline classifier + OCR (``models.local_vision``), loaded once per process: read-only
     weights every app in it shares (each pass holds its lock and one core)."""
     from models.local_vision import LocalVision
 
-    return LocalVision(top_k=top_k, ocr=ocr)
+    return LocalVision(top_k=top_k, ocr=ocr, nice=nice)
 
 
 def load_vision(config: Config) -> tuple[ImageDescriber | None, Any]:
@@ -93,7 +93,7 @@ def load_vision(config: Config) -> tuple[ImageDescriber | None, Any]:
     if v.mode == "local":
         from processors.vision_text import describe
 
-        local = local_vision(v.local_labels, v.local_ocr)
+        local = local_vision(v.local_labels, v.local_ocr, v.local_nice)
 
         def describer(url: str) -> str:
             reading = local.read(load_image_url(url, limits, remote, gate=gate).image)

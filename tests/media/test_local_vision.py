@@ -111,3 +111,42 @@ def timm_names(sd, block_names):
         else:
             out[".".join([top[head], *rest])] = tensor
     return out
+
+
+def test_a_pass_runs_below_the_caller_s_priority_and_leaves_the_llm_its_threads(vision, monkeypatch):
+    from models.cores import CORES, niceness
+
+    mine = niceness()
+    if mine is None:
+        pytest.skip("per-thread niceness is Linux's")
+    seen = []
+    classify = vision.classifier.classify
+
+    def watched(image, top_k=5):
+        seen.append((niceness(), CORES.threads(2)))
+        return classify(image, top_k)
+
+    monkeypatch.setattr(vision.classifier, "classify", watched)
+    assert any("cat" in label for label, _ in vision.read(photo("chelsea")).labels)
+    # a response decoding meanwhile keeps both its threads: the pass gets what they leave
+    assert seen == [(min(19, mine + 10), 2)]
+
+
+def test_at_nice_zero_a_pass_keeps_the_caller_s_priority_and_borrows_a_core():
+    from models.cores import CORES, niceness
+    from models.local_vision import LocalVision
+
+    mine = niceness()
+    if mine is None:
+        pytest.skip("per-thread niceness is Linux's")
+    eager = LocalVision(top_k=5, ocr=False, nice=0)
+    seen = []
+    classify = eager.classifier.classify
+
+    def watched(image, top_k=5):
+        seen.append((niceness(), CORES.threads(2)))
+        return classify(image, top_k)
+
+    eager.classifier.classify = watched
+    assert any("cat" in label for label, _ in eager.read(photo("chelsea")).labels)
+    assert seen == [(mine, 1)]
