@@ -122,7 +122,7 @@ class WebRtcApi:
             node = self.node()
             if node is not None:
                 await node.admit(key, token)
-            live = LiveSession(s, key, token=token, grant=grant)  # an ek_ key's config fixed (realtime.locks)
+            live = LiveSession(s, key, token=token, grant=grant)  # an ek_ key's config fixed (realtime.fixed_fields)
         except TooManySessions as exc:
             return _error(429, "session_limit", str(exc), {"Retry-After": "1"})
         except StoreUnavailable:
