@@ -44,11 +44,17 @@ def piper(text: str, cut_after: int | None = None) -> np.ndarray:
 @pytest.mark.real_model
 def test_finished_questions_sound_complete_and_a_sentence_stopped_mid_phrase_does_not():
     model = smart_turn.load()
+
+    def score(text: str, cut_after: int | None = None) -> float:
+        # Piper's voice is sampled (VITS noise), so one rendering of a sentence varies: "Can you turn off
+        # the lights?" scored 0.76-0.97 over 8 renderings and once 0.30; the median of five is the model's verdict
+        return float(np.median([model(piper(text, cut_after)) for _ in range(5)]))
+
     for done in ("Can you turn off the lights?", "What is the capital of France?", "Set a timer for ten minutes."):
-        assert model(piper(done)) > THRESHOLD, done
+        assert score(done) > THRESHOLD, done
     sentence = "I was thinking that maybe we could go to the beach tomorrow."
     for k in (3, 5, 7):  # "I was thinking", "… that maybe", "… maybe we could"
-        assert model(piper(sentence, cut_after=k)) < THRESHOLD, k
+        assert score(sentence, cut_after=k) < THRESHOLD, k
 
 
 def test_without_the_wheel_the_model_is_unavailable_and_the_runner_is_none(monkeypatch, caplog):
