@@ -151,6 +151,7 @@ def run(only: str | None = None) -> list[dict[str, Any]]:
             "speculative.drafter": "none",
             "server.api_keys": ["key-alice", "key-bob"],
             "server.max_pending_per_ip": 1000,
+            "server.grace_period_s": 0,  # each bystander probe is a fresh session: a closed one frees its seat at once
             "tools.mcp_allowed_urls": [good.url, wide.url],
         }
         try:
