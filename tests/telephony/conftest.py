@@ -10,6 +10,8 @@ from typing import Any
 
 import pytest
 
+from testkit.tls import self_signed as make_self_signed
+
 Hooks = tuple[str, "queue.Queue[tuple[bytes, dict[str, str]]]"]
 
 
@@ -38,32 +40,5 @@ def receiver() -> Iterator[Hooks]:
 @pytest.fixture
 def self_signed(tmp_path) -> tuple[str, str]:
     """A self-signed certificate for 127.0.0.1 (PEM files: certificate, key), made fresh for the test."""
-    import datetime
-    import ipaddress
-
-    from cryptography import x509
-    from cryptography.hazmat.primitives import hashes, serialization
-    from cryptography.hazmat.primitives.asymmetric import ec
-    from cryptography.x509.oid import NameOID
-
-    key = ec.generate_private_key(ec.SECP256R1())
-    name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "127.0.0.1")])
-    now = datetime.datetime.now(datetime.UTC)
-    cert = (
-        x509.CertificateBuilder()
-        .subject_name(name)
-        .issuer_name(name)
-        .public_key(key.public_key())
-        .serial_number(x509.random_serial_number())
-        .not_valid_before(now - datetime.timedelta(minutes=5))
-        .not_valid_after(now + datetime.timedelta(hours=1))
-        .add_extension(x509.SubjectAlternativeName([x509.IPAddress(ipaddress.ip_address("127.0.0.1"))]), False)
-        .add_extension(x509.BasicConstraints(ca=True, path_length=None), True)
-        .sign(key, hashes.SHA256())
-    )
-    cert_path, key_path = tmp_path / "sip-cert.pem", tmp_path / "sip-key.pem"
-    cert_path.write_bytes(cert.public_bytes(serialization.Encoding.PEM))
-    key_path.write_bytes(
-        key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption())
-    )
-    return str(cert_path), str(key_path)
+    cert, key = make_self_signed(tmp_path)
+    return str(cert), str(key)
