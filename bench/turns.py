@@ -112,6 +112,37 @@ def pcm24(audio16: Any) -> bytes:
     return float32_to_pcm16(soxr.resample(audio16, 16_000, RATE).astype(np.float32))
 
 
+def _outcome(
+    text: str,
+    stops: list[int],
+    stopped_items: list[str],
+    reopened: set[str],
+    eos_audio_ms: float,
+    marks: dict[str, float],
+    latency: dict[str, Any],
+    transcript: str,
+    first_audio: str,
+) -> dict[str, Any]:
+    """One utterance's row, either transport: ``first_audio`` names the mark its first audio is timed by."""
+    from processors.asr import word_error_rate
+
+    e = marks["eos"]
+    return {
+        "failed": False,
+        "text": text,
+        "turns": len(stops),
+        # a turn ended before the speech did and was answered (not continued by the rest: reopened)
+        "cut": any(s < eos_audio_ms and i not in reopened for s, i in zip(stops, stopped_items, strict=True)),
+        "reopened": sum(item in reopened for item in stopped_items),
+        "latency": latency,
+        "eos_to_stop_ms": (marks["stop"] - e) * 1000,
+        "eos_to_stop_audio_ms": stops[-1] - eos_audio_ms,
+        "eos_to_first_audio_ms": (marks[first_audio] - e) * 1000,
+        "wer": word_error_rate(text, transcript),
+        "transcript": transcript,
+    }
+
+
 async def _session(ws: Any, session: dict[str, Any]) -> None:
     await ws.recv()
     await ws.send(json.dumps({"type": "session.update", "session": session}))
@@ -134,8 +165,6 @@ async def turn(addr: str, td: dict[str, Any], speech16: Any, text: str) -> dict[
     """One spoken turn, answered in speech: the times from the end of speech, and the turns the VAD made."""
     import numpy as np
     import websockets
-
-    from processors.asr import word_error_rate
 
     lead = np.zeros(int(0.4 * 16_000), np.float32)
     pcm = pcm24(np.concatenate([lead, speech16]))
@@ -182,21 +211,9 @@ async def turn(addr: str, td: dict[str, Any], speech16: Any, text: str) -> dict[
             await asyncio.wait_for(task, 60)
         except TimeoutError:  # no reply to the whole utterance: counted, not fatal
             return {"text": text, "failed": True, "turns": len(stops), "errors": errors, "transcript": transcript}
-    e = marks["eos"]
-    return {
-        "failed": False,
-        "text": text,
-        "turns": len(stops),
-        # a turn ended before the speech did and was answered (not continued by the rest: reopened)
-        "cut": any(s < eos_audio_ms and i not in reopened for s, i in zip(stops, stopped_items, strict=True)),
-        "reopened": sum(item in reopened for item in stopped_items),
-        "latency": latency,
-        "eos_to_stop_ms": (marks["stop"] - e) * 1000,
-        "eos_to_stop_audio_ms": stops[-1] - eos_audio_ms,
-        "eos_to_first_audio_ms": (marks["response.output_audio.delta"] - e) * 1000,
-        "wer": word_error_rate(text, transcript),
-        "transcript": transcript,
-    }
+    return _outcome(
+        text, stops, stopped_items, reopened, eos_audio_ms, marks, latency, transcript, "response.output_audio.delta"
+    )
 
 
 async def turn_rtc(addr: str, td: dict[str, Any], speech16: Any, text: str) -> dict[str, Any]:
@@ -204,7 +221,6 @@ async def turn_rtc(addr: str, td: dict[str, Any], speech16: Any, text: str) -> d
     reply's audio started on the track (``output_audio_buffer.started``)."""
     import numpy as np
 
-    from processors.asr import word_error_rate
     from testkit.rtcclient import RtcClient, pcm48
 
     lead = np.zeros(int(0.4 * 16_000), np.float32)
@@ -250,20 +266,9 @@ async def turn_rtc(addr: str, td: dict[str, Any], speech16: Any, text: str) -> d
         return {"text": text, "failed": True, "turns": len(stops), "errors": [], "transcript": transcript}
     finally:
         await c.close()
-    e = marks["eos"]
-    return {
-        "failed": False,
-        "text": text,
-        "turns": len(stops),
-        "cut": any(s < eos_audio_ms and i not in reopened for s, i in zip(stops, stopped_items, strict=True)),
-        "reopened": sum(item in reopened for item in stopped_items),
-        "latency": latency,
-        "eos_to_stop_ms": (marks["stop"] - e) * 1000,
-        "eos_to_stop_audio_ms": stops[-1] - eos_audio_ms,
-        "eos_to_first_audio_ms": (marks["output_audio_buffer.started"] - e) * 1000,
-        "wer": word_error_rate(text, transcript),
-        "transcript": transcript,
-    }
+    return _outcome(
+        text, stops, stopped_items, reopened, eos_audio_ms, marks, latency, transcript, "output_audio_buffer.started"
+    )
 
 
 async def over_reply(addr: str, td: dict[str, Any], speech16: Any, text: str) -> dict[str, Any]:
