@@ -141,6 +141,17 @@ def server_factory() -> Callable[..., Any]:
     return make
 
 
+def checking_private_candidates(server_factory: Callable[..., Any]) -> Callable[..., Any]:
+    """``server_factory`` with ``webrtc.allow_private_candidates`` on (a test's own overrides win): WebRTC
+    callers on this machine (aiortc, Chromium, the Node clients) offer its LAN address or mDNS .local
+    names, which a server with API keys refuses by default."""
+
+    def make(backend: Any, **overrides: Any) -> Any:
+        return server_factory(backend, **{"webrtc.allow_private_candidates": True, **overrides})
+
+    return make
+
+
 @pytest.fixture(scope="session")
 def tiny_clip_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return build_tiny_open_clip(tmp_path_factory.mktemp("tiny_open_clip"))

@@ -10,6 +10,7 @@ import numpy as np
 import pytest
 
 from testkit.espeak import ESPEAK, silence, speak, wav_bytes
+from tests.conftest import checking_private_candidates
 from tests.e2e.browser_fixtures import (
     CHROMIUM,
     CHROMIUM_ARGS,
@@ -24,14 +25,8 @@ from tests.e2e.node import js_clients  # noqa: F401  (the fixture of the Node te
 
 @pytest.fixture
 def server_factory(server_factory: Callable[..., Any]) -> Callable[..., Any]:
-    """Servers that check private candidates: Chromium and the Node clients run on this machine and offer
-    its LAN address or mDNS .local names, which a public server refuses by default
-    (webrtc.allow_private_candidates)."""
-
-    def make(backend: Any, **overrides: Any) -> Any:
-        return server_factory(backend, **{"webrtc.allow_private_candidates": True, **overrides})
-
-    return make
+    """Servers that check private candidates: Chromium and the Node clients run on this machine."""
+    return checking_private_candidates(server_factory)
 
 
 @pytest.fixture(scope="module")

@@ -1,5 +1,5 @@
 """The WebRTC tests' servers check private candidates: their callers run on this machine, whose host
-candidates are its LAN address, which a public server refuses by default (webrtc.allow_private_candidates)."""
+candidates are its LAN address, which a server with API keys refuses by default (webrtc.allow_private_candidates)."""
 
 from __future__ import annotations
 
@@ -8,10 +8,9 @@ from typing import Any
 
 import pytest
 
+from tests.conftest import checking_private_candidates
+
 
 @pytest.fixture
 def server_factory(server_factory: Callable[..., Any]) -> Callable[..., Any]:
-    def make(backend: Any, **overrides: Any) -> Any:
-        return server_factory(backend, **{"webrtc.allow_private_candidates": True, **overrides})
-
-    return make
+    return checking_private_candidates(server_factory)
