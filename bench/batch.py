@@ -96,7 +96,7 @@ def pct(xs: list[float], q: float) -> float:
 
 
 def server_pid() -> int | None:
-    """Our child running ``gateway.cli serve`` (bench.common's server_process started it)."""
+    """Our child running ``gateway.wiring.cli serve`` (bench.common's server_process started it)."""
     me = str(os.getpid())
     for d in Path("/proc").iterdir():
         if not d.name.isdigit():
@@ -106,7 +106,7 @@ def server_pid() -> int | None:
             cmd = (d / "cmdline").read_bytes()
         except OSError:
             continue
-        if stat.rsplit(")", 1)[1].split()[1] == me and b"gateway.cli" in cmd:
+        if stat.rsplit(")", 1)[1].split()[1] == me and b"gateway.wiring.cli" in cmd:
             return int(d.name)
     return None
 

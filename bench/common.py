@@ -69,12 +69,12 @@ def server_process(overrides: dict[str, Any], timeout_s: float = 180.0) -> Itera
     kernels on a libgomp team per calling thread, and two teams in one process outnumber the 2
     cores, which makes libgomp throttle its spin-waits and slows every system (≈ 2× here).
     """
-    from gateway.config import nest_overrides
+    from gateway.core.config import nest_overrides
 
     port = free_port()
     with tempfile.NamedTemporaryFile("w", suffix=".yaml", delete=False) as f:
         yaml.safe_dump(nest_overrides(overrides), f)
-    cmd = [sys.executable, "-m", "gateway.cli", "serve", "--config", f.name, "--port", str(port)]
+    cmd = [sys.executable, "-m", "gateway.wiring.cli", "serve", "--config", f.name, "--port", str(port)]
     root = str(Path(__file__).resolve().parent.parent)
     env = {**os.environ, "HF_HUB_OFFLINE": "1", "PYTHONPATH": root}
     log = tempfile.TemporaryFile()  # a file, not a pipe: a chatty server never blocks on it
@@ -111,6 +111,6 @@ def server_pid(port: str) -> int:
 
     for proc in psutil.process_iter(["cmdline"]):
         cmd = proc.info["cmdline"] or []
-        if "gateway.cli" in cmd and port in cmd:
+        if "gateway.wiring.cli" in cmd and port in cmd:
             return int(proc.pid)
     raise RuntimeError("server process not found")

@@ -24,11 +24,11 @@ def main() -> None:
 
     import uvicorn
 
-    from gateway.app import create_app
-    from gateway.cli import uvicorn_config_kwargs
-    from gateway.config import load_config
-    from gateway.loading import default_loader
-    from gateway.server import DrainingServer
+    from gateway.core.config import load_config
+    from gateway.wiring.app import create_app
+    from gateway.wiring.cli import uvicorn_config_kwargs
+    from gateway.wiring.loading import default_loader
+    from gateway.wiring.server import DrainingServer
 
     cfg = load_config(
         None,

@@ -148,9 +148,9 @@ def main() -> None:
     ap.add_argument("--name", default="long_session", help="results file name under bench/results/")
     args = ap.parse_args()
 
-    from gateway.config import load_config
-    from gateway.config_model import AutoLocalModel
-    from gateway.loading import default_loader
+    from gateway.core.config import load_config
+    from gateway.core.config_model import AutoLocalModel
+    from gateway.wiring.loading import default_loader
     from testkit.live_server import run_server
 
     overrides = {"session.instructions": "Answer briefly.", "model.max_context": args.max_context}

@@ -94,13 +94,13 @@ def loadavg() -> str:
 
 
 def gateway_cpu_s() -> float:
-    """CPU seconds (user + system) our gateway process (this process's ``gateway.cli`` child) has used:
+    """CPU seconds (user + system) our gateway process (this process's ``gateway.wiring.cli`` child) has used:
     what it spends per streamed token, apart from waiting for a core on a loaded box."""
     me = str(os.getpid())
     for stat in Path("/proc").glob("[0-9]*/stat"):
         try:
             fields = stat.read_text().rsplit(")", 1)[1].split()
-            if fields[1] == me and b"gateway.cli" in (stat.parent / "cmdline").read_bytes():
+            if fields[1] == me and b"gateway.wiring.cli" in (stat.parent / "cmdline").read_bytes():
                 return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
         except (OSError, IndexError, ValueError):
             continue

@@ -59,7 +59,7 @@ def start_server(port: int, fake: bool, voice: bool) -> subprocess.Popen[bytes]:
         path = os.path.join(tempfile.mkdtemp(), "soak.yaml")
         with open(path, "w") as f:
             json.dump(conf, f)  # JSON is YAML
-        cmd = [sys.executable, "-m", "gateway.cli", "serve", "--port", str(port), "--config", path]
+        cmd = [sys.executable, "-m", "gateway.wiring.cli", "serve", "--port", str(port), "--config", path]
     proc = subprocess.Popen(cmd, env=env)
     deadline = time.monotonic() + 600
     while time.monotonic() < deadline:

@@ -176,8 +176,8 @@ def main() -> None:
     ap.add_argument("--name", default="speech", help="results file name under bench/results/")
     args = ap.parse_args()
 
-    from gateway.config import load_config
-    from gateway.loading import default_loader
+    from gateway.core.config import load_config
+    from gateway.wiring.loading import default_loader
     from testkit.live_server import run_server
 
     overrides = {

@@ -8,8 +8,8 @@ import os
 import threading
 import time
 
-from gateway.config import load_config
-from gateway.loading import default_loader
+from gateway.core.config import load_config
+from gateway.wiring.loading import default_loader
 from processors.speech import load_voice
 
 cfg = load_config(None)

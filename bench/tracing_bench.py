@@ -68,9 +68,9 @@ def loop_cost(endpoint: str, turns: int = 300, deltas: int = 48) -> dict[str, fl
     """What a traced turn costs the event loop, in-process and deterministic: the events of a voice turn
     with ``deltas`` text deltas fed to the turn timer (always on) alone, and with a session trace beside it
     (its observe, then drawing the turn's spans at the end). Median µs per turn over ``turns``."""
-    from gateway.config import TracingConfig
+    from gateway.core.config import TracingConfig
+    from gateway.realtime.tracing import Tracing
     from gateway.realtime.turnlatency import TurnTimer
-    from gateway.tracing import Tracing
 
     tracing = Tracing(TracingConfig(enabled=True, endpoint=endpoint), "bench")
     metrics = {"queue_ms": 1.0, "prefill_ms": 20.0, "ttft_ms": 40.0, "tokens": deltas, "prompt_tokens": 30}

@@ -145,8 +145,8 @@ def main() -> None:
     ap.add_argument("--configs", default="all", help="comma-separated indexes into CONFIGS, or all")
     args = ap.parse_args()
 
-    from gateway.config import load_config
-    from gateway.loading import default_loader
+    from gateway.core.config import load_config
+    from gateway.wiring.loading import default_loader
     from testkit.live_server import run_server
 
     chosen = CONFIGS if args.configs == "all" else [CONFIGS[int(i)] for i in args.configs.split(",")]

@@ -322,9 +322,9 @@ def synthesize(addr: str, text: str) -> tuple[Any, int]:
 
 
 def asr_config(model: str | None) -> Any:
-    """The server's own Whisper settings (gateway/loading.py); ``model``: None the server's, "auto" base if
+    """The server's own Whisper settings (gateway/wiring/loading.py); ``model``: None the server's, "auto" base if
     installed (else tiny.en), or a name."""
-    from gateway.config import load_config
+    from gateway.core.config import load_config
     from processors.asr import AsrConfig, AsrError, model_dir
 
     a = load_config(None).audio

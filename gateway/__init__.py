@@ -1,4 +1,4 @@
-"""Stream-Omni's gateway. ``from gateway import StreamOmni`` is the in-process API (gateway.inprocess)."""
+"""Stream-Omni's gateway. ``from gateway import StreamOmni`` is the in-process API (gateway.wiring.inprocess)."""
 
 from __future__ import annotations
 
@@ -8,9 +8,9 @@ __all__ = ["ResponseStream", "StreamChunk", "StreamOmni", "StreamOmniError"]
 
 
 def __getattr__(name: str) -> Any:
-    # imported on first use: `import gateway.config` (the CLI, the tests) should not load the engine's modules
+    # imported on first use: `import gateway.core.config` (the CLI, the tests) should not load the engine's modules
     if name in __all__:
-        from . import inprocess
+        from .wiring import inprocess
 
         return getattr(inprocess, name)
     raise AttributeError(f"module 'gateway' has no attribute {name!r}")

@@ -13,7 +13,7 @@ without ``plan`` (or not ``batchable``: beam search) step alone once per engine 
 jobs wait in FIFO order; past ``max_waiting`` ``submit`` raises ``EngineBusy`` at once.
 
 Sync model code meets asyncio in exactly one place, outside this package: the gateway's
-``AsyncSink`` (gateway/engine_events.py) hands each event to the event loop with ``call_soon_threadsafe``.
+``AsyncSink`` (gateway/core/engine_events.py) hands each event to the event loop with ``call_soon_threadsafe``.
 
 Every model call happens on the worker thread, including start-up work (``call``): llama.cpp
 runs its kernels on an OpenMP team per calling thread, and once a second thread has one, the

@@ -63,9 +63,9 @@ def run_server(config: Any, backend: Any, loader: Callable[[Any], Any] | None = 
     The app gets ``backend`` (or whatever ``loader(config)`` returns, called on the engine thread)."""
     import uvicorn
 
-    from gateway.app import create_app
-    from gateway.cli import uvicorn_config_kwargs
-    from gateway.server import DrainingServer
+    from gateway.wiring.app import create_app
+    from gateway.wiring.cli import uvicorn_config_kwargs
+    from gateway.wiring.server import DrainingServer
 
     port = free_port()
     app = create_app(config, backend_loader=loader or (lambda _cfg: backend))

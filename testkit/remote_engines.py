@@ -115,13 +115,13 @@ def stream_omni_engine(tmp: Path) -> EngineProcess:
     port = free_port()
     cfg = tmp / f"engine_{port}.yaml"
     cfg.write_text("audio:\n  enabled: false\nmodel:\n  threads: 1\n  served_name: omni-engine\n")
-    argv = [sys.executable, "-m", "gateway.cli", "serve", "--config", str(cfg), "--port", str(port)]
+    argv = [sys.executable, "-m", "gateway.wiring.cli", "serve", "--config", str(cfg), "--port", str(port)]
     return EngineProcess(argv, port, tmp / f"stream_omni_{port}.log")
 
 
 def remote_config(base_url: str, **overrides: Any) -> Any:
     """configs/remote.yaml (the documented example) pointed at ``base_url``."""
-    from gateway.config import load_config
+    from gateway.core.config import load_config
 
     base = {"model.base_url": base_url, "audio.enabled": False, "model.startup_wait_s": 0, "server.port": None}
     return load_config(ROOT / "configs" / "remote.yaml", **{**base, **overrides})
@@ -130,7 +130,7 @@ def remote_config(base_url: str, **overrides: Any) -> Any:
 @contextlib.contextmanager
 def gateway(base_url: str, **overrides: Any) -> Iterator[Any]:
     """Our gateway (real uvicorn, free port) with the engine at ``base_url`` as its model."""
-    from gateway.loading import default_loader
+    from gateway.wiring.loading import default_loader
 
     with run_server(remote_config(base_url, **overrides), None, loader=default_loader) as addr:
         yield addr

@@ -86,7 +86,7 @@ def replica(
         for name, value in fake_args.items():
             argv += [f"--{name.replace('_', '-')}", str(value)]
     else:
-        argv = [sys.executable, "-m", "gateway.cli", "serve", "--config", str(cfg), "--port", str(port)]
+        argv = [sys.executable, "-m", "gateway.wiring.cli", "serve", "--config", str(cfg), "--port", str(port)]
     return EngineProcess(argv, port, tmp / f"replica_{port}.log")
 
 

@@ -8,10 +8,10 @@ import argparse
 
 import uvicorn
 
-from gateway.app import create_app
-from gateway.cli import uvicorn_config_kwargs
-from gateway.config import load_config
-from gateway.server import DrainingServer
+from gateway.core.config import load_config
+from gateway.wiring.app import create_app
+from gateway.wiring.cli import uvicorn_config_kwargs
+from gateway.wiring.server import DrainingServer
 from testkit.fake_backend import FakeBackend
 
 

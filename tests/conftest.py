@@ -133,7 +133,7 @@ def real_backend() -> Any:
 @pytest.fixture
 def server_factory() -> Callable[..., Any]:
     """server_factory(backend, **config_overrides) → context manager yielding 'host:port'."""
-    from gateway.config import load_config
+    from gateway.core.config import load_config
 
     def make(backend: Any, **overrides: Any) -> Any:
         return run_server(load_config(None, **overrides), backend)

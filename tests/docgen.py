@@ -76,12 +76,12 @@ def _comments(source: str) -> dict[int, str]:
     return out
 
 
-CONFIG_SOURCES = tuple(ROOT / "gateway" / f for f in ("config.py", "config_model.py", "config_calls.py"))
+CONFIG_SOURCES = tuple(ROOT / "gateway" / "core" / f for f in ("config.py", "config_model.py", "config_calls.py"))
 
 
 def field_comments(paths: tuple[Path, ...] = CONFIG_SOURCES) -> dict[tuple[str, str], str]:
     """(class name, field name) → its comment: the one after it on its line, else the comment lines
-    right above it (the house rule of gateway/config.py and config_model.py: one comment per field)."""
+    right above it (the house rule of gateway/core/config.py and config_model.py: one comment per field)."""
     out: dict[tuple[str, str], str] = {}
     for path in paths:
         out.update(_field_comments(path))
@@ -190,7 +190,7 @@ def _inherited(comments: dict[tuple[str, str], str], cls: type, name: str) -> st
 
 def model_reference(comments: dict[tuple[str, str], str]) -> list[str]:
     """The ``model:`` table: one class per backend, so each key also says which backends take it."""
-    import gateway.config_model as cm
+    import gateway.core.config_model as cm
 
     doc = " ".join((cm.__doc__ or "").split("\n\n")[0].split())
     out = [f"**`model:`** {_cell(doc)}", ""]
@@ -210,10 +210,10 @@ def model_reference(comments: dict[tuple[str, str], str]) -> list[str]:
 
 
 def config_reference() -> str:
-    """One table per config section: key, default, what it accepts, and its comment in gateway/config.py."""
+    """One table per config section: key, default, what it accepts, and its comment in gateway/core/config.py."""
     from pydantic import BaseModel
 
-    from gateway.config import Config
+    from gateway.core.config import Config
 
     comments = field_comments()
     out: list[str] = []

@@ -17,39 +17,19 @@ LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
     (
         "gateway core",  # what every gateway room may use: settings, data holders, transport guards
         (
-            "gateway.config",
-            "gateway.config_model",
-            "gateway.config_calls",
-            "gateway.request_options",
-            "gateway.metrics",
-            "gateway.engine_events",
-            "gateway.security",
-            "gateway.ephemeral_keys",
-            "gateway.keylimits",
-            "gateway.logredact",
-            "gateway.ws_frames",
-            "gateway.socket_guard",
-            "gateway.file_store",
-            "gateway.filters",
-            "gateway.uploads",
-            "gateway.workers",
+            "gateway.core",
             "gateway.voice.tts_queue",
             "gateway.voice.speech_budget",
-            "gateway.tokenize",
-            "gateway.grammars",
-            "gateway.session_registry",
             "gateway.tools.seats",  # counts open MCP connections per key: Services holds one
-            "gateway.services",
         ),
     ),
     # the voice pipeline (Whisper's queue, turn-taking, synthesis, pacing) serves Realtime, WebRTC, phones, HTTP
     ("gateway.voice", ("gateway.voice",)),
     # server-side tools (MCP) are part of the Realtime session they run in; their Chat Completions use sits with HTTP
-    # traces are drawn from what the Realtime session timed (gateway.realtime.turnlatency)
-    ("gateway.realtime", ("gateway.realtime", "gateway.tools", "gateway.tracing")),
+    ("gateway.realtime", ("gateway.realtime", "gateway.tools")),
     ("gateway.http", ("gateway.http", "gateway.tools.chat")),
     ("gateway.cluster", ("gateway.cluster",)),
-    ("wiring", ("gateway",)),  # app, startup, loading, inprocess, cli, server: everything else in gateway/
+    ("wiring", ("gateway.wiring", "gateway")),  # gateway/wiring/ and the package's StreamOmni re-export
 )
 
 

@@ -12,8 +12,8 @@ import pytest
 import yaml
 from pydantic import BaseModel, ValidationError
 
-from gateway.config import Config, ConfigError, ServerConfig, load_config
-from gateway.config_model import (
+from gateway.core.config import Config, ConfigError, ServerConfig, load_config
+from gateway.core.config_model import (
     MODEL_SECTIONS,
     AutoLocalModel,
     LlamaCppModel,
@@ -21,7 +21,7 @@ from gateway.config_model import (
     TransformersModel,
     model_keys,
 )
-from gateway.request_options import SchedulerOptions
+from gateway.core.request_options import SchedulerOptions
 
 CONFIGS = sorted((Path(__file__).resolve().parent.parent / "configs").glob("*.yaml"))
 
@@ -72,7 +72,7 @@ def test_the_walk_sees_the_numeric_keys_of_every_section():
 @pytest.mark.parametrize("key,info", numeric_leaves(Config), ids=lambda v: v if isinstance(v, str) else "")
 def test_every_numeric_key_has_a_floor_and_a_ceiling(key: str, info: Any):
     lo, hi = bounds(info)
-    assert lo is not None and hi is not None, f"{key} needs Field(ge=…/gt=…, le=…/lt=…) in gateway/config.py"
+    assert lo is not None and hi is not None, f"{key} needs Field(ge=…/gt=…, le=…/lt=…) in gateway/core/config.py"
 
 
 @pytest.mark.parametrize(
@@ -143,7 +143,7 @@ def test_a_public_bind_is_allowed_with_keys_or_the_explicit_opt_in():
 
 
 def test_stream_omni_refuses_a_public_bind_with_no_keys_before_loading_anything():
-    from gateway.inprocess import StreamOmni
+    from gateway.wiring.inprocess import StreamOmni
 
     with pytest.raises(ConfigError, match="no API keys"):
         StreamOmni(**{"server.host": "0.0.0.0"})

@@ -222,8 +222,8 @@ def test_generated_blocks_are_current(block):
 def test_every_config_key_is_in_the_operating_guide():
     from pydantic import BaseModel
 
-    from gateway.config import Config
-    from gateway.config_model import model_keys
+    from gateway.core.config import Config
+    from gateway.core.config_model import model_keys
 
     keys = []
     for section_name, info in Config.model_fields.items():
@@ -234,7 +234,7 @@ def test_every_config_key_is_in_the_operating_guide():
             keys += [f"{section_name}.{f}" for f in cls.model_fields]
         else:
             keys.append(section_name)
-    where = ["gateway/config.py or gateway/config_model.py"]
+    where = ["gateway/core/config.py or gateway/core/config_model.py"]
     absent = missing({k: where for k in keys}, (ROOT / "docs" / "OPERATING.md").read_text())
     assert not absent, report("config keys", absent, "run `python -m tests.docgen` (docs/OPERATING.md reference)")
 
@@ -320,7 +320,9 @@ def test_every_name_a_module_docstring_cites_exists():
 
 
 def test_the_docstring_check_tells_a_real_name_from_a_gone_one():
-    doc = "See ``gateway.realtime.replay.ReplayBuffer``, ``gateway.replay``, `gateway/app.py`, `gateway/gone.py`."
+    doc = (
+        "See ``gateway.realtime.replay.ReplayBuffer``, ``gateway.replay``, `gateway/wiring/app.py`, `gateway/gone.py`."
+    )
     assert dangling_names(doc) == ["gateway.replay", "gateway/gone.py"]
 
 
@@ -331,8 +333,8 @@ def routes() -> list[tuple[str, set[str]]]:
     """(path pattern, methods) of every route of the app; a WebSocket route has method "WS"."""
     from starlette.routing import Mount, Route, WebSocketRoute
 
-    from gateway.app import create_app
-    from gateway.config import Config
+    from gateway.core.config import Config
+    from gateway.wiring.app import create_app
 
     out: list[tuple[str, set[str]]] = []
     for r in create_app(Config()).routes:
@@ -367,7 +369,7 @@ def test_every_endpoint_the_readme_names_exists():
         for m, p in named
         if not any(_matches(pat, p) and (not m or m in methods) for pat, methods in table)
     )
-    assert not wrong, f"README.md names endpoints the app does not serve (gateway/app.py routes): {wrong}"
+    assert not wrong, f"README.md names endpoints the app does not serve (gateway/wiring/app.py routes): {wrong}"
 
 
 def test_the_endpoint_matcher_tells_a_real_path_from_a_made_up_one():
@@ -376,7 +378,7 @@ def test_the_endpoint_matcher_tells_a_real_path_from_a_made_up_one():
 
 
 def test_every_stream_omni_command_in_the_docs_exists():
-    from gateway.cli import bench_module, commands
+    from gateway.wiring.cli import bench_module, commands
 
     assert {"serve", "bench"} <= set(commands())
     wrong = []
@@ -386,4 +388,4 @@ def test_every_stream_omni_command_in_the_docs_exists():
                 wrong.append(f"{doc.name}: stream-omni {cmd}")
             elif cmd == "bench" and arg and not (ROOT / (bench_module(arg).replace(".", "/") + ".py")).exists():
                 wrong.append(f"{doc.name}: stream-omni bench {arg} (no bench/{arg}.py)")
-    assert not wrong, f"commands the CLI does not have (gateway/cli.py commands(), bench/*.py): {wrong}"
+    assert not wrong, f"commands the CLI does not have (gateway/wiring/cli.py commands(), bench/*.py): {wrong}"

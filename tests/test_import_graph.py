@@ -30,8 +30,10 @@ def test_no_new_import_runs_back_up_a_layer():
 
 def test_the_layer_reader_places_modules_by_their_most_specific_prefix():
     names = [n for n, _ in LAYERS]
-    assert names[layer_of("gateway.config")] == "gateway core"
+    assert names[layer_of("gateway.core.config")] == "gateway core"
     assert names[layer_of("gateway.realtime.session")] == "gateway.realtime"
-    assert names[layer_of("gateway.app")] == "wiring"
+    assert names[layer_of("gateway.wiring.app")] == "wiring"
     assert names[layer_of("models.engine")] == "models"
-    assert back_up({"models.x": {"gateway.app"}, "gateway.app": {"models.x"}}) == [("models.x", "gateway.app")]
+    assert back_up({"models.x": {"gateway.wiring.app"}, "gateway.wiring.app": {"models.x"}}) == [
+        ("models.x", "gateway.wiring.app")
+    ]

@@ -45,7 +45,7 @@ def test_a_remote_backend_gateway_reaches_ready_without_libtorch(tmp_path):
     # configs/remote.yaml as shipped (audio on: Whisper through CTranslate2 and the VAD through ONNX)
     cfg.write_text((ROOT / "configs" / "remote.yaml").read_text().replace("http://127.0.0.1:8222/v1", engine.base_url))
     log = (tmp_path / "serve.log").open("wb")
-    argv = [sys.executable, "-m", "gateway.cli", "serve", "--config", str(cfg), "--port", str(port)]
+    argv = [sys.executable, "-m", "gateway.wiring.cli", "serve", "--config", str(cfg), "--port", str(port)]
     proc = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT, cwd=ROOT)
     count_server()
     try:

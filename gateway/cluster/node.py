@@ -21,10 +21,10 @@ from .secrets import RedisVault
 from .store import RedisStore, StoreUnavailable
 
 if TYPE_CHECKING:
-    from ..config import Config
+    from ..core.config import Config
+    from ..core.services import Services
+    from ..core.session_registry import SessionRegistry
     from ..realtime.live_session import LiveSession
-    from ..services import Services
-    from ..session_registry import SessionRegistry
 
 log = logging.getLogger("stream_omni.cluster")
 
@@ -85,7 +85,7 @@ class ClusterNode:
     async def admit(self, digest: str, token: str) -> None:
         """A new session: raises ``StoreUnavailable`` without Redis, ``TooManySessions`` when key
         ``digest`` has ``max_per_key`` sessions on all replicas together."""
-        from ..session_registry import TooManySessions
+        from ..core.session_registry import TooManySessions
 
         limit = self.registry.max_per_key
         if limit is None:

@@ -19,13 +19,13 @@ import time
 
 from starlette.websockets import WebSocket, WebSocketDisconnect, WebSocketState
 
+from ..core.services import Services
+from ..core.ws_frames import UNDECODED_TEXT
 from ..realtime import protocol as p
 from ..realtime.connection import Connection
 from ..realtime.framegate import Admit, Close, FrameGate, Refuse
 from ..realtime.live_session import LiveSession
 from ..realtime.protocol import CLOSE_NORMAL, CLOSE_NOT_UTF8, CLOSE_SUPERSEDED, CLOSE_TRY_AGAIN
-from ..services import Services
-from ..ws_frames import UNDECODED_TEXT
 from .node import ClusterNode
 from .store import Entries, StoreUnavailable
 from .takeover import safe_take_over
@@ -135,7 +135,7 @@ class Proxy:
             msg = await self.ws.receive()
             if msg["type"] == "websocket.disconnect":
                 raise WebSocketDisconnect(msg.get("code", 1000))
-            text = msg.get("text", msg.get(UNDECODED_TEXT))  # a big text frame comes as UTF-8 (gateway.ws_frames)
+            text = msg.get("text", msg.get(UNDECODED_TEXT))  # a big text frame comes as UTF-8 (gateway.core.ws_frames)
             size = len(text) if text is not None else len(msg.get("bytes") or b"")
             match self.gate.admit(time.monotonic(), size, binary=text is None):
                 case Close(code, reason):

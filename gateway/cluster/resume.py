@@ -9,12 +9,12 @@ import logging
 
 from starlette.websockets import WebSocket, WebSocketState
 
+from ..core.services import Services
 from ..realtime import protocol as p
 from ..realtime.connection import Connection
 from ..realtime.live_session import LiveSession
 from ..realtime.protocol import CLOSE_NORMAL
 from ..realtime.socket_routes import refuse_store_unavailable
-from ..services import Services
 from .node import ClusterNode
 from .proxy import Proxy
 from .store import StoreCorrupt, StoreUnavailable

@@ -6,7 +6,7 @@ import contextlib
 import time
 from collections.abc import Callable
 
-from ..ephemeral_keys import Grant, Refusal, VaultUnavailable, value_hash
+from ..core.ephemeral_keys import Grant, Refusal, VaultUnavailable, value_hash
 from .store import RedisStore, StoreUnavailable
 
 

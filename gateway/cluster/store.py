@@ -31,7 +31,7 @@ from redis.backoff import NoBackoff
 from redis.exceptions import RedisError, ResponseError
 from redis.retry import Retry
 
-from ..session_registry import StoreUnavailable
+from ..core.session_registry import StoreUnavailable
 
 __all__ = ["RedisStore", "StoreCorrupt", "StoreUnavailable"]
 

@@ -6,8 +6,8 @@ from __future__ import annotations
 import json
 import logging
 
+from ..core.services import Services
 from ..realtime.live_session import LiveSession
-from ..services import Services
 from .node import ClusterNode
 from .snapshot import take_over
 from .store import StoreUnavailable

@@ -31,8 +31,8 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import BaseRoute, Route
 
-from ..security import bearer, http_api_key_ok, key_digest
-from ..services import Services
+from ..core.security import bearer, http_api_key_ok, key_digest
+from ..core.services import Services
 from . import audio_speech, chat_completions, client_secrets, completions, transcriptions
 from . import files_api as files
 from .budget import ByteBudget

@@ -29,9 +29,9 @@ from starlette.responses import Response, StreamingResponse
 from processors.audio_formats import PCM_RATE
 from processors.speech_text import SpeechText, bounded_pieces, spoken_text
 
+from ..core.security import bearer, key_digest
+from ..core.services import Services
 from ..realtime.speech_out import OPENAI_VOICES
-from ..security import bearer, key_digest
-from ..services import Services
 from ..voice.speech_actions import SpeechSettings
 from .error_bodies import ApiError, check_model
 from .schemas import read_body

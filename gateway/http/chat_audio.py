@@ -18,8 +18,8 @@ from typing import Any
 from processors.audio_formats import PCM_RATE
 from processors.speech_text import SpeechText, spoken_text
 
+from ..core.services import Services
 from ..realtime.speech_out import OPENAI_VOICES
-from ..services import Services
 from ..voice.speech_actions import SpeechSettings
 from .error_bodies import ApiError
 from .schemas import ChatRequest

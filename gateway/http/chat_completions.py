@@ -16,11 +16,11 @@ from models.engine_client import Handle
 from models.toolcalls import TOOL_TAGS, ParsedCall
 from models.toolplan import ToolPlan
 
-from ..filters import CONTENT_FILTER, FILTER_FAILED, ResponseFilter
-from ..grammars import CompileBusy, off_loop
+from ..core.filters import CONTENT_FILTER, FILTER_FAILED, ResponseFilter
+from ..core.grammars import CompileBusy, off_loop
+from ..core.services import Services
+from ..core.tokenize import prompt_tokens
 from ..realtime.speech_out import whole_words
-from ..services import Services
-from ..tokenize import prompt_tokens
 from ..tools import chat as mcp_chat
 from . import bodies, chat_audio, tools
 from .chat_parts import chat_messages

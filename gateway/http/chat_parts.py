@@ -17,8 +17,8 @@ import numpy as np
 from processors.audio import AudioError, b64decode_strict, decode_wav
 from processors.image import ImageError
 
-from ..services import Services
-from ..uploads import REFUSALS, FileRefused, admit_images, attached_text, image_text
+from ..core.services import Services
+from ..core.uploads import REFUSALS, FileRefused, admit_images, attached_text, image_text
 from ..voice.asr_worker import transcribe_clip
 from .error_bodies import ApiError
 from .schemas import AudioPart, FilePart, ImagePart, Message

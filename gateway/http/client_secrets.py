@@ -15,11 +15,11 @@ from pydantic import BaseModel, ConfigDict, Field
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 
-from ..ephemeral_keys import DEFAULT_TTL_S, MAX_TTL_S, MIN_TTL_S, VaultUnavailable, mint
+from ..core.ephemeral_keys import DEFAULT_TTL_S, MAX_TTL_S, MIN_TTL_S, VaultUnavailable, mint
+from ..core.security import bearer, key_digest
+from ..core.services import Services
 from ..realtime import key_binding as keyed
 from ..realtime import protocol as p
-from ..security import bearer, key_digest
-from ..services import Services
 from .error_bodies import ApiError
 from .schemas import parse, read_body
 

@@ -32,9 +32,9 @@ from models.backend import Backend, PromptEncoder
 from models.decode import ContextOverflow, DecodeJob, Done, JobEvents, TokenLogprob
 from models.engine_client import EngineBusy, Handle
 
-from ..engine_events import AsyncSink
-from ..services import Services
-from ..tokenize import TooManyTokens, text_tokens
+from ..core.engine_events import AsyncSink
+from ..core.services import Services
+from ..core.tokenize import TooManyTokens, text_tokens
 from . import bodies, jobs
 from .error_bodies import ApiError, busy, check_model, error_body
 from .schemas import SamplingRequest, parse, read_body
@@ -94,7 +94,7 @@ async def create(svc: Services, store: CompletionStore, request: Request, owner:
 
 async def _prompts(svc: Services, req: CompletionRequest) -> list[tuple[str | list[int], list[int]]]:
     """(the prompt as given, its ids) for each prompt. Text is tokenized on the tokenizer thread
-    (``gateway.tokenize``), after its size was checked here: never on the event loop."""
+    (``gateway.core.tokenize``), after its size was checked here: never on the event loop."""
     given = req.prompt
     items: list[str | list[int]] = []
     if isinstance(given, str):

@@ -12,7 +12,7 @@ from starlette.responses import JSONResponse
 from ..realtime.protocol import clean  # one sanitizer for WS and HTTP errors
 
 if TYPE_CHECKING:
-    from ..services import Services
+    from ..core.services import Services
 
 _TYPES = {
     400: "invalid_request_error",

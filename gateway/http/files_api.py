@@ -1,7 +1,7 @@
 """``/v1/files``: upload once, refer to the file by id instead of resending base64 (OpenAI's Files API).
 
 ``POST /v1/files`` (multipart: ``file``, ``purpose`` = ``vision`` | ``user_data``) checks the file
-as inline data is checked (``gateway.uploads``) and keeps it for ``files.expiry_s``;
+as inline data is checked (``gateway.core.uploads``) and keeps it for ``files.expiry_s``;
 ``GET /v1/files``, ``GET /v1/files/{id}``, ``GET /v1/files/{id}/content``, ``DELETE /v1/files/{id}``.
 Files belong to the API key that uploaded them: for any other key they do not exist (404).
 """
@@ -17,9 +17,9 @@ from starlette.formparsers import MultiPartException
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 
-from ..file_store import PURPOSES, FileStore, QuotaExceeded, StoredFile, TooManyFiles
-from ..services import Services
-from ..uploads import REFUSALS, check_upload, sniff
+from ..core.file_store import PURPOSES, FileStore, QuotaExceeded, StoredFile, TooManyFiles
+from ..core.services import Services
+from ..core.uploads import REFUSALS, check_upload, sniff
 from .error_bodies import ApiError
 from .schemas import header_count
 

@@ -14,8 +14,8 @@ from models.decode import DecodeJob, Done, JobEvents
 from models.engine_client import EngineBusy, Handle
 from models.remote import RemoteJob
 
-from ..engine_events import AsyncSink
-from ..services import Services
+from ..core.engine_events import AsyncSink
+from ..core.services import Services
 from . import bodies
 from .error_bodies import busy
 

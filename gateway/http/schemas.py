@@ -15,7 +15,7 @@ from typing import Annotated, Any, Literal, TypeVar
 from pydantic import BaseModel, ConfigDict, Field, StrictBool, ValidationError, model_validator
 from starlette.requests import Request
 
-from ..request_options import SamplingKnobs, SchedulerOptions, Temperature, TopP
+from ..core.request_options import SamplingKnobs, SchedulerOptions, Temperature, TopP
 from .error_bodies import ApiError
 
 

@@ -54,7 +54,7 @@ def check_budget(req: ChatRequest) -> None:
 def plan(req: ChatRequest, extra: list[Tool] | None = None) -> ToolPlan:
     """Check tools, tool_choice, response_format and tool-call history; ``ApiError`` names the field.
     ``extra``: more tools to offer (MCP servers' tools, gateway.tools.chat), checked already.
-    Compiles the schemas (cached by hash): run it off the event loop (``gateway.grammars``)."""
+    Compiles the schemas (cached by hash): run it off the event loop (``gateway.core.grammars``)."""
     check_budget(req)
     for i, m in enumerate(req.messages):
         for j, c in enumerate(m.tool_calls or []):

@@ -32,7 +32,7 @@ from starlette.responses import Response, StreamingResponse
 from processors.audio import TARGET_RATE, AudioError, AudioLimits, decode_wav
 from processors.segments import speech_segments
 
-from ..services import Services
+from ..core.services import Services
 from ..voice.asr_worker import AsrWorker, shared_worker
 from . import transcript_formats as tf
 from .error_bodies import ApiError, busy

@@ -50,7 +50,7 @@ class ParseLimits:
 
     @classmethod
     def of(cls, limits: Any) -> ParseLimits:
-        """From ``config.limits`` (``gateway.config.LimitsConfig``)."""
+        """From ``config.limits`` (``gateway.core.config.LimitsConfig``)."""
         return cls(limits.max_json_depth, limits.max_item_text_chars, limits.max_instructions_chars)
 
 
@@ -145,7 +145,7 @@ class FrameParser:
         self._slots: asyncio.Semaphore | None = None  # made on first use, in the server's loop
 
     async def parse(self, text: str | bytes) -> Any:
-        """``text``: the frame, or its UTF-8 left undecoded by the WebSocket layer (``gateway.ws_frames``)."""
+        """``text``: the frame, or its UTF-8 left undecoded by the WebSocket layer (``gateway.core.ws_frames``)."""
         if self._slots is None:
             self._slots = asyncio.Semaphore(self._workers)
         async with self._slots:  # frames beyond the workers wait here, not on the shared to_thread pool's threads

@@ -18,7 +18,7 @@ from typing import Any
 
 from starlette.websockets import WebSocket, WebSocketDisconnect, WebSocketState
 
-from ..ws_frames import UNDECODED_TEXT
+from ..core.ws_frames import UNDECODED_TEXT
 from . import protocol as p
 from .framegate import Admit, Close, FrameGate, Refuse
 from .inputs import Report
@@ -130,7 +130,7 @@ class Connection:
             msg = await self.ws.receive()
             if msg["type"] == "websocket.disconnect":
                 raise WebSocketDisconnect(msg.get("code", 1000))
-            text = msg.get("text", msg.get(UNDECODED_TEXT))  # str, or a big frame's UTF-8 (gateway.ws_frames)
+            text = msg.get("text", msg.get(UNDECODED_TEXT))  # str, or a big frame's UTF-8 (gateway.core.ws_frames)
             size = len(text) if text is not None else len(msg.get("bytes") or b"")
             match self.gate.admit(time.monotonic(), size, binary=text is None):
                 case Close(code, reason):

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from models.backend import PromptEncoder
 
-from ..services import Services
-from ..tokenize import count_tokens
+from ..core.services import Services
+from ..core.tokenize import count_tokens
 from ..tools.state import McpPolicy
 from .session import SessionDefaults
 

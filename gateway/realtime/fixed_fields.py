@@ -1,6 +1,6 @@
 """What an ``ek_`` key's session fixed, and what a browser may still change (pure).
 
-A session opened with an ephemeral key (``gateway.ephemeral_keys``) starts with the config fixed at
+A session opened with an ephemeral key (``gateway.core.ephemeral_keys``) starts with the config fixed at
 minting; every top-level field that config set, and the model, is *locked*. A ``session.update``
 that names a locked field has that field ignored (the rest applies, and ``session.updated`` shows
 what holds): SDKs resend their whole config on connect, and refusing the whole update would break

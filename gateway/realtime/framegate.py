@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from ..config import LimitsConfig
+from ..core.config import LimitsConfig
 from .protocol import CLOSE_POLICY, CLOSE_TOO_BIG
 from .ratelimit import TokenBucket
 

@@ -9,7 +9,7 @@ from typing import Any
 
 from models.image_events import TERMINAL, ImageEvent
 
-from ..engine_events import Inbox
+from ..core.engine_events import Inbox
 from .actions import StartImage
 from .image_output import ImageProgress
 

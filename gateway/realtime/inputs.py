@@ -14,7 +14,7 @@ from typing import Any
 
 from models.image_events import ImageEvent
 
-from ..keylimits import BoundLimits
+from ..core.keylimits import BoundLimits
 from ..voice.speech_actions import SpeechResult
 from . import protocol as p
 
@@ -238,7 +238,7 @@ class Preset:
     fields are then locked), its audio input settings already checked by the voice layer. Answered with
     nothing, or the error refusing the config (the session must not open then)."""
 
-    limiter: BoundLimits | None = None  # the key's response and token budgets (gateway.keylimits)
+    limiter: BoundLimits | None = None  # the key's response and token budgets (gateway.core.keylimits)
     session_id: str | None = None  # the id the client_secrets answer named
     update: p.SessionUpdate | None = None  # the grant's session config
 

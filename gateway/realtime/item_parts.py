@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from collections.abc import Awaitable, Callable, Sequence
 
-from ..services import Services
-from ..uploads import admit_images, attached_text, image_text
+from ..core.services import Services
+from ..core.uploads import admit_images, attached_text, image_text
 from . import protocol as p
 
 Part = p.InputText | p.InputImage | p.InputAudio | p.InputFile
@@ -14,7 +14,7 @@ Part = p.InputText | p.InputImage | p.InputAudio | p.InputFile
 async def resolve_parts(
     svc: Services, owner: str, content: Sequence[Part], transcribe: Callable[[str], Awaitable[str]]
 ) -> list[Part]:
-    """Each part as the model sees it; raises one of ``gateway.uploads.REFUSALS`` for a part it cannot use.
+    """Each part as the model sees it; raises one of ``gateway.core.uploads.REFUSALS`` for a part it cannot use.
 
     ``owner``: the key the files belong to, as the HTTP API names it; ``transcribe``: base64 audio → text.
     """

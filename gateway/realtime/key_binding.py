@@ -14,11 +14,11 @@ from typing import Any
 
 from starlette.requests import HTTPConnection
 
-from ..ephemeral_keys import Grant as Grant  # re-exported: LiveSession takes one
-from ..ephemeral_keys import is_ephemeral, unseal
-from ..keylimits import BoundLimits
-from ..security import AuthRefused, offered_keys, ws_auth
-from ..services import Services
+from ..core.ephemeral_keys import Grant as Grant  # re-exported: LiveSession takes one
+from ..core.ephemeral_keys import is_ephemeral, unseal
+from ..core.keylimits import BoundLimits
+from ..core.security import AuthRefused, offered_keys, ws_auth
+from ..core.services import Services
 from . import protocol as p
 from .actions import Output
 from .defaults import session_defaults

@@ -24,14 +24,14 @@ from models.decode import ContextOverflow, JobEvents
 from models.engine_client import EngineBusy, Handle
 from models.image_events import Failed
 
-from ..engine_events import AsyncSink
-from ..filters import FILTER_FAILED, ResponseFilter
-from ..grammars import CompileBusy, off_loop
-from ..services import Services
-from ..session_registry import Attachment, Mirrored
-from ..tokenize import prompt_tokens
+from ..core.engine_events import AsyncSink
+from ..core.filters import FILTER_FAILED, ResponseFilter
+from ..core.grammars import CompileBusy, off_loop
+from ..core.services import Services
+from ..core.session_registry import Attachment, Mirrored
+from ..core.tokenize import prompt_tokens
+from ..core.uploads import REFUSALS
 from ..tools.runner import McpRunner
-from ..uploads import REFUSALS
 from ..voice.speaker import Speaker
 from ..voice.speech_actions import PlayAudio, Played, Speak
 from . import inputs as i
@@ -79,7 +79,7 @@ class LiveSession:
         transcribe: bool = False,
         grant: keyed.Grant | None = None,  # an ek_ key's: its config applied and fixed (keyed.PresetRefused)
     ):
-        """``key``: digest of the API key the session is bound to (``gateway.security.key_digest``).
+        """``key``: digest of the API key the session is bound to (``gateway.core.security.key_digest``).
         ``token``, ``replay``: a session that exists already (taken over from another replica): its
         resume token, and the events it sent (seq, JSON text) with the next seq — nothing is announced.
         ``transcribe``: a transcription session (``?intent=transcription``)."""
@@ -219,12 +219,12 @@ class LiveSession:
         self._spawn(self._submit(action, pending))
 
     async def _submit(self, action: StartResponse, pending: TokenizingHandle) -> None:
-        """Tokenize off the loop (gateway.tokenize), then hand the job to the engine — unless the
+        """Tokenize off the loop (gateway.core.tokenize), then hand the job to the engine — unless the
         response was cancelled meanwhile (the session already ended it with response.done)."""
         svc = self.svc
         rid = action.response_id
         try:
-            grammar = action.tools.grammar  # forced calls: compiled on the grammar thread (gateway.grammars)
+            grammar = action.tools.grammar  # forced calls: compiled on the grammar thread (gateway.core.grammars)
             messages = toolcalls.render(action.messages, action.tools.tools)
             constraint = await off_loop(constrain.constraint_for, svc.backend, grammar) if grammar else None
             prompt = await prompt_tokens(svc, messages)

@@ -19,7 +19,7 @@ from processors.g711 import G711_RATE
 from processors.input_clean import InputCleaner
 from processors.speexdsp import available as echo_available
 
-from ..services import Services
+from ..core.services import Services
 from ..voice.asr_worker import shared_worker
 from ..voice.clean_input import CleanPump
 from ..voice.spoken_turn import ReplyPreparer

@@ -8,7 +8,7 @@ from typing import Any, Protocol
 from models import toolcalls
 from models.toolplan import ToolPlan
 
-from ..request_options import sampling_params
+from ..core.request_options import sampling_params
 from ..tools.state import McpState
 from . import functions, truncation
 from . import protocol as p

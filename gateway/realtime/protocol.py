@@ -17,12 +17,12 @@ from typing import Annotated, Any, Literal, get_args
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError, model_validator
 
-from ..request_options import SamplingKnobs, SchedulerOptions
+from ..core.request_options import SamplingKnobs, SchedulerOptions
 from ..tools.wire import McpApprovalResponseItem, McpTool, NamedMcpTool
 from . import strict_keys
 
 MAX_JSON_DEPTH = 32  # a nesting limit far below any parser's recursion limit
-NOT_UTF8 = "invalid_utf8"  # a big text frame handed over undecoded (gateway.ws_frames) was not UTF-8: closed 1007
+NOT_UTF8 = "invalid_utf8"  # a big text frame handed over undecoded (gateway.core.ws_frames) was not UTF-8: closed 1007
 
 # WebSocket close codes the server sends (RFC 6455 section 7.4.1, and one of the private range)
 CLOSE_NORMAL = 1000
@@ -91,7 +91,7 @@ class ResponseAudio(_LenientEvent):
 
 class SamplingOptions(SamplingKnobs, _LenientEvent):
     """Extension fields shared by session.update and response.create (sampling beyond GA's fields:
-    ``gateway.request_options.SamplingKnobs``)."""
+    ``gateway.core.request_options.SamplingKnobs``)."""
 
     temperature: float | None = Field(default=None, ge=0.0, le=2.0)
     top_p: float | None = Field(default=None, gt=0.0, le=1.0)
@@ -148,7 +148,7 @@ class SessionOptions(ToolOptions):
     output_modalities: list[Literal["text", "audio", "image"]] | None = None
     audio: AudioOptions | None = None
     truncation: Truncation | None = None  # None: "auto" (gateway.realtime.truncation)
-    # accepted and echoed; with the server's tracing on, its fields land on the session's spans (gateway.tracing)
+    # accepted and echoed; with the server's tracing on, its fields land on the session's spans (realtime.tracing)
     tracing: Literal["auto"] | dict[str, Any] | None = None
     # accepted and echoed; the embedded Whisper gives no token logprobs (gateway.realtime.transcription)
     include: list[Literal["item.input_audio_transcription.logprobs"]] | None = Field(default=None, max_length=1)

@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
-from ..keylimits import BoundLimits
+from ..core.keylimits import BoundLimits
 from . import functions
 from . import protocol as p
 from .actions import CancelResponse, Output
@@ -128,7 +128,7 @@ class ResponseFlow:
             return self._finish(r, "incomplete", {"type": "incomplete", "reason": "max_output_tokens"}, metrics, usage)
         if reason == "cancelled":
             return self._finish(r, "cancelled", {"type": "cancelled", "reason": "client_cancelled"}, metrics, usage)
-        if reason == "content_filter":  # a chunk filter stopped it (gateway.filters)
+        if reason == "content_filter":  # a chunk filter stopped it (gateway.core.filters)
             return self._finish(r, "incomplete", {"type": "incomplete", "reason": "content_filter"}, metrics, usage)
         err = {"type": "server_error", "code": metrics.get("error_code", "generation_failed")}
         return self._finish(r, "failed", {"type": "failed", "error": err}, metrics, usage)

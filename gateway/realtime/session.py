@@ -18,8 +18,8 @@ from typing import Any
 
 from models.sampling import SamplingParams
 
-from ..keylimits import BoundLimits
-from ..request_options import SchedulerOptions, model_refusal
+from ..core.keylimits import BoundLimits
+from ..core.request_options import SchedulerOptions, model_refusal
 from ..tools.mcp_session import McpOutput
 from ..tools.state import McpPolicy, McpState
 from ..tools.wire import McpApprovalResponseItem
@@ -98,7 +98,7 @@ class Session(ResponseFlow, SpeechOutput, McpOutput, ItemEvents):
         self.token_counts: dict[str, tuple[str, int]] = {}  # item id → (its text, its tokens), for truncation
         # (response id, status, metrics) → the metrics response.done carries (the shell adds turn_latency)
         self.finish_hook: Callable[[str, str, dict[str, Any] | None], dict[str, Any] | None] | None = None
-        self.limiter: BoundLimits | None = None  # its key's response and token budgets (gateway.keylimits)
+        self.limiter: BoundLimits | None = None  # its key's response and token budgets (gateway.core.keylimits)
         self.locked: frozenset[str] = frozenset()  # session fields an ek_ key fixed (gateway.realtime.fixed_fields)
 
     # ------------------------------------------------------------------ helpers

@@ -10,10 +10,10 @@ from typing import Protocol
 from starlette.routing import BaseRoute, WebSocketRoute
 from starlette.websockets import WebSocket
 
-from ..ephemeral_keys import VaultUnavailable
-from ..security import AuthRefused, check_origin
-from ..services import Services
-from ..session_registry import StoreUnavailable, TooManySessions
+from ..core.ephemeral_keys import VaultUnavailable
+from ..core.security import AuthRefused, check_origin
+from ..core.services import Services
+from ..core.session_registry import StoreUnavailable, TooManySessions
 from . import protocol as p
 from . import transcription
 from .connection import Connection

@@ -21,7 +21,7 @@ import numpy as np
 
 from processors.backchannel import HeldBargeIn, keeps_reply
 
-from ..services import Services
+from ..core.services import Services
 from ..voice.asr_worker import PassShed, shared_worker
 from ..voice.spoken_turn import ReplyPreparer, SpokenTurn, seconds_of
 from ..voice.turntaking import (

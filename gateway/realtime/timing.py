@@ -12,7 +12,7 @@ import time
 from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any
 
-from ..tracing import SessionTrace, Tracing
+from .tracing import SessionTrace, Tracing
 from .turnlatency import TurnTimer
 
 if TYPE_CHECKING:

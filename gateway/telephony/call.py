@@ -18,12 +18,12 @@ import time
 from collections.abc import Callable
 from typing import Any, Protocol
 
+from ..core.security import key_digest
 from ..realtime import protocol as p
 from ..realtime.actions import Output
 from ..realtime.inputs import HeardUpTo, PlayOnTrack
 from ..realtime.live_session import LiveSession
 from ..realtime.speech_out import due_truncations
-from ..security import key_digest
 from ..voice.speech_actions import PlayAudio
 from .pacer import Lead, pacer
 from .playout import Frame, MarkOut, Playout, PlayoutStarted, PlayoutStopped

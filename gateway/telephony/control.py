@@ -25,15 +25,15 @@ from starlette.responses import JSONResponse, Response
 from starlette.routing import BaseRoute, Route, WebSocketRoute
 from starlette.websockets import WebSocket
 
+from ..core.security import AuthRefused, accept_authorized, check_origin, ws_auth
+from ..core.services import Services
+from ..core.session_registry import TooManySessions
 from ..http.error_bodies import error_body
 from ..realtime import protocol as p
 from ..realtime.bigframes import ParseLimits, parse_checked
 from ..realtime.connection import Connection
 from ..realtime.live_session import LiveSession
 from ..realtime.protocol import CLOSE_POLICY
-from ..security import AuthRefused, accept_authorized, check_origin, ws_auth
-from ..services import Services
-from ..session_registry import TooManySessions
 from . import twilio, webhooks
 from .call import ANY_KEY, PhoneCall, telephone_session
 from .digest import DigestAuth

@@ -14,9 +14,9 @@ from typing import Any
 
 from models.toolcalls import ParsedCall, Tool
 
-from ..grammars import CompileBusy, off_loop
+from ..core.grammars import CompileBusy, off_loop
+from ..core.services import Services
 from ..http.error_bodies import ApiError
-from ..services import Services
 from . import listing
 from .client import CallFailed, Endpoint, Limits, McpConnection
 from .runner import capped

@@ -6,7 +6,7 @@ its schemas are compiled into grammars. So every tool the entry allows must carr
 a schema nested 150 deep is refused here, before jsonschema's recursion could fail on it), checked
 before anything compiles; a listing that breaks either rule fails, naming the tool. Tools the entry's
 ``allowed_tools`` leaves out are dropped first: neither listed nor checked. ``admit`` compiles schemas
-(``models.constrain.check_schema``), so callers run it off the event loop (``gateway.grammars``).
+(``models.constrain.check_schema``), so callers run it off the event loop (``gateway.core.grammars``).
 """
 
 from __future__ import annotations

@@ -12,11 +12,11 @@ import json
 import logging
 from typing import Any, Protocol
 
-from ..config import ToolsConfig
-from ..grammars import CompileBusy, off_loop
+from ..core.config import ToolsConfig
+from ..core.grammars import CompileBusy, off_loop
+from ..core.tokenize import on_tokenizer_thread
 from ..realtime.actions import Output
 from ..realtime.inputs import McpListed, McpResult
-from ..tokenize import on_tokenizer_thread
 from . import events, listing, policy
 from .client import CallFailed, Endpoint, Limits, McpConnection
 from .seats import KeySeats

@@ -33,7 +33,7 @@ from processors.asr import Transcriber, encoder_frames
 from .asr_queue import Pass, PassKind, PassQueue, QueueConfig
 
 if TYPE_CHECKING:
-    from ..services import Services
+    from ..core.services import Services
 
 log = logging.getLogger("stream_omni.asr")
 
@@ -120,7 +120,7 @@ class AsrWorker:
         self.asr = asr
         self.capacity = capacity  # voice sessions served at once (audio.max_concurrent_turns, or measured)
         self.queue = PassQueue(config)
-        self.metrics = metrics  # gateway.metrics.Metrics, or None (tests, benches)
+        self.metrics = metrics  # gateway.core.metrics.Metrics, or None (tests, benches)
         self.clock = clock
         self._tickets = itertools.count(1)
         self._futures: dict[int, asyncio.Future[str]] = {}

@@ -28,7 +28,7 @@ class TurnModelRunner:
 
     def __init__(self, model: TurnModel, metrics: Any = None):
         self.model = model
-        self.metrics = metrics  # gateway.metrics.Metrics, or None (benches, unit tests)
+        self.metrics = metrics  # gateway.core.metrics.Metrics, or None (benches, unit tests)
         self._thread = ThreadPoolExecutor(max_workers=1, thread_name_prefix="so-turn")
         self._lock = threading.Lock()
         self.calls = 0

@@ -13,7 +13,7 @@ chunk never waits behind a long request's piece that a worker is running, only b
 chunk; the two threads then share the cores for the piece's length (hundreds of ms at most: pieces are
 ``audio.output.max_piece_chars`` long).
 
-With ``audio.output.nice`` the workers run that much below the decode's priority (``gateway.workers``):
+With ``audio.output.nice`` the workers run that much below the decode's priority (``gateway.core.workers``):
 a reply's later chunks have seconds of lead (``gateway.voice.pacing``), so they can wait for the
 scheduler, and llama.cpp's decode threads, which wait on each other at every step, are preempted
 less. The first-chunk thread stays at normal priority.
@@ -33,8 +33,8 @@ from typing import Any
 from models.cores import CORES
 from processors.audio_formats import encode
 
-from ..config import SpeechConfig
-from ..workers import yield_to_decoding
+from ..core.config import SpeechConfig
+from ..core.workers import yield_to_decoding
 from .speech_actions import SpeechSettings
 from .speech_budget import SpeechBudget
 from .tts_queue import FIRST_CHUNKS, SynthesisQueue

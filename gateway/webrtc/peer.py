@@ -12,7 +12,7 @@ from typing import Any
 
 from aiortc import RTCConfiguration, RTCIceServer, RTCPeerConnection, RTCRtpSender, RTCSessionDescription
 
-from ..config_calls import WebRtcConfig
+from ..core.config_calls import WebRtcConfig
 from ..realtime import protocol as p
 from ..realtime.actions import Output
 from ..realtime.connection import Connection

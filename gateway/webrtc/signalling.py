@@ -24,8 +24,11 @@ from starlette.websockets import WebSocket
 
 from ..cluster.node import ClusterNode
 from ..cluster.store import StoreUnavailable
-from ..config import Config, is_loopback
-from ..ephemeral_keys import Grant, VaultUnavailable
+from ..core.config import Config, is_loopback
+from ..core.ephemeral_keys import Grant, VaultUnavailable
+from ..core.security import AuthRefused, accept_authorized, check_origin, ws_auth
+from ..core.services import Services
+from ..core.session_registry import TooManySessions
 from ..http.error_bodies import error_body
 from ..realtime import protocol as p
 from ..realtime.connection import Connection
@@ -33,9 +36,6 @@ from ..realtime.key_binding import PresetRefused, authenticate
 from ..realtime.live_session import LiveSession
 from ..realtime.protocol import CLOSE_POLICY
 from ..realtime.ratelimit import TokenBucket
-from ..security import AuthRefused, accept_authorized, check_origin, ws_auth
-from ..services import Services
-from ..session_registry import TooManySessions
 from .peer import Call
 from .track_pacing import OutboundAudio
 from .webrtc_sdp import MAX_SDP_BYTES, CandidatePolicy, OfferError, check_offer

@@ -1,5 +1,5 @@
 """A big text frame sent to a replica that does not own the session: it reaches the app undecoded
-(gateway.ws_frames), and the proxy still forwards it whole to the owner, which answers it; one that
+(gateway.core.ws_frames), and the proxy still forwards it whole to the owner, which answers it; one that
 is not UTF-8 closes the socket with 1007, as the WebSocket layer closes a small one."""
 
 from __future__ import annotations

@@ -79,7 +79,7 @@ def cluster(redis_server: RedisServer, tmp_path: Path) -> Iterator[tuple[str, li
     procs = []
     for _ in range(2):
         port = free_port()
-        argv = [sys.executable, "-m", "gateway.cli", "serve", "--config", str(cfg), "--port", str(port)]
+        argv = [sys.executable, "-m", "gateway.wiring.cli", "serve", "--config", str(cfg), "--port", str(port)]
         procs.append(EngineProcess(argv, port, tmp_path / f"serve_{port}.log"))
     nginx = None
     try:

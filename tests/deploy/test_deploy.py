@@ -10,7 +10,7 @@ import kubernetes_validate
 import pytest
 import yaml
 
-from gateway.config import ConfigError, load_config
+from gateway.core.config import ConfigError, load_config
 from tests.deploy.helmlite import render, render_text
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -74,7 +74,7 @@ async def test_cancel_within_a_step_and_nothing_after_done(backend, server_facto
 
 @pytest.mark.server
 def test_resume_with_drops_gives_the_same_text(backend):
-    from gateway.config import load_config
+    from gateway.core.config import load_config
     from testkit.live_server import run_server
 
     greedy = {"session.temperature": 0.0}  # the two runs are compared token for token

@@ -350,7 +350,7 @@ def test_each_job_sees_the_other_sequences_of_the_step_and_each_step_is_reported
 def test_metrics_count_drafted_accepted_and_skipped_per_kind():
     from prometheus_client.parser import text_string_to_metric_families
 
-    from gateway.metrics import Metrics
+    from gateway.core.metrics import Metrics
 
     m = Metrics()
     kinds = {"prompt_lookup_3gram": {"drafted": 12, "accepted": 10, "skipped": 3}}

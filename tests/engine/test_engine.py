@@ -198,9 +198,9 @@ def test_a_failing_idle_hook_is_logged_and_tried_again_after_the_next_work(caplo
 
 @pytest.mark.server
 def test_the_app_loads_and_probes_the_model_on_the_engine_thread(tiny_backend):
-    """gateway.app runs the backend loader and the speculator's cost probe on the engine's thread
+    """gateway.wiring.app runs the backend loader and the speculator's cost probe on the engine's thread
     (llama.cpp slows ≈ 2× once a second thread has run it; see models/engine.py)."""
-    from gateway.config import load_config
+    from gateway.core.config import load_config
     from testkit.live_server import run_server
 
     seen: dict[str, int] = {}
@@ -232,7 +232,7 @@ def test_the_app_keeps_its_start_up_heap_out_of_the_cyclic_gc_while_it_serves(ti
     after start-up (so collections never walk them mid-response) and unfreezes them when it stops."""
     import gc
 
-    from gateway.config import load_config
+    from gateway.core.config import load_config
     from testkit.live_server import run_server
 
     assert gc.get_freeze_count() == 0
@@ -249,7 +249,7 @@ def test_the_server_readies_the_next_conversations_cache_while_idle(tiny_backend
     its TTFT), and the hook readies another."""
     import asyncio
 
-    from gateway.config import load_config
+    from gateway.core.config import load_config
     from testkit.live_server import run_server
     from tests.wsclient import RealtimeClient
 

@@ -99,9 +99,9 @@ def test_call_hands_back_the_result_or_the_error():
 
 
 def test_services_ask_the_engine_not_its_type():
-    from gateway.config import load_config
+    from gateway.core.config import load_config
+    from gateway.core.services import Services
     from gateway.realtime.defaults import session_defaults
-    from gateway.services import Services
 
     eng = ManualEngine(1, 1)
     backend = types.SimpleNamespace(name="m", max_context=64)

@@ -49,7 +49,7 @@ def test_missing_model_is_one_clear_line(tmp_path):
 def test_serve_with_a_missing_model_prints_one_line_and_exits_1(tmp_path, capsys):
     """`stream-omni serve` loads the model on the engine thread, before uvicorn starts; a failure
     is one clear line on stderr and exit status 1."""
-    from gateway.cli import main as cli_main
+    from gateway.wiring.cli import main as cli_main
 
     cfg = tmp_path / "c.yaml"
     cfg.write_text(f"model:\n  model: {tmp_path / 'nope.gguf'}\naudio:\n  enabled: false\n")

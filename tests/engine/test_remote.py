@@ -253,7 +253,7 @@ def test_unreachable_engine_at_start_is_a_one_line_error(tmp_path):
     cfg = tmp_path / "remote.yaml"
     dead = f"http://127.0.0.1:{free_port()}/v1"
     cfg.write_text(f"model:\n  backend: openai\n  base_url: {dead}\n  startup_wait_s: 0\naudio:\n  enabled: false\n")
-    argv = [sys.executable, "-m", "gateway.cli", "serve", "--config", str(cfg), "--port", str(free_port())]
+    argv = [sys.executable, "-m", "gateway.wiring.cli", "serve", "--config", str(cfg), "--port", str(free_port())]
     r = subprocess.run(argv, capture_output=True, text=True, timeout=120)
     assert r.returncode == 1, r.stderr
     assert "Traceback" not in r.stderr

@@ -183,9 +183,9 @@ def test_sse_errors(line, code):
 
 
 def test_the_example_config_is_the_issue_shape_with_defaults():
-    from gateway.config import load_config
-    from gateway.config_model import RemoteModelConfig
-    from gateway.loading import remote_config
+    from gateway.core.config import load_config
+    from gateway.core.config_model import RemoteModelConfig
+    from gateway.wiring.loading import remote_config
 
     cfg = load_config(EXAMPLE)
     m = cfg.model
@@ -203,15 +203,15 @@ def test_the_example_config_is_the_issue_shape_with_defaults():
 
 
 def test_openai_backend_without_base_url_is_a_config_error():
-    from gateway.config import ConfigError, load_config
+    from gateway.core.config import ConfigError, load_config
 
     with pytest.raises(ConfigError, match="base_url"):
         load_config(None, **{"model.backend": "openai"})
 
 
 def test_the_engine_key_comes_from_the_named_env_var(monkeypatch):
-    from gateway.config import load_config
-    from gateway.loading import remote_config
+    from gateway.core.config import load_config
+    from gateway.wiring.loading import remote_config
     from models.llm import ModelLoadError
     from models.remote import make_client
 
@@ -238,8 +238,8 @@ def test_extra_body_reaches_the_engine_but_never_overrides_the_stream_shape():
 
 
 def test_eager_first_is_on_by_default_with_any_engine(model):
-    from gateway.config import load_config
-    from gateway.services import Services
+    from gateway.core.config import load_config
+    from gateway.core.services import Services
     from models.engine import Engine
     from models.remote_engine import RemoteEngine
 

@@ -5,9 +5,9 @@ from __future__ import annotations
 
 import types
 
-from gateway.config import load_config
-from gateway.request_options import SamplingKnobs
-from gateway.services import Services
+from gateway.core.config import load_config
+from gateway.core.request_options import SamplingKnobs
+from gateway.core.services import Services
 from models.llm import generation_defaults
 from models.sampling import REPETITION_GUARD_KEYS, SamplingParams
 from tests.engine.test_engine_client import ManualEngine

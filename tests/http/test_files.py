@@ -13,7 +13,7 @@ import pytest
 from openai import BadRequestError, NotFoundError, OpenAI
 from PIL import Image
 
-from gateway.file_store import FileStore, QuotaExceeded
+from gateway.core.file_store import FileStore, QuotaExceeded
 from processors.audio import AudioError, AudioLimits, decode_wav
 from processors.image import ImageError, ImageLimits, decode_image
 from testkit.espeak import speak, wav_bytes

@@ -10,7 +10,7 @@ import httpx
 import pytest
 
 from gateway import StreamOmni
-from gateway.filters import FilterContext, ResponseFilter, load_filters
+from gateway.core.filters import FilterContext, ResponseFilter, load_filters
 from testkit.fake_backend import FakeBackend
 from tests.http.helpers import assert_error, sse_events
 from tests.wsclient import RealtimeClient
@@ -72,7 +72,7 @@ def test_filters_chain_in_order_and_see_what_was_sent():
         calls.append(("b", text, ctx.text_so_far))
         return None if "stop" in text else text.upper()
 
-    from gateway.filters import NamedFilter
+    from gateway.core.filters import NamedFilter
 
     f = ResponseFilter([NamedFilter("a", a), NamedFilter("b", b)], "sess_1", "resp_1")
     assert f.check("hi") == "HI!"
@@ -83,7 +83,7 @@ def test_filters_chain_in_order_and_see_what_was_sent():
 
 
 def test_a_raising_or_wrongly_typed_filter_stops_with_filter_failed():
-    from gateway.filters import NamedFilter
+    from gateway.core.filters import NamedFilter
 
     f = ResponseFilter([NamedFilter("m:boom", boom)], None, "r")
     assert f.check("x") is None and f.reason == "filter_failed"

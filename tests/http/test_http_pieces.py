@@ -13,7 +13,7 @@ import pytest
 def fake_services(**kw: Any) -> Any:
     from types import SimpleNamespace
 
-    from gateway.config import VisionConfig
+    from gateway.core.config import VisionConfig
 
     session = SimpleNamespace(instructions=kw.pop("instructions", None))
     config = SimpleNamespace(session=session, vision=VisionConfig())

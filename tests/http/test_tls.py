@@ -12,8 +12,8 @@ import pytest
 import websockets
 from cryptography.hazmat.primitives import serialization
 
-from gateway.cli import main as cli_main
-from gateway.config import ConfigError, load_config
+from gateway.core.config import ConfigError, load_config
+from gateway.wiring.cli import main as cli_main
 from testkit.tls import self_signed
 
 

@@ -7,7 +7,7 @@ import threading
 
 import pytest
 
-from gateway.tokenize import COUNT, HEAD_CHARS_PER_TOKEN, TEXT, TooManyTokens, _PriorityWorker, encode_within
+from gateway.core.tokenize import COUNT, HEAD_CHARS_PER_TOKEN, TEXT, TooManyTokens, _PriorityWorker, encode_within
 
 
 def test_a_count_runs_before_prompts_queued_ahead_of_it():

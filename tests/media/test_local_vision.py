@@ -15,7 +15,7 @@ CATS = {"tabby cat", "tiger cat", "Egyptian cat", "Persian cat", "Siamese cat"}
 
 @pytest.fixture(scope="module")
 def vision():
-    from gateway.loading import local_vision
+    from gateway.wiring.loading import local_vision
 
     return local_vision(5, True)
 

@@ -11,9 +11,9 @@ import asyncio
 import numpy as np
 import pytest
 
-from gateway.config import TracingConfig
+from gateway.core.config import TracingConfig
+from gateway.realtime.tracing import start_tracing
 from gateway.realtime.turnlatency import TurnLatency, stage_sum
-from gateway.tracing import start_tracing
 from testkit.espeak import silence, speak
 from testkit.fake_backend import FakeBackend
 from testkit.live_server import free_port

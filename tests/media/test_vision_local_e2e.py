@@ -30,8 +30,8 @@ NOTICE = ["Library closed on Monday", "Open again Tuesday at 9am"]
 @pytest.fixture(scope="module")
 def addr() -> Iterator[ServerAddr]:
     pytest.importorskip("llama_cpp", reason="llama-cpp-python not installed")
-    from gateway.config import load_config
-    from gateway.loading import default_loader
+    from gateway.core.config import load_config
+    from gateway.wiring.loading import default_loader
 
     cfg = load_config(None, **{"audio.enabled": False, "speculative.drafter": "none"})
     assert cfg.vision.mode == "local"  # the default, not set here

@@ -21,8 +21,8 @@ pytestmark = [requires_espeak, pytest.mark.real_model, pytest.mark.server]
 @pytest.fixture(scope="module")
 def addr() -> Iterator[ServerAddr]:
     pytest.importorskip("llama_cpp", reason="llama-cpp-python not installed")
-    from gateway.config import load_config
-    from gateway.loading import default_loader
+    from gateway.core.config import load_config
+    from gateway.wiring.loading import default_loader
 
     with run_server(load_config(None, **{"speculative.drafter": "none"}), None, loader=default_loader) as a:
         yield a

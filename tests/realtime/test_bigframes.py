@@ -14,10 +14,10 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from websockets.protocol import OPEN, Protocol, Side
 
+from gateway.core.ws_frames import BIG, ChunkedReader
 from gateway.realtime import protocol as p
 from gateway.realtime.bigframes import FrameParser, ParseLimits, parse_checked
 from gateway.realtime.ratelimit import TokenBucket
-from gateway.ws_frames import BIG, ChunkedReader
 from tests.fuzzing import examples
 
 
@@ -187,7 +187,7 @@ async def test_the_server_parses_big_frames_in_a_process_and_stops_it(server_fac
     assert worker.proc.poll() is not None  # the server's shutdown ended it
 
 
-# ---------------------------------------------------------------- the WebSocket frame reader (gateway.ws_frames)
+# ---------------------------------------------------------------- the WebSocket frame reader (gateway.core.ws_frames)
 
 
 @settings(max_examples=examples(60), deadline=None)

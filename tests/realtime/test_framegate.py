@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from gateway.config import LimitsConfig
+from gateway.core.config import LimitsConfig
 from gateway.realtime.framegate import TELL_EVERY, Admit, Close, FrameGate, Refuse
 from gateway.realtime.protocol import CLOSE_POLICY, CLOSE_TOO_BIG
 

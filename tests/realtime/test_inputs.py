@@ -15,7 +15,7 @@ from typing import Any
 
 import pytest
 
-from gateway.keylimits import KeyLimits
+from gateway.core.keylimits import KeyLimits
 from gateway.realtime import inputs as i
 from gateway.realtime import protocol as p
 from gateway.realtime.actions import CancelResponse, Refused, StartResponse

@@ -7,8 +7,8 @@ import asyncio
 import pytest
 
 from gateway.cluster.snapshot import restore, snapshot
-from gateway.ephemeral_keys import MAX_TTL_S, MIN_TTL_S, Grant, MemoryVault, is_ephemeral, mint, value_hash
-from gateway.keylimits import KeyLimits
+from gateway.core.ephemeral_keys import MAX_TTL_S, MIN_TTL_S, Grant, MemoryVault, is_ephemeral, mint, value_hash
+from gateway.core.keylimits import KeyLimits
 from gateway.realtime import fixed_fields as locks
 from gateway.realtime import protocol as p
 from gateway.realtime.actions import Output

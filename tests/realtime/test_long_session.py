@@ -48,8 +48,8 @@ def embedded(max_context: int, **overrides: Any) -> Iterator[ServerAddr]:
     """A real server on the embedded model, loaded as ``stream-omni serve`` loads it, with a small context."""
     if importlib.util.find_spec("llama_cpp") is None and not os.environ.get("CI"):
         pytest.skip("llama-cpp-python is not installed")
-    from gateway.config import load_config
-    from gateway.loading import default_loader
+    from gateway.core.config import load_config
+    from gateway.wiring.loading import default_loader
 
     cfg = load_config(
         None,

@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 import websockets
 
-from gateway.config import load_config
+from gateway.core.config import load_config
 from testkit.live_server import run_server
 
 llama_cpp = pytest.importorskip("llama_cpp", reason="llama-cpp-python not installed (pip install 'stream-omni[llama]')")

@@ -1,10 +1,10 @@
-"""gateway.session_registry's shutdown drain, on stand-in sessions (pure asyncio, no sockets)."""
+"""gateway.core.session_registry's shutdown drain, on stand-in sessions (pure asyncio, no sockets)."""
 
 from __future__ import annotations
 
 import asyncio
 
-from gateway.session_registry import SessionRegistry
+from gateway.core.session_registry import SessionRegistry
 
 
 class Attached:

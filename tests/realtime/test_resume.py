@@ -19,7 +19,7 @@ def fake():
 
 @pytest.fixture(scope="module")
 def reference(fake, tmp_path_factory):
-    from gateway.config import load_config
+    from gateway.core.config import load_config
     from testkit.live_server import run_server
 
     async def once(addr):

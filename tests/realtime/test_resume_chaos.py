@@ -14,7 +14,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from gateway.config import load_config
+from gateway.core.config import load_config
 from testkit.fake_backend import FakeBackend
 from testkit.live_server import run_server
 from tests.fuzzing import examples

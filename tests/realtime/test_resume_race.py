@@ -10,10 +10,10 @@ from typing import Any
 
 from starlette.websockets import WebSocketDisconnect, WebSocketState
 
-from gateway.config import LimitsConfig
+from gateway.core.config import LimitsConfig
+from gateway.core.session_registry import SessionRegistry
 from gateway.realtime.connection import Connection
 from gateway.realtime.replay import ReplayBuffer
-from gateway.session_registry import SessionRegistry
 
 
 class Gate:

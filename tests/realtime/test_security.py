@@ -10,7 +10,7 @@ import httpx
 import pytest
 import websockets
 
-from gateway.cli import main as cli_main
+from gateway.wiring.cli import main as cli_main
 from testkit.fake_backend import FakeBackend
 
 KEYS = {"audio.enabled": False, "server.api_keys": ["sk-test-123"]}

@@ -12,9 +12,9 @@ import pytest
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
-from gateway.config import TracingConfig
+from gateway.core.config import TracingConfig
+from gateway.realtime.tracing import Tracing, tracing_attributes
 from gateway.realtime.turnlatency import TurnTimer
-from gateway.tracing import Tracing, tracing_attributes
 from testkit.live_server import free_port
 
 

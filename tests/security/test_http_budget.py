@@ -75,8 +75,8 @@ def test_client_work_threads_run_below_the_engines_priority():
     which the loop waits on to count tokens, keeps the process's priority."""
     import sys
 
-    from gateway import grammars, tokenize
-    from gateway.workers import niceness
+    from gateway.core import grammars, tokenize
+    from gateway.core.workers import niceness
 
     if not sys.platform.startswith("linux"):
         pytest.skip("per-thread niceness is Linux's")

@@ -20,7 +20,7 @@ pytestmark = pytest.mark.server  # a real uvicorn server for the whole module
 
 @pytest.fixture(scope="module")
 def fuzzed(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, ErrorLog]]:
-    from gateway.config import load_config
+    from gateway.core.config import load_config
     from testkit.live_server import run_server
 
     conf = load_config(

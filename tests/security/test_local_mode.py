@@ -6,8 +6,8 @@ from __future__ import annotations
 import httpx
 import pytest
 
-from gateway.config import ServerConfig
-from gateway.security import host_allowed
+from gateway.core.config import ServerConfig
+from gateway.core.security import host_allowed
 
 from .conftest import raw_exchange, upgrade_request
 

@@ -11,7 +11,7 @@ from collections.abc import Iterator
 import pytest
 import websockets
 
-from gateway.logredact import redact
+from gateway.core.logredact import redact
 
 from .conftest import TWO_KEYS
 

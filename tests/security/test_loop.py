@@ -11,7 +11,7 @@ import httpx
 import pytest
 import websockets
 
-from gateway.config import ConfigError, load_config
+from gateway.core.config import ConfigError, load_config
 from testkit.fake_backend import FakeBackend
 
 from .conftest import health_latency

@@ -12,7 +12,7 @@ import httpx
 import pytest
 from PIL import Image
 
-from gateway.file_store import FileStore, TooManyFiles
+from gateway.core.file_store import FileStore, TooManyFiles
 
 from .conftest import raw_exchange
 

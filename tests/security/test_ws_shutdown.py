@@ -15,8 +15,8 @@ from websockets.frames import Close, CloseCode, Frame, Opcode
 from websockets.protocol import State
 from websockets.uri import parse_uri
 
-from gateway.config import ServerConfig
-from gateway.socket_guard import guarded_protocols
+from gateway.core.config import ServerConfig
+from gateway.core.socket_guard import guarded_protocols
 
 
 class HeldTransport(asyncio.Transport):

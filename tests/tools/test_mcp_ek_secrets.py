@@ -1,12 +1,12 @@
 """An ``ek_`` key's MCP secrets are sealed in its grant: the store (memory, or Redis with replicas) holds
-ciphertext only the ``ek_`` value opens (pure, ``gateway.ephemeral_keys``), and a redeemed key's session
+ciphertext only the ``ek_`` value opens (pure, ``gateway.core.ephemeral_keys``), and a redeemed key's session
 still sends them to its MCP server (real uvicorn, a real MCP server that logs whether a request carried them)."""
 
 from __future__ import annotations
 
 import httpx
 
-from gateway.ephemeral_keys import SEALED, MemoryVault, mint, unseal
+from gateway.core.ephemeral_keys import SEALED, MemoryVault, mint, unseal
 from testkit.fake_backend import FakeBackend
 from tests.tools.conftest import McpHttp
 from tests.wsclient import RealtimeClient

@@ -12,8 +12,8 @@ import socket
 import pytest
 from aiortc import RTCPeerConnection, RTCSessionDescription
 
-from gateway.config import Config
-from gateway.config_calls import WebRtcConfig
+from gateway.core.config import Config
+from gateway.core.config_calls import WebRtcConfig
 from gateway.webrtc.checks import CheckPacer
 from gateway.webrtc.signalling import private_candidates_checked
 from gateway.webrtc.webrtc_sdp import CandidatePolicy, OfferError, check_offer, screen_candidates

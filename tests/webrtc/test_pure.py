@@ -155,7 +155,7 @@ def test_the_answer_asks_for_a_voice_bitrate():
 
 
 def test_webrtc_config_keys_are_checked():
-    from gateway.config import ConfigError, load_config
+    from gateway.core.config import ConfigError, load_config
 
     cfg = load_config(None, **{"webrtc.udp_ports": [40000, 40099], "webrtc.public_ip": "203.0.113.9"})
     assert cfg.webrtc.udp_ports == (40000, 40099) and cfg.webrtc.public_ip == "203.0.113.9"

@@ -103,7 +103,7 @@ class EngineConfig(_Frozen):
 
 
 class SchedulerDefaults(_Frozen):
-    """The server's defaults for the knobs a client may set per request (gateway.request_options.SchedulerOptions),
+    """The server's defaults for the knobs a client may set per request (gateway.core.request_options.SchedulerOptions),
     with the same bounds: a default no client could ask for is a config error."""
 
     strategy: Strategy = "balanced"  # chunking preset
@@ -397,7 +397,7 @@ class TracingConfig(_Frozen):
 
 class Config(_Frozen):
     server: ServerConfig = ServerConfig()
-    model: ModelConfig = AutoLocalModel()  # one key set per backend (gateway/config_model.py)
+    model: ModelConfig = AutoLocalModel()  # one key set per backend (gateway/core/config_model.py)
     engine: EngineConfig = EngineConfig()
     scheduler: SchedulerDefaults = SchedulerDefaults()
     speculative: SpeculativeConfig = SpeculativeConfig()

@@ -1,5 +1,5 @@
 """Start and stop what a running gateway holds (``Services``): the HTTP app's lifespan and the
-in-process API (``gateway.inprocess``) share this, so both serve from the same engine set-up."""
+in-process API (``gateway.wiring.inprocess``) share this, so both serve from the same engine set-up."""
 
 from __future__ import annotations
 
@@ -16,18 +16,18 @@ from models.engine_client import EngineClient
 from models.remote import RemoteModel
 from processors.builtin import ImageProcessor, WavProcessor
 
-from .config import Config
-from .file_store import FileStore
-from .filters import load_filters
-from .keylimits import KeyLimits
+from ..core.config import Config
+from ..core.file_store import FileStore
+from ..core.filters import load_filters
+from ..core.keylimits import KeyLimits
+from ..core.services import Services
+from ..core.session_registry import SessionRegistry
+from ..realtime.bigframes import FrameParser, ParseLimits
+from ..realtime.tracing import start_tracing
+from ..voice.asr_worker import AsrWorker, blocking_transcriber, measure_capacity
+from ..voice.endpointing import load_runner
+from ..voice.synthesis import load_speech
 from .loading import default_loader, image_limits, load_audio, load_speculator, load_vision, make_engine
-from .realtime.bigframes import FrameParser, ParseLimits
-from .services import Services
-from .session_registry import SessionRegistry
-from .tracing import start_tracing
-from .voice.asr_worker import AsrWorker, blocking_transcriber, measure_capacity
-from .voice.endpointing import load_runner
-from .voice.synthesis import load_speech
 
 
 async def start_services(

@@ -1,6 +1,6 @@
 """What the running app holds: config, engine, processors, session registry, and the builders every route shares.
 
-Built once by ``gateway.app``'s lifespan (from ``gateway.loading``) and handed to every route.
+Built once by ``gateway.wiring.app``'s lifespan (from ``gateway.wiring.loading``) and handed to every route.
 Besides the parts, it builds what each request derives from config (sampling params, scheduler
 config, decode jobs, audio limits); nothing here does I/O or imports the app, so every module can
 depend on it without a cycle.
@@ -24,6 +24,7 @@ from processors.asr import Transcriber
 from processors.audio import AudioLimits
 from processors.registry import ProcessorRegistry
 
+from ..tools.seats import KeySeats
 from .config import Config
 from .ephemeral_keys import MemoryVault, SecretVault
 from .file_store import FileStore
@@ -32,7 +33,6 @@ from .keylimits import KeyLimits
 from .metrics import Metrics
 from .request_options import model_refusal, sampling_params
 from .session_registry import SessionRegistry
-from .tools.seats import KeySeats
 
 # (drafter, verifier) for one response, or (None, None): see models.speculative
 Drafting = tuple[Any, Any]
@@ -73,7 +73,7 @@ class Services:
     turn_model: Any = None  # gateway.voice.endpointing.TurnModelRunner: the end-of-turn model (None: not installed)
     image_describer: ImageDescriber | None = None  # None when image input is disabled
     image_gen: Any = None  # models.image_gen.ImageGenerator, or None when image output is off
-    filters: tuple[NamedFilter, ...] = ()  # chunk filters (gateway.filters), in order
+    filters: tuple[NamedFilter, ...] = ()  # chunk filters (gateway.core.filters), in order
     files: FileStore | None = None  # uploaded files (/v1/files); None when disabled
     processors: ProcessorRegistry = field(default_factory=ProcessorRegistry)  # content type → text (files)
     frame_parser: FrameParsing | None = None  # big text frames parsed in processes; None: on a thread
@@ -83,9 +83,9 @@ class Services:
     image_key_limits: KeyLimits | None = None  # images read per key per minute (vision.images_per_key_per_minute)
     # unredeemed ek_ keys (POST /v1/realtime/client_secrets): here, or in Redis with replicas (gateway.cluster)
     client_secrets: SecretVault = field(default_factory=lambda: MemoryVault(time.time))
-    tracing: Any = None  # gateway.tracing.Tracing: the app's span exporter; None: traces are off
+    tracing: Any = None  # gateway.realtime.tracing.Tracing: the app's span exporter; None: traces are off
     mcp_seats: KeySeats = field(default_factory=KeySeats)  # open MCP connections per key (gateway.tools.runner)
-    tokenizing: int = 0  # responses admitted whose prompt is being tokenized (gateway.tokenize): not yet submitted
+    tokenizing: int = 0  # responses admitted whose prompt is being tokenized (gateway.core.tokenize): not yet submitted
 
     @property
     def model_ids(self) -> list[str]:
@@ -173,7 +173,7 @@ class Services:
         or, with a remote engine (backend: openai), streamed from it. Either way ``engine.submit`` takes
         it and the same JobEvents come back.
 
-        ``prompt``: ``messages`` already tokenized off the event loop (gateway.tokenize); None: here.
+        ``prompt``: ``messages`` already tokenized off the event loop (gateway.core.tokenize); None: here.
         ``constraint``: a grammar every token follows (models.constrain; local decoding only).
         Raises ``ContextOverflow`` (prompt too long) or ``ValueError`` (bad sampling/scheduler values,
         or a ``constraint`` with a remote engine)."""

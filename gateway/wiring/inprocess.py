@@ -36,16 +36,16 @@ from models.backend import Backend
 from models.decode import JobEvents
 from models.engine_client import EngineBusy, Handle
 
-from .config import Config, load_config
-from .engine_events import AsyncSink
-from .filters import FILTER_FAILED, ResponseFilter
-from .http import chat_completions, jobs
-from .http.chat_parts import chat_messages
-from .http.error_bodies import ApiError
-from .http.schemas import ChatRequest
-from .services import Services
+from ..core.config import Config, load_config
+from ..core.engine_events import AsyncSink
+from ..core.filters import FILTER_FAILED, ResponseFilter
+from ..core.services import Services
+from ..core.tokenize import prompt_tokens
+from ..http import chat_completions, jobs
+from ..http.chat_parts import chat_messages
+from ..http.error_bodies import ApiError
+from ..http.schemas import ChatRequest
 from .startup import start_services, stop_services
-from .tokenize import prompt_tokens
 
 FINISH = {"stop": "stop", "length": "length"}  # Done.reason → finish_reason; others pass as they are
 

@@ -1,7 +1,7 @@
 """Uploaded files (``/v1/files``): bytes on disk under a configured folder, one folder per API key.
 
 Each file is ``<folder>/<owner>/<id>.bin`` with its metadata beside it in ``<id>.json``; the owner
-is the digest of the uploader's API key (``gateway.security.key_digest``), so another key neither
+is the digest of the uploader's API key (``gateway.core.security.key_digest``), so another key neither
 lists nor reads it: to it the id does not exist. Stored bytes per owner are bounded by a quota;
 every file expires ``expiry_s`` after its upload (swept on each upload and ignored once past).
 

@@ -7,7 +7,7 @@ from typing import Any
 
 import uvicorn
 
-from .logredact import install_log_redaction
+from ..core.logredact import install_log_redaction
 
 
 class DrainingServer(uvicorn.Server):

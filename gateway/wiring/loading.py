@@ -16,8 +16,8 @@ from models.remote_engine import RemoteEngine
 from processors.asr import Transcriber
 from processors.image import ImageLimits
 
-from .config import Config
-from .config_model import (
+from ..core.config import Config
+from ..core.config_model import (
     AutoLocalModel,
     LlamaCppKeys,
     LlamaCppModel,
@@ -25,7 +25,7 @@ from .config_model import (
     TransformersKeys,
     TransformersModel,
 )
-from .services import ImageDescriber
+from ..core.services import ImageDescriber
 
 if TYPE_CHECKING:
     from models.llama_cpp import LlamaCppConfig
@@ -37,7 +37,7 @@ def load_audio(config: Config) -> Transcriber:
     from processors.asr import AsrConfig, load_asr
     from processors.vad import SileroVad
 
-    from .voice.asr_worker import whisper_threads_named
+    from ..voice.asr_worker import whisper_threads_named
 
     a = config.audio
     with whisper_threads_named():

@@ -29,8 +29,8 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from .config import TracingConfig
-    from .realtime.turnlatency import ResponseMarks, TurnLatency, VoiceMarks
+    from ..core.config import TracingConfig
+    from .turnlatency import ResponseMarks, TurnLatency, VoiceMarks
 
 log = logging.getLogger("stream_omni.tracing")
 

@@ -20,16 +20,16 @@ from models.backend import Backend
 from models.engine_client import EngineClient
 from models.remote import RemoteModel
 
-from .cluster.node import ClusterNode, start_node
-from .cluster.resume import cluster_sessions
-from .config import Config
-from .http import api_routes as http_routes
-from .realtime import socket_routes as realtime_routes
-from .security import LocalHostGuard
-from .services import Services
+from ..cluster.node import ClusterNode, start_node
+from ..cluster.resume import cluster_sessions
+from ..core.config import Config
+from ..core.security import LocalHostGuard
+from ..core.services import Services
+from ..http import api_routes as http_routes
+from ..realtime import socket_routes as realtime_routes
+from ..telephony.control import TelephonyApi
+from ..webrtc.signalling import WebRtcApi
 from .startup import start_services, stop_services
-from .telephony.control import TelephonyApi
-from .webrtc.signalling import WebRtcApi
 
 WEB_DIR = Path(__file__).resolve().parent.parent / "web"  # the browser client, served at GET /
 

@@ -10,16 +10,16 @@ import sys
 
 def uvicorn_config_kwargs(config: object) -> dict[str, object]:
     """uvicorn settings every entry point shares (tests use them too)."""
-    from .socket_guard import guarded_protocols
+    from ..core.socket_guard import guarded_protocols
 
     limits = config.limits  # type: ignore[attr-defined]
     http, ws = guarded_protocols(config.server, limits.parse_off_loop_bytes)  # type: ignore[attr-defined]
     tls = config.server.tls  # type: ignore[attr-defined]
-    # (the files were loaded once when the config was checked: gateway.config.TlsConfig)
+    # (the files were loaded once when the config was checked: gateway.core.config.TlsConfig)
     certs = {"ssl_certfile": tls.certfile, "ssl_keyfile": tls.keyfile} if tls is not None else {}
     return {
         **certs,
-        "http": http,  # header deadline, 431, connection caps (gateway/socket_guard.py)
+        "http": http,  # header deadline, 431, connection caps (gateway/core/socket_guard.py)
         "ws": ws,  # dead sockets aborted after server.close_timeout_s
         # h11's own limit sits past ours, so an over-size head gets our 431 rather than its 400
         "h11_max_incomplete_event_size": config.server.max_header_bytes + 4096,  # type: ignore[attr-defined]
@@ -38,13 +38,13 @@ def serve(args: argparse.Namespace) -> int:
 
     from models.llm import ModelLoadError
 
+    from ..core.config import ConfigError, load_config
     from .app import create_app
-    from .config import ConfigError, load_config
     from .loading import default_loader, make_engine
     from .server import DrainingServer
 
     try:
-        # a non-loopback host with no api_keys is refused here too (gateway.config.ServerConfig)
+        # a non-loopback host with no api_keys is refused here too (gateway.core.config.ServerConfig)
         config = load_config(args.config, **{"server.host": args.host, "server.port": args.port})
     except ConfigError as exc:
         print(f"stream-omni: {exc}", file=sys.stderr)

@@ -46,7 +46,7 @@ def guarded_protocols(
     server: ServerConfig, undecoded_text_bytes: int = 1 << 62
 ) -> tuple[type[H11Protocol], type[WebSocketsSansIOProtocol]]:
     """(http, ws) protocol classes for ``uvicorn.Config(http=…, ws=…)``, bound to this server's limits;
-    text messages of ``undecoded_text_bytes`` or more reach the app undecoded (``gateway.ws_frames``)."""
+    text messages of ``undecoded_text_bytes`` or more reach the app undecoded (``gateway.core.ws_frames``)."""
     pending: Counter[str] = Counter()  # client address → sockets that have not sent a request head yet
 
     def abort_later(loop: asyncio.AbstractEventLoop, transport: asyncio.Transport) -> None:

@@ -10,7 +10,7 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from models.sampling import SamplingParams
 
-# the bounds of each scheduler knob, shared with the server's defaults (gateway.config.SchedulerDefaults)
+# the bounds of each scheduler knob, shared with the server's defaults (gateway.core.config.SchedulerDefaults)
 MinChunkTokens = Annotated[int, Field(ge=1, le=512)]
 MaxChunkTokens = Annotated[int, Field(ge=1, le=2048)]
 LookaheadTokens = Annotated[int, Field(ge=0, le=32)]

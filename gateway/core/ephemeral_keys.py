@@ -99,7 +99,7 @@ def unseal(session: dict[str, Any], value: str) -> dict[str, Any]:
 class Grant:
     """What an ``ek_`` key stands for."""
 
-    parent: str  # digest of the API key that minted it (gateway.security.key_digest): limits and ownership
+    parent: str  # digest of the API key that minted it (gateway.core.security.key_digest): limits and ownership
     expires_at: float  # seconds since the epoch; not accepted from then on
     session: dict[str, Any]  # the session.update ``session`` object fixed at minting (the fields it set)
     session_id: str = ""  # the id the minting answer gave the session ("": a new one)
