@@ -9,10 +9,11 @@ went out), so ``take_over`` adds them back: the conversation keeps exactly the d
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Sequence
 from typing import Any
 
 from ..realtime import protocol as p
-from ..realtime.inputs import Abandon
+from ..realtime.inputs import Abandon, Restored
 from ..realtime.responses import ResponseState
 from ..realtime.session import Session
 
@@ -63,17 +64,29 @@ def snapshot(session: Session, seq: int, received: int) -> dict[str, Any]:
     }
 
 
-def restore(session: Session, snap: dict[str, Any]) -> None:
-    """Make the fresh ``session`` the one ``snap`` describes (its id, options, items, response)."""
-    session.id = snap["id"]
-    session.options = p.SessionOptions.model_validate(snap["options"])
-    session.locked = frozenset(snap.get("locked") or ())
-    session.conversation.items = list(snap["items"])
+def restored(snap: dict[str, Any], later: Sequence[dict[str, Any]] = ()) -> Restored:
+    """The session ``snap`` describes (its id, options, items, response), with the text of ``later`` (the
+    events mirrored after it, in order) added to the response that was running."""
     r = snap.get("response")
-    if r is None:
-        session.response = None
-        return
-    session.response = ResponseState(**{**r, "known_tools": frozenset(r.get("known_tools") or ())})
+    response = None
+    if r is not None:
+        response = ResponseState(**{**r, "known_tools": frozenset(r.get("known_tools") or ())})
+        for ev in later:
+            if ev.get("type") == TEXT_DELTA and ev.get("response_id") == response.id:
+                response.text += ev["delta"]
+                response.started = True
+    return Restored(
+        session_id=snap["id"],
+        options=p.SessionOptions.model_validate(snap["options"]),
+        locked=frozenset(snap.get("locked") or ()),
+        items=list(snap["items"]),
+        response=response,
+    )
+
+
+def restore(session: Session, snap: dict[str, Any]) -> None:
+    """Make the fresh ``session`` the one ``snap`` describes."""
+    session.handle(restored(snap))
 
 
 def take_over(session: Session, snap: dict[str, Any], later: list[dict[str, Any]]) -> list[dict[str, Any]]:
@@ -81,12 +94,7 @@ def take_over(session: Session, snap: dict[str, Any], later: list[dict[str, Any]
     becomes ``snap`` plus the text of ``later`` (the events mirrored after it, in order), and a
     response that was running is ended ``incomplete`` (reason ``server_error``), its delivered text
     kept. Returns the events that ended it (already stamped), or [] when none was running."""
-    restore(session, snap)
-    r = session.response
-    if r is None:
+    session.handle(restored(snap, later))
+    if session.response is None:
         return []
-    for ev in later:
-        if ev.get("type") == TEXT_DELTA and ev.get("response_id") == r.id:
-            r.text += ev["delta"]
-            r.started = True
     return session.handle(Abandon("server_error")).events

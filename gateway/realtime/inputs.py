@@ -17,6 +17,7 @@ from models.image_events import ImageEvent
 from ..core.keylimits import BoundLimits
 from ..voice.speech_actions import SpeechResult
 from . import protocol as p
+from .responses import ResponseState
 
 # ------------------------------------------------------------------ the engine's results
 
@@ -243,6 +244,19 @@ class Preset:
     update: p.SessionUpdate | None = None  # the grant's session config
 
 
+@dataclass(frozen=True)
+class Restored:
+    """A replica takes the session over from its snapshot (``gateway.cluster.snapshot``): the fresh session
+    becomes the one described, the running response with the text delivered after the snapshot included.
+    Answered with nothing; ending that response is ``Abandon``'s."""
+
+    session_id: str
+    options: p.SessionOptions
+    locked: frozenset[str]  # what an ek_ key fixed stays fixed
+    items: list[dict[str, Any]]
+    response: ResponseState | None
+
+
 Internal = (
     EngineChunk
     | ToolCallCut
@@ -270,5 +284,6 @@ Internal = (
     | Report
     | Opened
     | Preset
+    | Restored
 )
 Input = p.ClientEvent | Internal  # everything Session.handle takes

@@ -222,6 +222,8 @@ class Session(ResponseFlow, SpeechOutput, McpOutput, ItemEvents):
                 return self.created(extra)
             case i.Preset(limiter, session_id, update):
                 return self._preset(limiter, session_id, update)
+            case i.Restored():
+                return self._restored(inp)
         raise AssertionError(f"unhandled input {type(inp).__name__}")
 
     def _request(self, ev: p.ResponseCreate) -> Output:
@@ -240,6 +242,11 @@ class Session(ResponseFlow, SpeechOutput, McpOutput, ItemEvents):
         out = self._on_conversation_item_create(ev) if ev is not None else Output()
         go = self.settle(key)
         return out if go is None else out.extend(self._admit(go))
+
+    def _restored(self, r: i.Restored) -> Output:
+        self.id, self.options, self.locked, self.response = r.session_id, r.options, r.locked, r.response
+        self.conversation.items = list(r.items)
+        return Output()
 
     def _preset(self, limiter: BoundLimits | None, session_id: str | None, ev: p.SessionUpdate | None) -> Output:
         """Before ``session.created``: its key's budgets, the id its grant named, and the config the grant

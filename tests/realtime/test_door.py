@@ -21,11 +21,13 @@ SHELLS = [
     "gateway/realtime/key_binding.py",
     "gateway/realtime/timing.py",
     "gateway/tools/runner.py",
+    "gateway/cluster/snapshot.py",  # restoring a snapshot is an input too (Restored)
     *sorted(str(p.relative_to(ROOT)) for p in (ROOT / "gateway/webrtc").glob("*.py")),
     *sorted(str(p.relative_to(ROOT)) for p in (ROOT / "gateway/telephony").glob("*.py")),
 ]
 # the door, and what a shell may read (reads only: nothing of the session is assigned from outside)
 QUERIES = {"id", "options", "response", "session_view", "preview_response", "mcp", "has_item", "audio_track"}
+QUERIES |= {"locked", "conversation"}  # what a cluster snapshot reads (its writes go through the door: Restored)
 # the turn-latency record joins response.done's metrics through this hook, set once when the session is wired
 HOOKS = {"finish_hook"}
 LIVE = {"live", "host"}  # names a shell gives the LiveSession it drives
