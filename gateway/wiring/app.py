@@ -31,7 +31,7 @@ from ..telephony.control import TelephonyApi
 from ..webrtc.signalling import WebRtcApi
 from .startup import start_services, stop_services
 
-WEB_DIR = Path(__file__).resolve().parent.parent / "web"  # the browser client, served at GET /
+WEB_DIR = Path(__file__).resolve().parents[2] / "web"  # the browser client, served at GET /
 
 
 def create_app(
