@@ -42,7 +42,14 @@ def load_audio(config: Config) -> Transcriber:
     a = config.audio
     with whisper_threads_named():
         asr = load_asr(
-            AsrConfig(a.engine, a.model, a.language, cpu_threads=a.threads, encoder_headroom_s=a.encoder_headroom_s)
+            AsrConfig(
+                a.engine,
+                a.model,
+                a.language,
+                cpu_threads=a.threads,
+                beam_size=a.beam_size,
+                encoder_headroom_s=a.encoder_headroom_s,
+            )
         )
     SileroVad()  # load the ONNX model now, not on the first frame
     return asr
