@@ -232,6 +232,7 @@ class VadStateMachine:
         self.window_ms = window_ms
         self.pauses = pauses
         self.silence_target_ms: int | None = None  # this turn's silence window, when not the config's
+        self.ended_silence_ms = 0  # the silence the latest turn ended after (its window, or more if it shrank late)
         self._paused = False
         self.now_ms = 0  # end of the last window seen
         self.in_speech = False
@@ -279,6 +280,7 @@ class VadStateMachine:
         return self.config.silence_duration_ms if self.silence_target_ms is None else self.silence_target_ms
 
     def _end_turn(self) -> None:
+        self.ended_silence_ms = self._silence_ms or 0  # read once the turn is gone (its latency record)
         self.in_speech = False
         self._silence_ms = None
         self._paused = False

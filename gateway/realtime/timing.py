@@ -50,8 +50,8 @@ class SessionTiming:
         vad = self.media.voice.vad if self.media.voice is not None else None
         if vad is None:
             self.timer.observe(events, now)
-        else:  # (a turn's own semantic_vad window is reset as it ends: the configured one is read)
-            self.timer.observe(events, now, vad.now_ms, vad.machine.silence_window_ms)
+        else:  # the silence the turn ended after: its own window (semantic_vad, the model), not the configured one
+            self.timer.observe(events, now, vad.now_ms, vad.machine.ended_silence_ms)
         if self.trace is not None:
             self.trace.observe(events, now)
 

@@ -362,6 +362,24 @@ def test_silence_target_overrides_the_window_for_one_turn():
     assert summary(run(machine, [0.0] * 5)) == [("stop", 4, 9 * 32)]
 
 
+def test_the_silence_a_turn_ended_after_is_kept_after_it_ends():
+    # the latency record reads it once speech_stopped goes out, when the turn's own target is gone
+    machine = VadStateMachine(PAUSING)
+    run(machine, [0.9])
+    machine.silence_target_ms = 64
+    run(machine, [0.0] * 2)
+    assert machine.silence_target_ms is None and machine.ended_silence_ms == 64
+    run(machine, [0.9] + [0.0] * 5)
+    assert machine.ended_silence_ms == 160
+    # a window that shrinks below the silence already heard ends the turn at once, after all that silence
+    run(machine, [0.9])
+    machine.silence_target_ms = 1_000
+    assert run(machine, [0.0] * 6) == []
+    machine.silence_target_ms = 64
+    assert [kind for kind, _, _ in summary(run(machine, [0.0]))] == ["stop"]
+    assert machine.ended_silence_ms == 7 * 32
+
+
 def test_segmenter_hands_out_the_turn_audio_so_far():
     vad = ServerVad(ServerVadConfig(prefix_padding_ms=0, silence_duration_ms=640), LevelModel())
     assert vad.turn_audio().size == 0
