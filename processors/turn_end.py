@@ -114,6 +114,10 @@ class EndOfTurn:
         """Speech came back before the window closed: the pause's signals no longer describe the turn."""
         self._forget()
 
+    def answers(self, probe: int) -> bool:
+        """Whether an answer to ``probe`` would count (it is the current pause's)."""
+        return probe == self._probe
+
     def scored(self, probe: int, probability: float) -> int:
         """The model's answer to ``probe`` (an answer to an earlier pause is ignored); returns the window."""
         if probe == self._probe:

@@ -23,7 +23,7 @@ from processors.backchannel import HeldBargeIn, keeps_reply
 
 from ..core.services import Services
 from ..voice.asr_worker import PassShed, shared_worker
-from ..voice.spoken_turn import ReplyPreparer, SpokenTurn, seconds_of
+from ..voice.spoken_turn import PauseSignals, ReplyPreparer, SpokenTurn, seconds_of
 from ..voice.turntaking import (
     Drop,
     PassKind,
@@ -186,16 +186,19 @@ class SpokenTurns:
         if spoken.end is None or vad is None or self.svc.turn_model is None:
             return
         probe = spoken.end.paused()
+        spoken.signals = PauseSignals(paused_at=time.perf_counter())
         self._window(spoken, spoken.end.window_ms)
         self._spawn(self._score(spoken, probe.probe, spoken.joined(vad.turn_audio())))
 
     async def _score(self, spoken: SpokenTurn, probe: int, audio: np.ndarray) -> None:
         try:
-            p_complete = await self.svc.turn_model.score(audio)
+            p_complete, spent = await self.svc.turn_model.timed(audio)
         except Exception as exc:  # the model failing leaves the turn on its longer window
             log.error("end-of-turn model failed: %s", type(exc).__name__)
             return
         if spoken.end is not None and not spoken.taker.done:
+            if spoken.end.answers(probe):
+                spoken.signals.scored_at, spoken.signals.model_s = time.perf_counter(), spent
             self._window(spoken, spoken.end.scored(probe, p_complete))
             self._if_confident(spoken)
 
@@ -242,6 +245,16 @@ class SpokenTurns:
             self._reopener.reopen_ms = cfg.reopen_ms
             self._reopener.answered(spoken.item_id, turn.end_ms)
             self._answered = spoken
+        if spoken.end is not None and log.isEnabledFor(logging.DEBUG):  # where the turn's wait went
+            end = spoken.end
+            log.debug(
+                "turn %s ended on a %d ms window (p=%s, text %s): %s",
+                spoken.item_id,
+                end.window_ms,
+                "-" if end.probability is None else f"{end.probability:.2f}",
+                end.ending or "-",
+                spoken.signals.summary(time.perf_counter()),
+            )
         self._act(spoken, spoken.taker.stopped(turn.end_ms))
         self._unblock(spoken)
 
@@ -297,6 +310,7 @@ class SpokenTurns:
                     self.speculator.drop(a.speculation)
             elif isinstance(a, SetSilence):
                 if spoken.end is not None:
+                    spoken.signals.text_at = time.perf_counter()
                     self._window(spoken, spoken.end.transcribed(a.text))
                     self._if_confident(spoken)
                 elif a.ms is not None:
@@ -329,6 +343,13 @@ class SpokenTurns:
         queued = time.perf_counter()
         try:
             text = await fut
+            log.debug(
+                "turn %s: %s pass of %.2f s audio, %.0f ms queued → text",
+                spoken.item_id,
+                kind,
+                seconds_of(audio),
+                (time.perf_counter() - queued) * 1000,
+            )
             if self.on_pass is not None:
                 self.on_pass(spoken.item_id, kind, queued, time.perf_counter())
         except PassShed:  # a partial dropped under load, or for a gating pass of this turn

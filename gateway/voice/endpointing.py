@@ -37,9 +37,13 @@ class TurnModelRunner:
 
     async def score(self, audio: np.ndarray) -> float:
         """P(the turn is complete) for float32 ``[n]`` at 16 kHz (the last 8 s count)."""
+        return (await self.timed(audio))[0]
+
+    async def timed(self, audio: np.ndarray) -> tuple[float, float]:
+        """``score`` and the model's compute time for it in s (the rest of the wait is the thread's queue)."""
         return await asyncio.get_running_loop().run_in_executor(self._thread, self._run, audio)
 
-    def _run(self, audio: np.ndarray) -> float:
+    def _run(self, audio: np.ndarray) -> tuple[float, float]:
         t0 = time.perf_counter()
         with CORES.lend():
             p = self.model(audio)
@@ -50,7 +54,7 @@ class TurnModelRunner:
         if self.metrics is not None:
             self.metrics.voice_stage.labels(stage="end_of_turn").observe(spent)
             self.metrics.turn_model_seconds.inc(spent)
-        return p
+        return p, spent
 
     def heard(self, seconds: float) -> None:
         """``seconds`` more voice input went through a VAD that may ask the model (on the event loop)."""

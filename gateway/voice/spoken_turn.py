@@ -16,6 +16,25 @@ from .turntaking import TurnCompleted, TurnConfig, TurnTaker
 
 
 @dataclass
+class PauseSignals:
+    """When the latest pause's end-of-turn signals came in (wall clock, s): where a turn's wait went."""
+
+    paused_at: float | None = None  # the pause was reported: the model and the pause pass were asked
+    scored_at: float | None = None  # the model's answer reached the loop
+    model_s: float | None = None  # the model's own compute time for it
+    text_at: float | None = None  # the pause transcript reached the loop
+
+    def summary(self, stopped_at: float) -> str:
+        """One log line's worth: each signal's arrival (and the turn's end) in ms after the pause."""
+
+        def after(t: float | None) -> str:
+            return "not in" if t is None or self.paused_at is None else f"+{(t - self.paused_at) * 1000:.0f} ms"
+
+        compute = "" if self.model_s is None else f" ({self.model_s * 1000:.0f} ms compute)"
+        return f"model {after(self.scored_at)}{compute}, text {after(self.text_at)}, stop {after(stopped_at)}"
+
+
+@dataclass
 class SpokenTurn:
     """A VAD turn being spoken or transcribed: its item, its state machine, its audio once stopped."""
 
@@ -27,6 +46,7 @@ class SpokenTurn:
     end: EndOfTurn | None = None  # its silence window from the end-of-turn model (turn_detection.model)
     lead: np.ndarray | None = None  # the audio of the turn this one reopened: it leads every pass and probe
     reopened: bool = False  # a later turn continues this one: it answers nothing and its item goes
+    signals: PauseSignals = field(default_factory=PauseSignals)  # when its last pause's signals came
 
     @classmethod
     def start(cls, item_id: str, cfg: ServerVadConfig, start_ms: int, modelled: bool) -> SpokenTurn:

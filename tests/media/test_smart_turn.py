@@ -90,6 +90,8 @@ async def test_the_runner_scores_on_its_own_thread_and_counts_its_cost():
     try:
         assert await runner.score(np.zeros(16_000, np.float32)) == 0.75
         assert runner.calls == 1 and runner.seconds > 0
+        p, spent = await runner.timed(np.zeros(16_000, np.float32))
+        assert p == 0.75 and 0 < spent <= runner.seconds and runner.calls == 2
         assert fake.threads and fake.threads[0].startswith("so-turn")  # never the event loop's thread
         runner.heard(2.0)
         assert runner.heard_s == 2.0

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import pytest
 
+from gateway.voice.spoken_turn import PauseSignals
 from processors.backchannel import HeldBargeIn, classify, keeps_reply, words
 from processors.turn_end import EAGERNESS_WINDOWS, EndOfTurn, Windows, server_vad_windows, windows_for
 from processors.vad import EAGERNESS_SILENCE_MS, ServerVadConfig
@@ -56,6 +57,7 @@ def test_speech_resuming_forgets_the_pause_and_a_late_answer_to_it_is_ignored():
     end.transcribed("I'd like to book a table for two.")
     assert end.scored(second.probe, 0.99) == MEDIUM.complete_ms and end.complete
     assert end.probes == 2
+    assert end.answers(second.probe) and not end.answers(first.probe)  # the glue times only counted answers
 
 
 def test_a_new_pause_replaces_the_last_ones_signals():
@@ -176,3 +178,9 @@ def test_webrtc_playback_is_cut_at_speech_or_with_backchannels_judged_at_the_can
     assert _barges_in(started, judged=False) and not _barges_in(cancelled, judged=False)
     assert not _barges_in(started, judged=True) and _barges_in(cancelled, judged=True)
     assert not _barges_in(by_client, judged=True)  # a client's own cancel is not a barge-in (as before)
+
+
+def test_a_pause_summary_times_each_signal_from_the_pause():
+    signals = PauseSignals(paused_at=10.0, scored_at=10.12, model_s=0.03)
+    assert signals.summary(10.3) == "model +120 ms (30 ms compute), text not in, stop +300 ms"
+    assert PauseSignals().summary(1.0) == "model not in, text not in, stop not in"  # no pause: the configured window
