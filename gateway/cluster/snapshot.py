@@ -33,7 +33,7 @@ STATELESS = frozenset(
 
 
 def event_type(text: str) -> str:
-    """The ``type`` of a stamped event's JSON text: always its first key (``protocol.server_event``)."""
+    """The ``type`` of a stamped event's JSON text: always its first key (``gateway.realtime.server_events``)."""
     head = '{"type":"'
     return text[len(head) : text.index('"', len(head))] if text.startswith(head) else ""
 

@@ -7,6 +7,7 @@ import json
 
 from gateway.cluster.snapshot import event_type, needs_snapshot, restore, snapshot, take_over
 from gateway.realtime import protocol as p
+from gateway.realtime import server_events as se
 from gateway.realtime.replay import ReplayBuffer
 from gateway.realtime.session import Session, SessionDefaults
 
@@ -30,8 +31,8 @@ def make(start: int = 0) -> tuple[Session, list[dict]]:
 
 def test_event_type_reads_the_first_key_of_the_wire_text():
     buf = ReplayBuffer()
-    buf.stamp(p.server_event("response.output_text.delta", delta="x"))
-    buf.stamp(p.error_event("bad", "no"))
+    buf.stamp(se.output_text_delta(se.PartAt("resp_1", "item_1", 0), "x"))
+    buf.stamp(se.error_event("bad", "no"))
     assert [event_type(t) for _, t in buf.since(-1)] == ["response.output_text.delta", "error"]
     assert event_type('{"seq":1}') == ""
 
