@@ -9,6 +9,7 @@ from gateway.cluster.snapshot import event_type, needs_snapshot, restore, snapsh
 from gateway.realtime import protocol as p
 from gateway.realtime import server_events as se
 from gateway.realtime.replay import ReplayBuffer
+from gateway.realtime.response_ending import ResponseEnding
 from gateway.realtime.session import Session, SessionDefaults
 
 USER = (
@@ -56,6 +57,26 @@ def test_snapshot_round_trips_options_items_and_a_running_response():
     assert t.conversation.items == s.conversation.items
     assert t.response is not None and t.response.id == rid and t.response.text == "Hel"
     assert snap["seq"] == 9 and snap["received"] == 3
+
+
+def test_a_response_waiting_on_its_images_keeps_its_ending_through_the_snapshot():
+    s, _ = make()
+    s.handle(p.parse(USER))
+    rid = s.handle(p.parse('{"type":"response.create"}')).actions[0].response_id
+    s.on_chunk(rid, "Here")
+    assert s.response is not None
+    s.response.images["ig_1"] = {"id": "ig_1", "type": "image_generation_call", "status": "in_progress"}
+    s.on_done(rid, "length", {}, {"total_tokens": 7})  # text done: response.done waits for the image
+    assert s.response is not None and s.response.ending == ResponseEnding.incomplete(
+        "max_output_tokens", {"total_tokens": 7}, {}
+    )
+    t, _ = make(100)
+    restore(t, json.loads(json.dumps(snapshot(s, 9, 1))))
+    assert t.response is not None and t.response.ending == s.response.ending
+    old = json.loads(json.dumps(snapshot(s, 9, 1)))
+    old["response"]["ending"] = ["incomplete", {"type": "incomplete", "reason": "max_output_tokens"}, {}, {}]
+    restore(t, old)  # written as a tuple by an older gateway: dropped (a takeover ends the response anew)
+    assert t.response is not None and t.response.ending is None
 
 
 def test_take_over_ends_the_running_response_incomplete_keeping_every_delivered_delta():
