@@ -69,11 +69,12 @@ def client_event_types() -> dict[str, list[str]]:
 
 
 def server_event_types() -> dict[str, list[str]]:
-    """Every event type the gateway emits: the first argument of each ``server_event("…", …)`` call."""
+    """Every event type the gateway emits: the first argument of each ``_envelope("…", …)`` call, one in each
+    builder of ``gateway/realtime/server_events.py`` (the only place server events are made)."""
     out: dict[str, list[str]] = {}
     for path, tree in sources("gateway"):
         for n in ast.walk(tree):
-            if isinstance(n, ast.Call) and _callee(n) == "server_event" and n.args and _str(n.args[0]):
+            if isinstance(n, ast.Call) and _callee(n) == "_envelope" and n.args and _str(n.args[0]):
                 out.setdefault(_str(n.args[0]) or "", []).append(f"{path}:{n.lineno}")
     return out
 

@@ -21,7 +21,7 @@ from starlette.websockets import WebSocket, WebSocketDisconnect, WebSocketState
 
 from ..core.services import Services
 from ..core.ws_frames import UNDECODED_TEXT
-from ..realtime import protocol as p
+from ..realtime import server_events as se
 from ..realtime.connection import Connection
 from ..realtime.framegate import Admit, Close, FrameGate, Refuse
 from ..realtime.live_session import LiveSession
@@ -54,7 +54,7 @@ class Proxy:
         # snapshot's count can be older): the client resends the rest
         acked = await self.store.wait_ack(self.socket_id, self.node.period_s * 3)
         received = received if acked is None else acked
-        hello = p.server_event("session.resumed", session=view, replay_from_seq=last_seq + 1, received_events=received)
+        hello = se.session_resumed(view, replay_from_seq=last_seq + 1, received_events=received)
         tasks: list[asyncio.Task[None]] = []
         try:
             await self.ws.send_text(json.dumps(hello, separators=(",", ":")))

@@ -10,7 +10,7 @@ import logging
 from starlette.websockets import WebSocket, WebSocketState
 
 from ..core.services import Services
-from ..realtime import protocol as p
+from ..realtime import server_events as se
 from ..realtime.connection import Connection
 from ..realtime.live_session import LiveSession
 from ..realtime.protocol import CLOSE_NORMAL
@@ -97,5 +97,5 @@ async def _unreadable(s: Services, ws: WebSocket, token: str, exc: Exception) ->
 
 async def _failed(s: Services, ws: WebSocket, why: str) -> None:
     s.metrics.errors.labels(code="resume_failed").inc()
-    await ws.send_json(p.error_event("resume_failed", f"cannot resume: {why}"))
+    await ws.send_json(se.error_event("resume_failed", f"cannot resume: {why}"))
     await ws.close(CLOSE_NORMAL, "resume failed")

@@ -14,6 +14,7 @@ from typing import Any
 
 from ..realtime import protocol as p
 from ..realtime.inputs import Abandon, Restored
+from ..realtime.response_ending import ResponseEnding
 from ..realtime.responses import ResponseState
 from ..realtime.session import Session
 
@@ -33,7 +34,7 @@ STATELESS = frozenset(
 
 
 def event_type(text: str) -> str:
-    """The ``type`` of a stamped event's JSON text: always its first key (``protocol.server_event``)."""
+    """The ``type`` of a stamped event's JSON text: always its first key (``gateway.realtime.server_events``)."""
     head = '{"type":"'
     return text[len(head) : text.index('"', len(head))] if text.startswith(head) else ""
 
@@ -70,7 +71,10 @@ def restored(snap: dict[str, Any], later: Sequence[dict[str, Any]] = ()) -> Rest
     r = snap.get("response")
     response = None
     if r is not None:
-        response = ResponseState(**{**r, "known_tools": frozenset(r.get("known_tools") or ())})
+        # an ending is a dict in the snapshot's JSON (dataclasses.asdict); anything else (a snapshot written
+        # before it had its own type) is dropped: a response taken over is ended anew (``take_over``)
+        ending = ResponseEnding(**r["ending"]) if isinstance(r.get("ending"), dict) else None
+        response = ResponseState(**{**r, "known_tools": frozenset(r.get("known_tools") or ()), "ending": ending})
         for ev in later:
             if ev.get("type") == TEXT_DELTA and ev.get("response_id") == response.id:
                 response.text += ev["delta"]

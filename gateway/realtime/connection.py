@@ -20,6 +20,7 @@ from starlette.websockets import WebSocket, WebSocketDisconnect, WebSocketState
 
 from ..core.ws_frames import UNDECODED_TEXT
 from . import protocol as p
+from . import server_events as se
 from .framegate import Admit, Close, FrameGate, Refuse
 from .inputs import Report
 from .live_session import LiveSession
@@ -175,8 +176,7 @@ class Connection:
             live.on_event = self._check_lag
         try:  # from the attach on: however this ends (even in the hello), detach — or the session never expires
             if resumed:
-                hello = p.server_event(
-                    "session.resumed",
+                hello = se.session_resumed(
                     session=live.session.session_view(),
                     replay_from_seq=self.cursor + 1,
                     # client frames the session has read: a frame sent just before an abortive close

@@ -17,6 +17,7 @@ from models.toolcalls import ParsedCall
 from models.toolplan import Declared, ToolPlan, ToolPlanError
 
 from . import protocol as p
+from . import server_events as se
 from .conversation import Item
 
 ARG_PIECE = 16  # characters of arguments per delta event
@@ -80,17 +81,16 @@ def call_events(
     added = call_item(call_id, call.name, "", "in_progress")
     item = call_item(call_id, call.name, call.arguments, "completed", added["id"])
     index = take_index(item["id"])
-    common = {"response_id": response_id, "item_id": item["id"], "output_index": index, "call_id": call_id}
     args = call.arguments
     events = [
-        p.server_event("response.output_item.added", response_id=response_id, output_index=index, item=added),
-        p.server_event("conversation.item.added", previous_item_id=previous_item_id, item=added),
+        se.output_item_added(response_id, index, added),
+        se.item_added(previous_item_id, added),
         *(
-            p.server_event("response.function_call_arguments.delta", **common, delta=args[i : i + ARG_PIECE])
+            se.function_arguments_delta(response_id, item["id"], index, call_id, args[i : i + ARG_PIECE])
             for i in range(0, len(args), ARG_PIECE)
         ),
-        p.server_event("response.function_call_arguments.done", **common, name=call.name, arguments=args),
-        p.server_event("response.output_item.done", response_id=response_id, output_index=index, item=item),
-        p.server_event("conversation.item.done", previous_item_id=previous_item_id, item=item),
+        se.function_arguments_done(response_id, item["id"], index, call_id, call.name, args),
+        se.output_item_done(response_id, index, item),
+        se.item_done(item, previous_item_id),
     ]
     return item, events

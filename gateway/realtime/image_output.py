@@ -11,8 +11,9 @@ from typing import Any, Protocol
 
 from models.image_events import TERMINAL, Generating, ImageCompleted, ImageEvent, PartialImage
 
-from . import protocol as p
+from . import server_events as se
 from .actions import Output, StartImage
+from .response_ending import ResponseEnding
 from .responses import ResponseState
 
 
@@ -31,14 +32,7 @@ class ImageHost(Protocol):
 
     def _out(self, *events: dict[str, Any], actions: list[Any] | None = None) -> Output: ...
 
-    def _finish(
-        self,
-        r: ResponseState,
-        status: str,
-        details: dict[str, Any] | None,
-        metrics: dict[str, Any] | None,
-        usage: dict[str, Any],
-    ) -> Output: ...
+    def _finish(self, r: ResponseState, ending: ResponseEnding) -> Output: ...
 
 
 def request(s: ImageHost, response_id: str, prompt: str) -> Output:
@@ -52,8 +46,8 @@ def request(s: ImageHost, response_id: str, prompt: str) -> Output:
     r.images[item_id] = item
     view = {k: v for k, v in item.items() if k != "output_index"}
     return s._out(
-        p.server_event("response.output_item.added", response_id=r.id, output_index=index, item=view),
-        p.server_event("response.image_generation_call.in_progress", item_id=item_id, output_index=index),
+        se.output_item_added(r.id, index, view),
+        se.image_call_in_progress(item_id, index),
         actions=[StartImage(r.id, item_id, prompt)],
     )
 
@@ -67,19 +61,9 @@ def progress(s: ImageHost, response_id: str, item_id: str, ev: ImageEvent) -> Ou
     idx = item["output_index"]
     match ev:
         case Generating():
-            return s._out(
-                p.server_event("response.image_generation_call.generating", item_id=item_id, output_index=idx)
-            )
+            return s._out(se.image_call_generating(item_id, idx))
         case PartialImage(index=index, png_b64=png_b64):
-            return s._out(
-                p.server_event(
-                    "response.image_generation_call.partial_image",
-                    item_id=item_id,
-                    output_index=idx,
-                    partial_image_index=index,
-                    partial_image_b64=png_b64,
-                )
-            )
+            return s._out(se.image_call_partial(item_id, idx, index, png_b64))
         case _ if not isinstance(ev, TERMINAL):
             return Output()
     item["status"] = "completed" if isinstance(ev, ImageCompleted) else "failed"
@@ -87,9 +71,9 @@ def progress(s: ImageHost, response_id: str, item_id: str, ev: ImageEvent) -> Ou
     events = []
     if isinstance(ev, ImageCompleted):
         done_item["result"] = item["result"] = ev.png_b64
-        events.append(p.server_event("response.image_generation_call.completed", item_id=item_id, output_index=idx))
-    events.append(p.server_event("response.output_item.done", response_id=r.id, output_index=idx, item=done_item))
+        events.append(se.image_call_completed(item_id, idx))
+    events.append(se.output_item_done(r.id, idx, done_item))
     out = s._out(*events)
     if r.ending is not None and not r.waiting:
-        out.extend(s._finish(r, *r.ending))
+        out.extend(s._finish(r, r.ending))
     return out

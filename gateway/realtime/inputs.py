@@ -228,9 +228,9 @@ class Report:
 
 @dataclass(frozen=True)
 class Opened:
-    """The session opens: ``session.created`` (``extra``: fields beside ``session``, e.g. its resume token)."""
+    """The session opens: ``session.created`` (``resume``: its resume token and grace, ours, beside ``session``)."""
 
-    extra: dict[str, Any] | None = None
+    resume: dict[str, Any] | None = None
 
 
 @dataclass(frozen=True)

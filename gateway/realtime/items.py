@@ -12,6 +12,7 @@ from typing import Any
 
 from . import functions
 from . import protocol as p
+from . import server_events as se
 from .actions import Output
 from .conversation import Conversation, Item, ItemError
 
@@ -66,8 +67,8 @@ class ItemEvents:
         except ItemError as exc:
             return self.error(exc.code, exc.message, event_id, exc.param)
         return self._out(
-            p.server_event("conversation.item.added", previous_item_id=prev, item=item),
-            p.server_event("conversation.item.done", previous_item_id=prev, item=item),
+            se.item_added(prev, item),
+            se.item_done(item, prev),
         )
 
     def _on_conversation_item_create(self, ev: p.ItemCreate) -> Output:
@@ -111,25 +112,21 @@ class ItemEvents:
             self.conversation.delete(ev.item_id)
         except ItemError as exc:
             return self.error(exc.code, exc.message, ev.event_id, exc.param)
-        return self._out(p.server_event("conversation.item.deleted", item_id=ev.item_id))
+        return self._out(se.item_deleted(ev.item_id))
 
     def _on_conversation_item_retrieve(self, ev: p.ItemRetrieve) -> Output:
         item = self.conversation.get(ev.item_id)
         if item is None:
             return self.error("item_not_found", f"item {ev.item_id} not found", ev.event_id, "item_id")
-        return self._out(p.server_event("conversation.item.retrieved", item=item))
+        return self._out(se.item_retrieved(item))
 
     # ------------------------------------------------------------------ voice input
 
     def speech_started(self, item_id: str, audio_start_ms: int) -> Output:
-        return self._out(
-            p.server_event("input_audio_buffer.speech_started", audio_start_ms=audio_start_ms, item_id=item_id)
-        )
+        return self._out(se.speech_started(audio_start_ms, item_id))
 
     def speech_stopped(self, item_id: str, audio_end_ms: int) -> Output:
-        return self._out(
-            p.server_event("input_audio_buffer.speech_stopped", audio_end_ms=audio_end_ms, item_id=item_id)
-        )
+        return self._out(se.speech_stopped(audio_end_ms, item_id))
 
     def audio_committed(self, item_id: str) -> Output:
         """A user audio turn enters the conversation; its transcript follows."""
@@ -144,27 +141,19 @@ class ItemEvents:
         }
         self.conversation.append(item)
         return self._out(
-            p.server_event("input_audio_buffer.committed", previous_item_id=prev, item_id=item_id),
-            p.server_event("conversation.item.added", previous_item_id=prev, item=item),
+            se.input_committed(prev, item_id),
+            se.item_added(prev, item),
         )
 
     def timeout_triggered(self, item_id: str, now_ms: int) -> Output:
         """No speech for ``turn_detection.idle_timeout_ms`` after a response: a response follows (GA)."""
-        return self._out(
-            p.server_event(
-                "input_audio_buffer.timeout_triggered", audio_start_ms=now_ms, audio_end_ms=now_ms, item_id=item_id
-            )
-        )
+        return self._out(se.input_timeout_triggered(now_ms, now_ms, item_id))
 
     def audio_cleared(self) -> Output:
-        return self._out(p.server_event("input_audio_buffer.cleared"))
+        return self._out(se.input_cleared())
 
     def transcript_delta(self, item_id: str, delta: str) -> Output:
-        return self._out(
-            p.server_event(
-                "conversation.item.input_audio_transcription.delta", item_id=item_id, content_index=0, delta=delta
-            )
-        )
+        return self._out(se.transcription_delta(item_id, delta))
 
     def transcript_done(self, item_id: str, transcript: str, seconds: float = 0.0) -> Output:
         """``seconds``: the audio transcribed, reported as GA's duration ``usage`` (required by strict clients)."""
@@ -174,14 +163,8 @@ class ItemEvents:
         item["content"][0]["transcript"] = transcript
         item["status"] = "completed"
         return self._out(
-            p.server_event(
-                "conversation.item.input_audio_transcription.completed",
-                item_id=item_id,
-                content_index=0,
-                transcript=transcript,
-                usage={"type": "duration", "seconds": round(max(0.0, seconds), 3)},
-            ),
-            p.server_event("conversation.item.done", item=item),
+            se.transcription_completed(item_id, transcript, seconds),
+            se.item_done(item),
         )
 
     def transcript_failed(self, item_id: str, code: str, message: str) -> Output:
@@ -189,11 +172,4 @@ class ItemEvents:
         if item is not None:
             item["status"] = "incomplete"
             item["content"][0]["transcript"] = ""
-        return self._out(
-            p.server_event(
-                "conversation.item.input_audio_transcription.failed",
-                item_id=item_id,
-                content_index=0,
-                error={"type": "transcription_error", "code": code, "message": message},
-            )
-        )
+        return self._out(se.transcription_failed(item_id, code, message))

@@ -133,7 +133,7 @@ class LiveSession:
         self._pump = asyncio.create_task(self._pump_loop(), name="session-pump")
         if replay is None:
             grace = services.config.server.grace_period_s
-            self.send(self.session.handle(i.Opened({"resume": {"token": self.token, "expires_in_s": grace}})))
+            self.send(self.session.handle(i.Opened({"token": self.token, "expires_in_s": grace})))
 
     @property
     def deliverable(self) -> int:

@@ -1,15 +1,14 @@
-"""Every wire event of /v1/realtime as a pydantic model, parsed once through a discriminated union.
+"""Every client event of /v1/realtime as a pydantic model, parsed once through a discriminated union.
 
 Pure: no asyncio, Starlette or torch. Client events are validated strictly on their ``type`` and
 on the fields we act on. An unknown key in a ``session.update`` or ``response.create`` is refused
 as OpenAI refuses it (``unknown_parameter``, ``gateway.realtime.strict_keys``), except the few GA
-keys documented as accepted and ignored. Server events are built through ``server_event`` so
-that every one of them has the same envelope (``type``, ``event_id``, ``seq``).
+keys documented as accepted and ignored. Server events are built in
+``gateway.realtime.server_events``, one typed builder per event type.
 """
 
 from __future__ import annotations
 
-import itertools
 import json
 import re
 from typing import Annotated, Any, Literal, get_args
@@ -467,15 +466,7 @@ def check_sizes(ev: Any, max_item_chars: int, max_instructions_chars: int) -> No
         )
 
 
-# ---------------------------------------------------------------- server events
-
-_event_counter = itertools.count()
-
-
-def server_event(type_: str, **fields: Any) -> dict[str, Any]:
-    """A server event envelope. ``seq`` is stamped later by the session's outbox."""
-    return {"type": type_, "event_id": f"event_{next(_event_counter):x}", **fields}
-
+# ---------------------------------------------------------------- error messages
 
 _ADDRESS = re.compile(r"<[^<>]*\bat 0x[0-9a-fA-F]+>")
 _PATH = re.compile(r"(?<![\w/])/(?:[\w.-]+/)+[\w.-]*")
@@ -484,16 +475,3 @@ _PATH = re.compile(r"(?<![\w/])/(?:[\w.-]+/)+[\w.-]*")
 def clean(message: str) -> str:
     """An error message fit for a client: no object addresses, no file paths."""
     return _PATH.sub("<path>", _ADDRESS.sub("the data", message))
-
-
-def error_event(
-    code: str,
-    message: str,
-    event_id: str | None = None,
-    param: str | None = None,
-    type_: str = "invalid_request_error",
-) -> dict[str, Any]:
-    return server_event(
-        "error",
-        error={"type": type_, "code": code, "message": clean(message), "param": param, "event_id": event_id},
-    )

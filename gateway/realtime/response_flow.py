@@ -8,13 +8,15 @@ engine produced into the response's server events, and closes the response with 
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
 from ..core.keylimits import BoundLimits
 from . import functions
-from . import protocol as p
+from . import server_events as se
 from .actions import CancelResponse, Output
 from .conversation import Conversation
+from .response_ending import ResponseEnding, ending_of
 from .responses import ResponseState, final_events
 
 
@@ -45,7 +47,7 @@ class ResponseFlow:
         r = self.response
         if r is None:
             return Output()
-        out = self._finish(r, "cancelled", {"type": "cancelled", "reason": reason}, None, {})
+        out = self._finish(r, ResponseEnding.cancelled(reason))
         out.actions.insert(0, CancelResponse(r.id))
         return out
 
@@ -56,7 +58,7 @@ class ResponseFlow:
         if r is None:
             return Output()
         # images still denoising there never finish: closed incomplete now (final_events)
-        return self._finish(r, "incomplete", {"type": "incomplete", "reason": reason}, None, {}, wait_images=False)
+        return self._finish(r, ResponseEnding.incomplete(reason), wait_images=False)
 
     def on_chunk(self, response_id: str, text: str) -> Output:
         r = self.response
@@ -74,16 +76,7 @@ class ResponseFlow:
         r.text += text
         if r.audio is not None:
             return self.speak_chunk(r, text, events)  # type: ignore[no-any-return]
-        events.append(
-            p.server_event(
-                "response.output_text.delta",
-                response_id=r.id,
-                item_id=r.item_id,
-                output_index=r.text_index,
-                content_index=0,
-                delta=text,
-            )
-        )
+        events.append(se.output_text_delta(se.PartAt(r.id, r.item_id, r.text_index), text))
         return self._out(*events)
 
     def _open_message(self, r: ResponseState) -> list[dict[str, Any]]:
@@ -122,28 +115,12 @@ class ResponseFlow:
         calls = self.mcp_on_done(r.id, reason)  # MCP calls to run: the response goes on after them
         if calls is not None:
             return calls
-        if reason == "stop":
-            return self._finish(r, "completed", None, metrics, usage)
-        if reason == "length":
-            return self._finish(r, "incomplete", {"type": "incomplete", "reason": "max_output_tokens"}, metrics, usage)
-        if reason == "cancelled":
-            return self._finish(r, "cancelled", {"type": "cancelled", "reason": "client_cancelled"}, metrics, usage)
-        if reason == "content_filter":  # a chunk filter stopped it (gateway.core.filters)
-            return self._finish(r, "incomplete", {"type": "incomplete", "reason": "content_filter"}, metrics, usage)
-        err = {"type": "server_error", "code": metrics.get("error_code", "generation_failed")}
-        return self._finish(r, "failed", {"type": "failed", "error": err}, metrics, usage)
+        return self._finish(r, ending_of(reason, metrics, usage))
 
-    def _finish(
-        self,
-        r: ResponseState,
-        status: str,
-        details: dict[str, Any] | None,
-        metrics: dict[str, Any] | None,
-        usage: dict[str, Any],
-        wait_images: bool = True,
-    ) -> Output:
+    def _finish(self, r: ResponseState, ending: ResponseEnding, wait_images: bool = True) -> Output:
+        status = ending.status
         if wait_images and status != "cancelled" and r.waiting:  # text is done; images or speech still being made
-            r.ending = (status, details, metrics, usage)
+            r.ending = ending
             return Output()
         if self.response is not r:
             raise RuntimeError(f"expected active response {r.id}, found {self.response and self.response.id}")
@@ -159,9 +136,9 @@ class ResponseFlow:
             kept.update(item)
         self.spoken_closed(r, item)
         if self.finish_hook is not None:
-            metrics = self.finish_hook(r.id, status, metrics)
-        events = final_events(r, item, status, details, metrics, usage)
+            ending = replace(ending, metrics=self.finish_hook(r.id, status, ending.metrics))
+        events = final_events(r, item, ending)
         if self.limiter is not None:  # what the key has left, after this response's tokens
-            left = self.limiter.charge(int(usage.get("total_tokens", 0)))
-            events.append(p.server_event("rate_limits.updated", rate_limits=[x.wire() for x in left]))
+            left = self.limiter.charge(int(ending.usage.get("total_tokens", 0)))
+            events.append(se.rate_limits_updated([x.wire() for x in left]))
         return opened.extend(self._out(*events))

@@ -5,8 +5,9 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from . import protocol as p
+from . import server_events as se
 from .conversation import Item
+from .response_ending import ResponseEnding
 from .speech_out import AudioState, audio_part, usage_with_audio
 
 
@@ -22,7 +23,7 @@ class ResponseState:
     calls: list[Item] = field(default_factory=list)  # function_call items, each whole (see functions.py)
     known_tools: frozenset[str] = frozenset()  # names a call may carry
     mcp: list[Item] = field(default_factory=list)  # MCP items it made, in order (gateway.tools.mcp_session)
-    ending: tuple[Any, ...] | None = None  # text finished; response.done waits for images
+    ending: ResponseEnding | None = None  # text finished; response.done waits for images or speech
     # echoed in response.created/done as OpenAI does: LiveKit Agents matches a reply to its
     # response.create through metadata.client_event_id (without it generate_reply() times out)
     metadata: dict[str, Any] | None = None
@@ -72,16 +73,12 @@ class ResponseState:
         item = self.item("in_progress")
         item["content"] = []
         return [
-            p.server_event("response.output_item.added", response_id=self.id, output_index=index, item=item),
+            se.output_item_added(self.id, index, item),
             # an out-of-band reply (conversation "none") never enters the conversation: no conversation.item.*
-            *([p.server_event("conversation.item.added", previous_item_id=previous_item_id, item=item)] * self.store),
-            p.server_event(
-                "response.content_part.added",
-                response_id=self.id,
-                item_id=self.item_id,
-                output_index=index,
-                content_index=0,
-                part={"type": "audio", "transcript": ""} if self.audio else {"type": "text", "text": ""},
+            *([se.item_added(previous_item_id, item)] * self.store),
+            se.content_part_added(
+                se.PartAt(self.id, self.item_id, index),
+                {"type": "audio", "transcript": ""} if self.audio else {"type": "text", "text": ""},
             ),
         ]
 
@@ -99,65 +96,54 @@ def usage_of(metrics: dict[str, Any]) -> dict[str, Any]:
     }
 
 
-def final_events(
-    r: ResponseState,
-    item: Item | None,
-    status: str,
-    details: dict[str, Any] | None,
-    metrics: dict[str, Any] | None,
-    usage: dict[str, Any],
-) -> list[dict[str, Any]]:
+def final_events(r: ResponseState, item: Item | None, ending: ResponseEnding) -> list[dict[str, Any]]:
     """Everything that closes ``r``: its text part and item (``item``, when text went out), images
     still denoising (incomplete), then exactly one ``response.done``."""
     events: list[dict[str, Any]] = []
     output: list[tuple[int, dict[str, Any]]] = []  # (output_index, item): listed in the order produced
     if item is not None:
         index = r.text_index
-        common = {"response_id": r.id, "item_id": r.item_id, "output_index": index, "content_index": 0}
+        at = se.PartAt(r.id, r.item_id, index)
         if r.audio is not None:
             said = r.audio.transcript
             events += [
-                p.server_event("response.output_audio.done", **common),
-                p.server_event("response.output_audio_transcript.done", **common, transcript=said),
-                p.server_event("response.content_part.done", **common, part={"type": "audio", "transcript": said}),
+                se.output_audio_done(at),
+                se.audio_transcript_done(at, said),
+                se.content_part_done(at, {"type": "audio", "transcript": said}),
             ]
         else:
             events += [
-                p.server_event("response.output_text.done", **common, text=r.text),
-                p.server_event("response.content_part.done", **common, part={"type": "text", "text": r.text}),
+                se.output_text_done(at, r.text),
+                se.content_part_done(at, {"type": "text", "text": r.text}),
             ]
         events += [
-            p.server_event("response.output_item.done", response_id=r.id, output_index=index, item=item),
-            *([p.server_event("conversation.item.done", item=item)] * r.store),
+            se.output_item_done(r.id, index, item),
+            *([se.item_done(item)] * r.store),
         ]
         output.append((index, item))
     for img in r.images.values():
         if img["status"] == "in_progress":  # cancelled with the response
             img["status"] = "incomplete"
             view = {"id": img["id"], "type": "image_generation_call", "status": "incomplete"}
-            events.append(
-                p.server_event(
-                    "response.output_item.done", response_id=r.id, output_index=img["output_index"], item=view
-                )
-            )
+            events.append(se.output_item_done(r.id, img["output_index"], view))
         output.append((img["output_index"], {k: v for k, v in img.items() if k != "output_index"}))
     output.extend((r.indexes.get(call["id"], len(r.indexes)), call) for call in r.calls)
     output.extend((r.indexes.get(item["id"], len(r.indexes)), item) for item in r.mcp)
+    usage = dict(ending.usage)
     events.append(
-        p.server_event(
-            "response.done",
-            response={
+        se.response_done(
+            {
                 "id": r.id,
                 "object": "realtime.response",
-                "status": status,
-                "status_details": details,
+                "status": ending.status,
+                "status_details": ending.status_details(),
                 "output": [o for _, o in sorted(output, key=lambda x: x[0])],
                 "output_modalities": r.modalities,
                 "conversation_id": r.conversation_id,
                 "metadata": r.metadata,
                 "usage": (usage_with_audio(usage, r.audio.audio_ms) if r.audio else usage) or None,
-                "metrics": metrics or None,
-            },
+                "metrics": ending.metrics or None,
+            }
         )
     )
     return events

@@ -28,6 +28,7 @@ from . import audio_settings, functions, image_output, planning, speech_out, tra
 from . import fixed_fields as locks
 from . import inputs as i
 from . import protocol as p
+from . import server_events as se
 from .actions import Action, AppendAudio, ClearAudio, CommitAudio, Output, Refused, ResolveItem, StartResponse
 from .conversation import Conversation
 from .items import ItemEvents, has_media
@@ -107,7 +108,7 @@ class Session(ResponseFlow, SpeechOutput, McpOutput, ItemEvents):
         return Output([self._stamp(e) for e in events], actions or [])
 
     def error(self, code: str, message: str, event_id: str | None = None, param: str | None = None) -> Output:
-        return self._out(p.error_event(code, message, event_id, param))
+        return self._out(se.error_event(code, message, event_id, param))
 
     def has_item(self, item_id: str) -> bool:
         """Whether the conversation holds ``item_id`` (a reopened turn's shell deletes only what exists)."""
@@ -123,8 +124,8 @@ class Session(ResponseFlow, SpeechOutput, McpOutput, ItemEvents):
         speech_out.describe_output(view, self.defaults.speech, self.options)
         return view
 
-    def created(self, extra: dict[str, Any] | None = None) -> Output:
-        return self._out(p.server_event("session.created", session=self.session_view(), **(extra or {})))
+    def created(self, resume: dict[str, Any] | None = None) -> Output:
+        return self._out(se.session_created(self.session_view(), resume))
 
     # ------------------------------------------------------------------ client events
 
@@ -218,8 +219,8 @@ class Session(ResponseFlow, SpeechOutput, McpOutput, ItemEvents):
                 return self.abandon(reason)
             case i.Report(code, message, event_id, param):
                 return self.error(code, message, event_id, param)
-            case i.Opened(extra):
-                return self.created(extra)
+            case i.Opened(resume):
+                return self.created(resume)
             case i.Preset(limiter, session_id, update):
                 return self._preset(limiter, session_id, update)
             case i.Restored():
@@ -234,7 +235,7 @@ class Session(ResponseFlow, SpeechOutput, McpOutput, ItemEvents):
         """A ``response.create`` no pending item holds back: refused at once when a response is in progress,
         ``server_busy`` when the engine has no room for it, else created."""
         if self.response is None and not self.defaults.has_room():
-            return self._out(p.error_event("server_busy", BUSY, ev.event_id), actions=[Refused("server_busy")])
+            return self._out(se.error_event("server_busy", BUSY, ev.event_id), actions=[Refused("server_busy")])
         return self._create_response(ev)
 
     def _item_resolved(self, key: str, ev: p.ItemCreate | None) -> Output:
@@ -295,7 +296,7 @@ class Session(ResponseFlow, SpeechOutput, McpOutput, ItemEvents):
         if isinstance(merged, Output):
             return merged
         self.options = merged
-        out = self._out(p.server_event("session.updated", session=self.session_view()))
+        out = self._out(se.session_updated(self.session_view()))
         return out.extend(self.mcp_list(merged.tools)) if "tools" in ev.session.model_fields_set else out
 
     def merged(self, ev: p.SessionUpdate) -> p.SessionOptions | Output:
@@ -397,9 +398,8 @@ class Session(ResponseFlow, SpeechOutput, McpOutput, ItemEvents):
         if "audio" in modalities and self.defaults.speech is not None:
             self.response.audio = AudioState(speech_out.settings_for(self.defaults.speech, self.options, opts))
         self.response.parallel = action.tools.parallel
-        created = p.server_event(
-            "response.created",
-            response={
+        created = se.response_created(
+            {
                 "id": rid,
                 "object": "realtime.response",
                 "status": "in_progress",

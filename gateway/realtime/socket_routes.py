@@ -14,7 +14,7 @@ from ..core.ephemeral_keys import VaultUnavailable
 from ..core.security import AuthRefused, check_origin
 from ..core.services import Services
 from ..core.session_registry import StoreUnavailable, TooManySessions
-from . import protocol as p
+from . import server_events as se
 from . import transcription
 from .connection import Connection
 from .key_binding import PresetRefused, authenticate
@@ -46,7 +46,7 @@ class SessionCluster(Protocol):
 async def refuse_store_unavailable(s: Services, ws: WebSocket) -> None:
     """No Redis: a clear error event, then close 1013 (the client retries)."""
     s.metrics.errors.labels(code="store_unavailable").inc()
-    await ws.send_json(p.error_event("store_unavailable", "the session store is unavailable; retry shortly"))
+    await ws.send_json(se.error_event("store_unavailable", "the session store is unavailable; retry shortly"))
     await ws.close(CLOSE_TRY_AGAIN, "session store unavailable")
 
 
@@ -88,14 +88,14 @@ async def _realtime(s: Services, node: SessionCluster | None, ws: WebSocket) -> 
     await ws.accept(subprotocol=subprotocol or None)
     refusal = s.model_refusal(model, also=("embedded",)) if model else None  # "embedded": model.model's default
     if refusal:
-        err = p.error_event("model_not_found", refusal)
+        err = se.error_event("model_not_found", refusal)
         await ws.send_json(err)
         await ws.close(CLOSE_POLICY, "model not found")
         return
     intent = ws.query_params.get("intent")
     why = transcription.intent_error(intent) if intent is not None else None
     if why is not None:
-        await ws.send_json(p.error_event("invalid_value", why, param="intent"))
+        await ws.send_json(se.error_event("invalid_value", why, param="intent"))
         await ws.close(CLOSE_POLICY, "unknown intent")
         return
     if token is not None:
@@ -137,7 +137,7 @@ async def _resume(s: Services, node: SessionCluster | None, ws: WebSocket, token
     if not isinstance(live, LiveSession) or live.outbox.since(last_seq) is None:
         why = "unknown or expired resume token" if live is None else f"events after seq {last_seq} are gone"
         s.metrics.errors.labels(code="resume_failed").inc()
-        await ws.send_json(p.error_event("resume_failed", f"cannot resume: {why}"))
+        await ws.send_json(se.error_event("resume_failed", f"cannot resume: {why}"))
         await ws.close(CLOSE_NORMAL, "resume failed")
         if live is not None and live.attached is None:
             s.registry.detached(live)  # restart its grace timer

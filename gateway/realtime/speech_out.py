@@ -24,7 +24,9 @@ from processors.speech_text import Piece, SpeechText, spoken_text
 
 from ..voice.speech_actions import PlayAudio, Played, Speak, SpeechResult, SpeechSettings
 from . import protocol as p
+from . import server_events as se
 from .conversation import Conversation, Item
+from .response_ending import ResponseEnding
 
 AUDIO_DELTA_BYTES = 24_000  # audio per output_audio.delta (0.5 s of audio/pcm): small events, early playback
 MS_PER_AUDIO_TOKEN = 50  # usage: output audio counted as one token per 50 ms (OpenAI bills about 20/s)
@@ -167,7 +169,7 @@ class SpeechOutput:
     def _out(self, *events: dict[str, Any], actions: list[Any] | None = None) -> Any:
         raise NotImplementedError  # Session's
 
-    def _finish(self, r: Any, status: str, details: Any, metrics: Any, usage: dict[str, Any]) -> Any:
+    def _finish(self, r: Any, ending: ResponseEnding) -> Any:
         raise NotImplementedError  # Session's
 
     def error(self, code: str, message: str, event_id: str | None = None, param: str | None = None) -> Any:
@@ -201,26 +203,22 @@ class SpeechOutput:
             a.heard += 1
         out = self._out(*events, actions=plays)
         if r.ending is not None and not r.waiting:
-            out.extend(self._finish(r, *r.ending))
+            out.extend(self._finish(r, r.ending))
         return out
 
     def _release(self, r: Any, a: AudioState, res: SpeechResult) -> list[dict[str, Any]]:
-        common = {"response_id": r.id, "item_id": r.item_id, "output_index": r.text_index, "content_index": 0}
+        at = se.PartAt(r.id, r.item_id, r.text_index)
         pieces = a.chunks.pop(res.index, [])
         start_ms = a.audio_ms
         sent = 0 if self.audio_track else len(res.audio)  # a call's track plays it instead
         events = [
-            p.server_event(
-                "response.output_audio.delta",
-                **common,
-                delta=base64.b64encode(res.audio[i : i + AUDIO_DELTA_BYTES]).decode("ascii"),
-            )
+            se.output_audio_delta(at, base64.b64encode(res.audio[i : i + AUDIO_DELTA_BYTES]).decode("ascii"))
             for i in range(0, sent, AUDIO_DELTA_BYTES)
         ]
         a.audio_bytes += len(res.audio)
         source = "".join(pc.source for pc in pieces)
         if source:
-            events.append(p.server_event("response.output_audio_transcript.delta", **common, delta=source))
+            events.append(se.audio_transcript_delta(at, source))
         word, end_ms = 0, start_ms
         for pc in pieces:
             n = len(pc.spoken.split())
@@ -262,14 +260,7 @@ class SpeechOutput:
         # interrupts and another when the cancelled response ends) leaves it as it is
         keep = min(heard_length(spoken.marks, ev.audio_end_ms), len(part["transcript"]))
         part["transcript"] = part["transcript"][:keep].rstrip()
-        return self._out(
-            p.server_event(
-                "conversation.item.truncated",
-                item_id=ev.item_id,
-                content_index=ev.content_index,
-                audio_end_ms=ev.audio_end_ms,
-            )
-        )
+        return self._out(se.item_truncated(ev.item_id, ev.content_index, ev.audio_end_ms))
 
     def truncate_heard(self, item_id: str, played_ms: int) -> Any:
         """The server cut a call's playback (barge-in, ``output_audio_buffer.clear``): the spoken item keeps

@@ -19,7 +19,7 @@ from collections.abc import Callable
 from typing import Any, Protocol
 
 from ..core.security import key_digest
-from ..realtime import protocol as p
+from ..realtime import server_events as se
 from ..realtime.actions import Output
 from ..realtime.inputs import HeardUpTo, PlayOnTrack
 from ..realtime.live_session import LiveSession
@@ -109,7 +109,7 @@ class PhoneCall:
                 elif isinstance(o, MarkOut):
                     self._outbox.append(o.name)
                 elif isinstance(o, PlayoutStarted):
-                    self._emit([p.server_event("output_audio_buffer.started", response_id=o.response_id)])
+                    self._emit([se.output_buffer_started(o.response_id)])
         self._lead.sent(sent, owed)
         if self._outbox and (self._sending is None or self._sending.done()):
             self._sending = asyncio.get_running_loop().create_task(self._send())
@@ -130,7 +130,7 @@ class PhoneCall:
         return r.id if r is not None else None
 
     def _stopped(self, stopped: list[PlayoutStopped]) -> None:
-        self._emit([p.server_event("output_audio_buffer.stopped", response_id=s.response_id) for s in stopped])
+        self._emit([se.output_buffer_stopped(s.response_id) for s in stopped])
 
     # ------------------------------------------------------------------ barge-in, truncation
 
@@ -165,7 +165,7 @@ class PhoneCall:
             self._muted = r
         asyncio.get_running_loop().create_task(self.line.clear())
         rid = cut.response_id or ""
-        self._emit([p.server_event("output_audio_buffer.cleared", response_id=rid)])
+        self._emit([se.output_buffer_cleared(rid)])
         if cut.items:
             self._cut.extend(cut.items)
             asyncio.get_running_loop().call_soon(self._truncate_cut)
@@ -196,7 +196,7 @@ class PhoneCall:
     def on_dtmf(self, digit: str) -> None:
         if self.live is not None and not self.live.closed:
             now = int(time.time())
-            self._emit([p.server_event("input_audio_buffer.dtmf_event_received", event=digit, received_at=now)])
+            self._emit([se.dtmf_received(digit, now)])
 
     async def end(self, reason: str) -> None:
         """Free everything: the pacer, the session (a phone call cannot be resumed), the line."""

@@ -30,6 +30,7 @@ from ..core.services import Services
 from ..core.session_registry import TooManySessions
 from ..http.error_bodies import error_body
 from ..realtime import protocol as p
+from ..realtime import server_events as se
 from ..realtime.bigframes import ParseLimits, parse_checked
 from ..realtime.connection import Connection
 from ..realtime.live_session import LiveSession
@@ -343,7 +344,7 @@ class TelephonyApi:
         found = self._find(pending.call.call_id, auth.key)
         live = found.call.live if found is not None else None
         if live is None or live.closed:
-            await ws.send_json(p.error_event("call_not_found", "no such call for this API key, or not accepted yet"))
+            await ws.send_json(se.error_event("call_not_found", "no such call for this API key, or not accepted yet"))
             await ws.close(CLOSE_POLICY, "call not found")
             return
         await Connection(ws, live, live.outbox.next_seq - 1, sideband=True).run()

@@ -5,7 +5,7 @@ from __future__ import annotations
 import secrets
 from typing import Any
 
-from ..realtime import protocol as p
+from ..realtime import server_events as se
 
 Item = dict[str, Any]
 ARG_PIECE = 16  # characters of arguments per delta event, as for function calls
@@ -20,15 +20,15 @@ def list_item(item_id: str, label: str, tools: list[dict[str, Any]]) -> Item:
 
 
 def list_started(item_id: str) -> list[dict[str, Any]]:
-    return [p.server_event("mcp_list_tools.in_progress", item_id=item_id)]
+    return [se.mcp_list_in_progress(item_id)]
 
 
 def list_finished(item: Item, previous_item_id: str | None, ok: bool) -> list[dict[str, Any]]:
     """The listing's item joins the conversation (empty when it failed), then completed / failed."""
     return [
-        p.server_event("conversation.item.added", previous_item_id=previous_item_id, item=item),
-        p.server_event("conversation.item.done", previous_item_id=previous_item_id, item=item),
-        p.server_event("mcp_list_tools.completed" if ok else "mcp_list_tools.failed", item_id=item["id"]),
+        se.item_added(previous_item_id, item),
+        se.item_done(item, previous_item_id),
+        se.mcp_list_completed(item["id"]) if ok else se.mcp_list_failed(item["id"]),
     ]
 
 
@@ -52,30 +52,29 @@ def call_announced(
     arguments stream as ``response.mcp_call_arguments.delta`` / ``.done`` when the model wrote them."""
     added = {**item, "arguments": "" if stream_arguments else item["arguments"]}
     events = [
-        p.server_event("response.output_item.added", response_id=response_id, output_index=index, item=added),
-        p.server_event("conversation.item.added", previous_item_id=previous_item_id, item=added),
+        se.output_item_added(response_id, index, added),
+        se.item_added(previous_item_id, added),
     ]
     if stream_arguments:
         args = item["arguments"]
-        common = {"response_id": response_id, "item_id": item["id"], "output_index": index}
         events += [
-            p.server_event("response.mcp_call_arguments.delta", **common, delta=args[i : i + ARG_PIECE])
+            se.mcp_arguments_delta(response_id, item["id"], index, args[i : i + ARG_PIECE])
             for i in range(0, len(args), ARG_PIECE)
         ]
-        events.append(p.server_event("response.mcp_call_arguments.done", **common, arguments=args))
+        events.append(se.mcp_arguments_done(response_id, item["id"], index, args))
     return events
 
 
 def call_started(item: Item, index: int) -> list[dict[str, Any]]:
-    return [p.server_event("response.mcp_call.in_progress", item_id=item["id"], output_index=index)]
+    return [se.mcp_call_in_progress(item["id"], index)]
 
 
 def call_finished(response_id: str, item: Item, index: int) -> list[dict[str, Any]]:
-    kind = "response.mcp_call.failed" if item.get("error") else "response.mcp_call.completed"
+    ended = se.mcp_call_failed if item.get("error") else se.mcp_call_completed
     return [
-        p.server_event(kind, item_id=item["id"], output_index=index),
-        p.server_event("response.output_item.done", response_id=response_id, output_index=index, item=item),
-        p.server_event("conversation.item.done", item=item),
+        ended(item["id"], index),
+        se.output_item_done(response_id, index, item),
+        se.item_done(item),
     ]
 
 
@@ -84,10 +83,10 @@ def approval_request(
 ) -> tuple[Item, list[dict[str, Any]]]:
     item = {"id": new_id(), "type": "mcp_approval_request", "server_label": label, "name": name, "arguments": arguments}
     return item, [
-        p.server_event("response.output_item.added", response_id=response_id, output_index=index, item=item),
-        p.server_event("conversation.item.added", previous_item_id=previous_item_id, item=item),
-        p.server_event("response.output_item.done", response_id=response_id, output_index=index, item=item),
-        p.server_event("conversation.item.done", previous_item_id=previous_item_id, item=item),
+        se.output_item_added(response_id, index, item),
+        se.item_added(previous_item_id, item),
+        se.output_item_done(response_id, index, item),
+        se.item_done(item, previous_item_id),
     ]
 
 

@@ -17,6 +17,7 @@ from models.toolcalls import ParsedCall
 from ..realtime import protocol as p
 from ..realtime.actions import Output, StartResponse
 from ..realtime.conversation import Conversation, Item
+from ..realtime.response_ending import ResponseEnding
 from ..realtime.responses import ResponseState
 from . import events, policy
 from .state import McpState, Run, ToolError
@@ -47,14 +48,7 @@ class McpOutput:
     def want_response(self, ev: p.ResponseCreate) -> p.ResponseCreate | None:
         raise NotImplementedError  # Session's
 
-    def _finish(
-        self,
-        r: ResponseState,
-        status: str,
-        details: dict[str, Any] | None,
-        metrics: dict[str, Any] | None,
-        usage: dict[str, Any],
-    ) -> Output:
+    def _finish(self, r: ResponseState, ending: ResponseEnding) -> Output:
         raise NotImplementedError  # Session's
 
     # ------------------------------------------------------------ listing
@@ -211,9 +205,7 @@ class McpOutput:
         )
         planned = self._plan(again, r.id, [])
         if isinstance(planned, Output):  # cannot happen for options that planned once; the response ends failed
-            return planned.extend(
-                self._finish(r, "failed", {"type": "failed", "error": {"type": "server_error"}}, None, {})
-            )
+            return planned.extend(self._finish(r, ResponseEnding.failed(None)))
         return self._out(actions=[planned[0]])
 
     def _server(self, label: str) -> Server | None:

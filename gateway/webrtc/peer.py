@@ -13,7 +13,7 @@ from typing import Any
 from aiortc import RTCConfiguration, RTCIceServer, RTCPeerConnection, RTCRtpSender, RTCSessionDescription
 
 from ..core.config_calls import WebRtcConfig
-from ..realtime import protocol as p
+from ..realtime import server_events as se
 from ..realtime.actions import Output
 from ..realtime.connection import Connection
 from ..realtime.inputs import HeardUpTo, PlayOnTrack
@@ -127,9 +127,9 @@ class Call:
         out = []
         for ev in events:
             if isinstance(ev, TrackStarted):
-                out.append(p.server_event("output_audio_buffer.started", response_id=ev.response_id))
+                out.append(se.output_buffer_started(ev.response_id))
             elif isinstance(ev, TrackStopped):
-                out.append(p.server_event("output_audio_buffer.stopped", response_id=ev.response_id))
+                out.append(se.output_buffer_stopped(ev.response_id))
         self._emit(out)
 
     def _emit(self, events: list[dict[str, Any]]) -> None:
@@ -160,7 +160,7 @@ class Call:
         if r is not None:
             self._muted = r.id  # its generation goes on until cancelled (GA: clear follows response.cancel)
         rid = cut.response_id or self.source.last_response or ""
-        self._emit([p.server_event("output_audio_buffer.cleared", response_id=rid)])
+        self._emit([se.output_buffer_cleared(rid)])
         if cut.items:
             self._cut.extend(cut.items)
             asyncio.get_running_loop().call_soon(self._truncate_cut)

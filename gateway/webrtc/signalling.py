@@ -31,6 +31,7 @@ from ..core.services import Services
 from ..core.session_registry import TooManySessions
 from ..http.error_bodies import error_body
 from ..realtime import protocol as p
+from ..realtime import server_events as se
 from ..realtime.connection import Connection
 from ..realtime.key_binding import PresetRefused, authenticate
 from ..realtime.live_session import LiveSession
@@ -290,7 +291,7 @@ class WebRtcApi:
             return
         call = self._find(ws.query_params.get("call_id", ""), auth.key)
         if call is None:
-            await ws.send_json(p.error_event("call_not_found", "no such call for this API key"))
+            await ws.send_json(se.error_event("call_not_found", "no such call for this API key"))
             await ws.close(CLOSE_POLICY, "call not found")
             return
         live = call.live
@@ -299,7 +300,7 @@ class WebRtcApi:
         except ValueError:
             last_seq = -2
         if live.outbox.since(last_seq) is None:
-            await ws.send_json(p.error_event("resume_failed", f"events after seq {last_seq} are gone"))
+            await ws.send_json(se.error_event("resume_failed", f"events after seq {last_seq} are gone"))
             await ws.close(CLOSE_POLICY, "replay unavailable")
             return
         await Connection(ws, live, last_seq, sideband=True).run()

@@ -18,19 +18,17 @@ import openai
 import pytest
 import websockets
 from openai import AsyncOpenAI
-from openai.types.realtime import RealtimeServerEvent
-from pydantic import TypeAdapter
 
 from processors.asr import word_error_rate
 from processors.audio import float32_to_pcm16
 from testkit.espeak import silence, speak, wav_bytes
 from testkit.recording import Recording
 from tests.conftest import requires_espeak
+from tests.sdk_events import SERVER_EVENT
 from tests.wsclient import RealtimeClient
 
 pytestmark = requires_espeak
 
-SERVER_EVENT: TypeAdapter[Any] = TypeAdapter(RealtimeServerEvent)
 SENTENCE_1 = "Please open the kitchen window."
 SENTENCE_2 = "My favorite color is blue."
 BOTH = f"{SENTENCE_1} {SENTENCE_2}"

@@ -17,15 +17,14 @@ import httpx
 import openai
 import pytest
 import websockets
-from openai.types.realtime import ClientSecretCreateResponse, RealtimeServerEvent
-from pydantic import TypeAdapter
+from openai.types.realtime import ClientSecretCreateResponse
 
 from testkit.fake_backend import FakeBackend
+from tests.sdk_events import SERVER_EVENT
 from tests.wsclient import RealtimeClient
 
 KEY = "sk-parent-1"
 KEYED = {"audio.enabled": False, "server.api_keys": [KEY, "sk-other-2"]}
-SERVER_EVENT: TypeAdapter[Any] = TypeAdapter(RealtimeServerEvent)
 FIXED = "You are the museum guide. Answer about paintings only."
 
 

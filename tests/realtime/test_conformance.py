@@ -3,28 +3,24 @@
 Each server event must validate as ``openai.types.realtime.RealtimeServerEvent`` (what the Python Agents SDK
 does before it acts on one: an event that fails is dropped); every client event a script sends is first
 validated as ``RealtimeClientEvent``, so the server is shown to accept the SDK's shapes. Our extension
-events (docs/PROTOCOL.md, "Extensions") are listed here and appear only when asked for.
+events (docs/PROTOCOL.md, "Extensions"; ``server_events.EXTENSION_TYPES``) appear only when asked for.
 """
 
 from __future__ import annotations
 
 import asyncio
-import json
 from typing import Any
 
 import numpy as np
 import pytest
-from openai.types.realtime import RealtimeClientEvent, RealtimeServerEvent
+from openai.types.realtime import RealtimeClientEvent
 from pydantic import TypeAdapter
 
 from tests.conftest import requires_espeak
+from tests.sdk_events import conform
 from tests.wsclient import RealtimeClient
 
-SERVER_EVENT: TypeAdapter[Any] = TypeAdapter(RealtimeServerEvent)
 CLIENT_EVENT: TypeAdapter[Any] = TypeAdapter(RealtimeClientEvent)
-
-# events the GA API has no word for; each only follows a request for it (docs/PROTOCOL.md, "Extensions")
-EXTENSION_EVENTS = ("session.resumed", "response.image_generation_call.")
 
 TOOLS = [
     {
@@ -39,22 +35,6 @@ TOOLS = [
         },
     }
 ]
-
-
-def is_extension(ev: dict[str, Any]) -> bool:
-    return ev["type"].startswith(EXTENSION_EVENTS)
-
-
-def conform(events: list[dict[str, Any]]) -> list[str]:
-    """Validate every non-extension event; the types seen, in order. Fails naming the event and field."""
-    for ev in events:
-        if is_extension(ev):
-            continue
-        try:
-            SERVER_EVENT.validate_python(ev)
-        except Exception as exc:  # the event, not just pydantic's message, in the failure
-            pytest.fail(f"{ev['type']} does not validate as RealtimeServerEvent: {exc}\n{json.dumps(ev)[:2000]}")
-    return [e["type"] for e in events]
 
 
 class Script:
@@ -180,7 +160,7 @@ async def test_text_tools_cancel_items_errors_and_resume_conform(tiny_backend, s
         await Script(c2).say("still there?")
         await c2.close()
         seen = conform(c.events) + conform(c2.events)
-        assert not any(t.startswith(EXTENSION_EVENTS[1]) for t in seen)  # no image was asked for
+        assert not any(t.startswith("response.image_generation_call.") for t in seen)  # no image was asked for
         assert seen.count("session.resumed") == 1
 
 

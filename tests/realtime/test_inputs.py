@@ -179,7 +179,7 @@ def test_a_report_is_an_error_event_naming_the_field():
 
 def test_opened_announces_the_session_with_its_extra_fields():
     s = make()
-    [created] = s.handle(i.Opened({"resume": {"token": "t"}})).events
+    [created] = s.handle(i.Opened({"token": "t"})).events
     assert created["type"] == "session.created" and created["session"]["id"] == s.id
     assert created["resume"] == {"token": "t"}
 

@@ -11,16 +11,14 @@ import json
 from typing import Any
 
 import pytest
-from openai.types.realtime import RealtimeServerEvent, RealtimeTranscriptionSessionCreateRequest
-from pydantic import TypeAdapter
+from openai.types.realtime import RealtimeTranscriptionSessionCreateRequest
 
 from gateway.realtime import protocol as p
 from gateway.realtime import transcription
 from gateway.realtime.actions import StartResponse
 from gateway.realtime.session import Session, SessionDefaults
 from tests.realtime.test_session import USER, ev
-
-SERVER_EVENT: TypeAdapter[Any] = TypeAdapter(RealtimeServerEvent)
+from tests.sdk_events import SERVER_EVENT
 
 
 def make(transcribe: bool) -> Session:

@@ -11,14 +11,12 @@ import json
 from typing import Any
 
 import numpy as np
-from openai.types.realtime import RealtimeServerEvent
-from pydantic import TypeAdapter
 
 from processors.audio_formats import g711_to_pcm16
 from testkit.fake_backend import FakeBackend
+from tests.sdk_events import SERVER_EVENT
 from tests.wsclient import RealtimeClient
 
-SERVER_EVENT: TypeAdapter[Any] = TypeAdapter(RealtimeServerEvent)
 STEADY = {"speculative.drafter": "none", "audio.enabled": False}
 
 

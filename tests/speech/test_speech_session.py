@@ -8,15 +8,12 @@ import itertools
 from typing import Any
 
 import pytest
-from openai.types.realtime import RealtimeServerEvent
-from pydantic import TypeAdapter
 
 from gateway.realtime import protocol as p
 from gateway.realtime.actions import CancelResponse, StartResponse
 from gateway.realtime.session import Session, SessionDefaults
 from gateway.voice.speech_actions import Speak, SpeechResult, SpeechSettings
-
-SERVER_EVENT: TypeAdapter[Any] = TypeAdapter(RealtimeServerEvent)
+from tests.sdk_events import SERVER_EVENT
 
 
 def make(**kw: Any) -> Session:

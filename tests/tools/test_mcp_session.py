@@ -9,8 +9,6 @@ import json
 from typing import Any
 
 import pytest
-from openai.types.realtime import RealtimeServerEvent
-from pydantic import TypeAdapter
 
 from gateway.cluster.snapshot import snapshot
 from gateway.realtime import protocol as p
@@ -18,8 +16,8 @@ from gateway.realtime.actions import StartResponse
 from gateway.realtime.session import Session, SessionDefaults
 from gateway.tools.state import McpPolicy
 from gateway.tools.tool_actions import CallTool, ListTools
+from tests.sdk_events import SERVER_EVENT
 
-SERVER_EVENT: TypeAdapter[Any] = TypeAdapter(RealtimeServerEvent)
 URL = "http://127.0.0.1:8123/mcp"
 ADD = {
     "name": "add",

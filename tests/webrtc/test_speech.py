@@ -15,8 +15,6 @@ import time
 from typing import Any
 
 import numpy as np
-from openai.types.realtime import RealtimeServerEvent
-from pydantic import TypeAdapter
 
 from gateway.realtime.speech_out import heard_length
 from processors.asr import load_asr, word_error_rate
@@ -25,20 +23,14 @@ from testkit.espeak import silence, speak
 from testkit.fake_backend import FakeBackend
 from testkit.rtcclient import RATE, RtcClient, pcm48
 from tests.conftest import requires_espeak
+from tests.sdk_events import conform
 
-SERVER_EVENT: TypeAdapter[Any] = TypeAdapter(RealtimeServerEvent)
 QUESTION = "What is the weather going to be like tomorrow morning?"
 STEADY = {"speculative.drafter": "none"}
 VOICE = {
     "output_modalities": ["audio"],
     "audio": {"input": {"turn_detection": {"type": "server_vad", "transcription_interval_ms": 0}}},
 }
-
-
-def conform(events: list[dict[str, Any]]) -> None:
-    for ev in events:
-        if ev["type"] != "session.resumed":  # our extension (docs/PROTOCOL.md)
-            SERVER_EVENT.validate_python(ev)
 
 
 async def seen_or_until(c: RtcClient, type_: str, wait_s: float, start: int = 0) -> dict[str, Any]:
