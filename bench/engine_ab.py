@@ -37,6 +37,7 @@ SYSTEMS = ("default", "drafter: none")
 
 def one_round(so: Any, prompts: list[str], tokens: int, drafting: bool) -> dict[str, Any]:
     """N jobs submitted at once; their figures once every one has ended."""
+    from gateway.core.request_options import SchedulerOptions
     from models.decode import DecodeJob, JobEvents
 
     svc = so.services
@@ -51,7 +52,7 @@ def one_round(so: Any, prompts: list[str], tokens: int, drafting: bool) -> dict[
                 if left[0] == 0:
                     done.set()
 
-    sched = svc.scheduler_config({} if drafting else {"lookahead_tokens": 0})
+    sched = svc.scheduler_config(None if drafting else SchedulerOptions(lookahead_tokens=0))
     jobs = []
     t0 = time.perf_counter()
     for q in prompts:

@@ -58,8 +58,8 @@ def engine_ttft(so: Any, messages: list[dict[str, str]]) -> float:
         svc.backend,
         svc.backend.new_state(),
         ids,
-        svc.sampling(temperature=0.0, max_tokens=MAX_TOKENS),
-        svc.scheduler_config({}),
+        svc.sampling({"temperature": 0.0}, max_tokens=MAX_TOKENS),
+        svc.scheduler_config(),
         *svc.drafting(),
     )
     svc.engine.submit(job, sink)

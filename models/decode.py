@@ -7,7 +7,8 @@ forwarded (a ``Forward``: tokens + how many logit rows), the engine runs one
 the next token and returns the events. ``step()`` is the same on a batch of one. A prompt is
 prefilled in pieces of at most the ``prefill_budget`` the engine grants (chunked prefill), so
 running streams keep flowing while a newcomer's prompt goes in. Beam search (``quality``) runs
-several dependent forwards per step and so steps alone (``batchable`` is False).
+several dependent forwards per step and so steps alone (``batchable`` is False). A job's
+``phase`` (``JobPhase``) goes QUEUED → PREFILL → DECODE → DONE, set where each begins.
 Sync code: it runs on the engine's thread.
 """
 
@@ -25,7 +26,7 @@ from .backend import Backend, KVState, sync_prefix
 from .decode_ports import TokenConstraint, TokenDrafter, Verifier
 from .lifecycle import Done as Done
 from .lifecycle import JobEvents as JobEvents
-from .lifecycle import JobLifecycle, merge
+from .lifecycle import JobLifecycle, JobPhase, merge
 from .lifecycle import TokenLogprob as TokenLogprob
 from .penalties import active as penalties_active
 from .penalties import breaker_mask, check_bias, dry_active, penalize
@@ -122,8 +123,8 @@ class DecodeJob(JobLifecycle):
         self.accepted = 0
         self._next_logits: np.ndarray | None = None  # [V] distribution of the next position
         self._pending: int | None = None  # the next token, when already chosen
-        self._feed: int | None = None  # the last shown token, not yet fed to the model
-        self._prompt_left: list[int] | None = None  # prompt ids still to prefill (chunked prefill)
+        self._feed: int | None = None  # the last shown token, not yet fed to the model (set all through DECODE)
+        self._prompt_left: list[int] = []  # prompt ids still to prefill (chunked prefill: PREFILL)
         self._inflight: Prefill | Advance | None = None  # what the planned forward was for
 
     # -------------------------------------------------------------------------------------
@@ -157,7 +158,7 @@ class DecodeJob(JobLifecycle):
         if self.finished:
             return JobEvents()
         if self.beam > 1:
-            if self._next_logits is None:
+            if self.phase is JobPhase.QUEUED:
                 self._prefill()
             return self._beam_block()
         fw = self.plan()
@@ -193,13 +194,14 @@ class DecodeJob(JobLifecycle):
         assert self._inflight is None, "plan() twice without complete()"
         if self.finished or self.beam > 1:
             return None
-        if self._next_logits is None and self._pending is None and self._feed is None and self._prompt_left is None:
+        if self.phase is JobPhase.QUEUED:
             self.t_admitted = self.clock()
-            to_feed = sync_prefix(self.backend, self.state, self.prompt_ids)
+            to_feed = sync_prefix(self.backend, self.state, self.prompt_ids)  # never empty
             self.cached_tokens = len(self.prompt_ids) - len(to_feed)
             self.prompt_tokens = len(to_feed)
             self._prompt_left = to_feed
-        if self._prompt_left is not None:
+            self.phase = JobPhase.PREFILL
+        if self.phase is JobPhase.PREFILL:
             left = len(self._prompt_left)
             if prefill_piece is not None:
                 n = min(prefill_piece, left)
@@ -211,9 +213,8 @@ class DecodeJob(JobLifecycle):
                 return None
             self._inflight = Prefill(n)
             return Forward(self._prompt_left[:n], 1, prefill=True)
-        if self._feed is None:
-            return None
         tok = self._feed
+        assert tok is not None, "DECODE without its last shown token"
         budget = self.params.max_tokens - len(self.generated)  # tokens we may still show
         room = self.backend.max_context - len(self.state.tokens) - 1
         drafts: list[int] = []
@@ -233,12 +234,12 @@ class DecodeJob(JobLifecycle):
     @property
     def prompt_pending(self) -> bool:
         """Its prompt is not all in yet (not planned, or pieces left): it has no first token."""
-        return self.t_prefilled is None and not self.finished
+        return self.phase in (JobPhase.QUEUED, JobPhase.PREFILL)
 
     @property
     def prefilling(self) -> bool:
         """Prompt tokens are still to go in (``plan`` may be waiting for prefill budget)."""
-        return self._prompt_left is not None
+        return self.phase is JobPhase.PREFILL
 
     def complete(self, rows: np.ndarray, seconds: float = 0.0) -> JobEvents:
         """This job's rows ``[n_logits, V]`` of the forward ``plan()`` asked for → its events.
@@ -253,13 +254,12 @@ class DecodeJob(JobLifecycle):
         out = JobEvents()
         match inflight:
             case Prefill(n):
-                assert self._prompt_left is not None
                 self._prompt_left = self._prompt_left[n:]
                 if self._prompt_left:
                     return out  # more pieces to go
-                self._prompt_left = None
                 self._next_logits = rows[0]
                 self.t_prefilled = self.clock()
+                self.phase = JobPhase.DECODE
             case Advance(tok, drafts, base):
                 self._feed = None
                 out = self._verified(rows, tok, drafts, base, seconds)
@@ -395,6 +395,7 @@ class DecodeJob(JobLifecycle):
         rows = self.backend.forward(self.state, to_feed, n_logits=1)
         self._next_logits = rows[0]
         self.t_prefilled = self.clock()
+        self.phase = JobPhase.DECODE
 
     def _accept(
         self,

@@ -52,7 +52,11 @@ class Job(Protocol):
 
     backend: Backend  # jobs on the same backend share one batched forward per step
     state: KVState  # the conversation's cache the planned tokens go into
-    finished: bool
+
+    @property
+    def finished(self) -> bool:
+        """It has ended: the engine drops it after this step."""
+        ...
 
     def plan(
         self, load: int = 0, prefill_budget: int | None = None, draft: bool = True, prefill_piece: int | None = None
@@ -276,9 +280,11 @@ class Engine(Admission[Handle]):
             self._deliver(h, events)
 
     def _fail(self, h: Handle, exc: Exception) -> None:
-        """A model error ends this response only."""
+        """A model error ends this response only: it leaves the running jobs, its sink gets the error."""
         log.error("decode step failed: %s", "".join(traceback.format_exception_only(exc)).strip())
-        h.job.finished = True
+        with self._cv:
+            if h in self._running:
+                self._running.remove(h)
         self._deliver(h, JobEvents(done=Done("error", {"error": type(exc).__name__})))
 
     def _no_work(self) -> bool:

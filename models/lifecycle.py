@@ -2,7 +2,7 @@
 
 ``DecodeJob`` (models/decode.py) decodes on a local model; ``RemoteJob`` (models/remote.py) feeds
 a remote engine's text deltas through the same chunk scheduler. Alike in both: a clock started
-with the job, the first chunk's time and the chunk count, and the end — once only; ``done``
+with the job, its ``JobPhase``, the first chunk's time and the chunk count, and the end — once only; ``done``
 carries the job's metrics, and the scheduler's held-back text is flushed unless the response was
 cancelled or failed. ``JobLifecycle`` holds that. How each job gets its text (logits chosen here,
 or deltas read from a socket) and what its metrics say are its own, and so are cancel's extras
@@ -13,9 +13,19 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from enum import Enum
 from typing import Any
 
 from .scheduler import Chunk, ChunkScheduler
+
+
+class JobPhase(Enum):
+    """Where a response stands, named as llama.cpp's ``slot_state`` names a slot's: set at each transition."""
+
+    QUEUED = "queued"  # submitted: its prompt is not started (a remote job: no delta yet)
+    PREFILL = "prefill"  # its prompt goes in, piece by piece: no token chosen yet
+    DECODE = "decode"  # tokens are chosen (or deltas stream) one step at a time
+    DONE = "done"  # ended (stop, length, cancelled, error): nothing more comes
 
 
 @dataclass
@@ -62,10 +72,14 @@ class JobLifecycle:
     def _start(self, scheduler: ChunkScheduler, clock: Callable[[], float]) -> None:
         self.scheduler = scheduler
         self.clock = clock
-        self.finished = False
+        self.phase = JobPhase.QUEUED
         self.t_start = clock()
         self.t_first: float | None = None
         self.n_chunks = 0
+
+    @property
+    def finished(self) -> bool:
+        return self.phase is JobPhase.DONE
 
     def _note_chunks(self, chunks: list[Chunk]) -> None:
         if chunks and self.t_first is None:
@@ -74,9 +88,9 @@ class JobLifecycle:
 
     def _end(self, done: Done) -> JobEvents:
         """The response's last events (none when it has already ended); ``done`` gets the metrics."""
-        if self.finished:
+        if self.phase is JobPhase.DONE:
             return JobEvents()
-        self.finished = True
+        self.phase = JobPhase.DONE
         flush = done.reason not in ("cancelled", "error")  # text held back stays unshown then
         chunks = self.scheduler.finish() if flush else []
         self._note_chunks(chunks)

@@ -38,7 +38,7 @@ from typing import Any
 import httpx
 
 from .backend import KVState
-from .lifecycle import Done, JobEvents, JobLifecycle
+from .lifecycle import Done, JobEvents, JobLifecycle, JobPhase
 from .llm import ModelLoadError
 from .sampling import SamplingParams
 from .scheduler import Chunk, ChunkScheduler, SchedulerConfig
@@ -289,6 +289,7 @@ class RemoteJob(JobLifecycle):
         now = self.clock()
         if self.t_first_delta is None:
             self.t_first_delta = now
+            self.phase = JobPhase.DECODE
         self.deltas += 1
         chunks: list[Chunk] = []
         for piece in _PIECES.findall(text):  # one at a time: the scheduler places cuts between its tokens

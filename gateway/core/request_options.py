@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from dataclasses import replace
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, replace
 from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from models.sampling import SamplingParams
+from models.scheduler import SchedulerConfig
 
 # the bounds of each scheduler knob, shared with the server's defaults (gateway.core.config.SchedulerDefaults)
 MinChunkTokens = Annotated[int, Field(ge=1, le=512)]
@@ -22,7 +23,7 @@ class SchedulerOptions(BaseModel):
     """Extension: the chunk scheduler's knobs (``session.scheduler``, ``response.scheduler``, and
     ``scheduler`` in a Chat Completions body). Unset fields keep the server's defaults."""
 
-    model_config = ConfigDict(extra="forbid", strict=True)
+    model_config = ConfigDict(extra="forbid", strict=True, frozen=True)
 
     strategy: Strategy | None = None  # chunking preset
     min_chunk_tokens: MinChunkTokens | None = None  # no cut at a boundary before this
@@ -30,6 +31,57 @@ class SchedulerOptions(BaseModel):
     lookahead_tokens: LookaheadTokens | None = None  # most draft tokens per verify (0: none)
     task_hint: TaskHint | None = None  # models.scheduler.TASK_HINTS
     eager_first: bool | None = None  # first chunk without waiting for its word's end (docs/REMOTE.md)
+
+
+def layered(*layers: SchedulerOptions | None) -> SchedulerOptions:
+    """Scheduler options laid over each other: each layer's set fields over the ones before (later wins)."""
+    merged: dict[str, Any] = {}
+    for layer in layers:
+        if layer is not None:
+            merged.update(layer.model_dump(exclude_none=True))
+    return SchedulerOptions(**merged)
+
+
+@dataclass(frozen=True)
+class ServerChunking:
+    """The server's side of every response's chunk scheduler: the ``scheduler`` config, under every
+    client's options, and what the loaded parts add (``Services.chunking``)."""
+
+    base: SchedulerOptions = SchedulerOptions()  # the ``scheduler`` config (gateway.core.config.SchedulerDefaults)
+    intercept: tuple[str, str] | None = None  # an image model's request tags (image output on)
+    lookahead: int | None = None  # drafts per verify where no one sets it; None: nothing drafts (always 0)
+
+
+def scheduler_config(
+    server: ServerChunking,
+    *layers: SchedulerOptions | None,
+    spoken: bool = False,
+    stop: tuple[str, ...] = (),
+    tool_intercept: tuple[str, str] | None = None,
+) -> SchedulerConfig:
+    """The one builder of a response's ``SchedulerConfig``: the server's ``scheduler`` config, then each
+    layer's set fields (a request body; a Realtime session's options then its response's …; later wins),
+    then what the response itself needs. ``spoken``: every chunk is one ``Speak`` and is said as it is, so
+    it must end where a word ends (an eager first chunk, ``B`` of ``Boil``, would be read as a letter).
+    Raises ``ValueError`` for values the scheduler refuses."""
+    d: dict[str, Any] = layered(server.base, *layers).model_dump(exclude_none=True)
+    strategy = d.pop("strategy", "balanced")
+    if spoken:
+        d["eager_first"] = False
+    if server.intercept is not None:
+        d["intercept"] = server.intercept
+    # the first token goes out as it comes, as a plain OpenAI stream's first delta does: waiting for its
+    # word's end costs one decode step of TTFT, a step of the whole batch (50-100 ms with 8 sessions here)
+    d.setdefault("eager_first", True)
+    if d["eager_first"]:
+        # ... and that token alone is the first chunk: a preset's 2-token first chunk would wait a step
+        # all the same (a remote engine's RemoteJob counts a word as one token)
+        d["first_chunk_tokens"] = 1
+    if server.lookahead is None:
+        d["lookahead_tokens"] = 0  # nothing drafts
+    else:
+        d.setdefault("lookahead_tokens", server.lookahead)
+    return SchedulerConfig.for_strategy(strategy, **d, stop=stop, tool_intercept=tool_intercept)
 
 
 def model_refusal(served: Sequence[str], model: str, also: Sequence[str] = ()) -> str | None:
@@ -83,12 +135,17 @@ SAMPLING_KEYS = ("temperature", "top_p", "seed", *SamplingKnobs.model_fields)
 def sampling_params(
     base: SamplingParams, *layers: object | None, max_tokens: int, top_logprobs: int | None = None
 ) -> SamplingParams:
-    """The one builder of a response's ``SamplingParams``: ``base`` (the server's defaults), then each
-    layer's set fields (a request body, a Realtime session's options then its response's …; later wins)."""
+    """The one builder of a response's ``SamplingParams`` (and of the server's defaults, from
+    ``SamplingParams()``): ``base``, then each layer's set fields (a model's recommended sampling, the
+    ``session`` config; a request body, a Realtime session's options then its response's …; later wins).
+    A layer is an object whose attributes are the request keys, or a mapping of them."""
     kw: dict[str, Any] = {}
     for layer in layers:
         for key in SAMPLING_KEYS:
-            value = getattr(layer, key, None) if layer is not None else None
+            if isinstance(layer, Mapping):
+                value = layer.get(key)
+            else:
+                value = getattr(layer, key, None) if layer is not None else None
             if value is not None:
                 kw[key] = value
     if "logit_bias" in kw:

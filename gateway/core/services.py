@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from typing import Any, Protocol, cast
 
 from models.backend import Backend, KVState
@@ -31,11 +31,12 @@ from .file_store import FileStore
 from .filters import NamedFilter
 from .keylimits import KeyLimits
 from .metrics import Metrics
-from .request_options import model_refusal, sampling_params
+from .request_options import SchedulerOptions, ServerChunking, model_refusal, sampling_params, scheduler_config
 from .session_registry import SessionRegistry
 
 # (drafter, verifier) for one response, or (None, None): see models.speculative
 Drafting = tuple[Any, Any]
+IMAGE_TAGS = ("<image>", "</image>")  # what the model writes around an image request (image output on)
 # an image data URL → text the LLM reads (CLIP labels or a VLM caption)
 ImageDescriber = Callable[[str], str]
 
@@ -108,11 +109,8 @@ class Services:
         if s.repetition_guard == "off":
             for key in REPETITION_GUARD_KEYS:
                 model.pop(key, None)
-        if s.temperature is not None:
-            model["temperature"] = s.temperature
-        if s.top_p is not None:
-            model["top_p"] = s.top_p
-        return replace(SamplingParams(), **model, max_tokens=s.max_output_tokens)
+        server = {"temperature": s.temperature, "top_p": s.top_p}
+        return sampling_params(SamplingParams(), model, server, max_tokens=s.max_output_tokens)
 
     def sampling(self, req: object, max_tokens: int | None = None, top_logprobs: int | None = None) -> SamplingParams:
         """An HTTP (or in-process) request's sampling: what ``req`` leaves unset comes from
@@ -126,25 +124,26 @@ class Services:
             top_logprobs=top_logprobs,
         )
 
-    def scheduler_config(self, opts: dict[str, Any]) -> SchedulerConfig:
-        d = self.config.scheduler.model_dump(exclude_none=True)
-        d.update({k: v for k, v in opts.items() if v is not None})
-        strategy = d.pop("strategy", "balanced")
-        if self.image_gen is not None:
-            d.setdefault("intercept", ("<image>", "</image>"))
-        # the first token goes out as it comes, as a plain OpenAI stream's first delta does: waiting for its
-        # word's end costs one decode step of TTFT, a step of the whole batch (50-100 ms with 8 sessions here).
-        # Spoken replies turn this off (speech_out.whole_words): a chunk is said as it is.
-        d.setdefault("eager_first", True)
-        if d["eager_first"]:
-            # ... and that token alone is the first chunk: a preset's 2-token first chunk would wait a step
-            # all the same (a remote engine's RemoteJob counts a word as one token)
-            d.setdefault("first_chunk_tokens", 1)
-        if self.drafter_factory is None:
-            d["lookahead_tokens"] = 0  # nothing drafts
-        else:
-            d.setdefault("lookahead_tokens", self.config.speculative.k_max)
-        return SchedulerConfig.for_strategy(strategy, **d)
+    @property
+    def chunking(self) -> ServerChunking:
+        """The server's side of every response's chunk scheduler (``request_options.scheduler_config``):
+        the ``scheduler`` config, the image model's request tags, and the drafter's lookahead."""
+        return ServerChunking(
+            base=SchedulerOptions(**self.config.scheduler.model_dump()),
+            intercept=IMAGE_TAGS if self.image_gen is not None else None,
+            lookahead=None if self.drafter_factory is None else self.config.speculative.k_max,
+        )
+
+    def scheduler_config(
+        self,
+        *layers: SchedulerOptions | None,
+        spoken: bool = False,
+        stop: tuple[str, ...] = (),
+        tool_intercept: tuple[str, str] | None = None,
+    ) -> SchedulerConfig:
+        """An HTTP (or in-process) request's chunk scheduler: ``request_options.scheduler_config`` over
+        this server's ``chunking``. A Realtime response's comes through the same builder in its session."""
+        return scheduler_config(self.chunking, *layers, spoken=spoken, stop=stop, tool_intercept=tool_intercept)
 
     def drafting(self) -> Drafting:
         return self.drafter_factory() if self.drafter_factory else (None, None)
@@ -165,7 +164,7 @@ class Services:
         state: KVState,
         messages: list[dict[str, str]],
         sampling: SamplingParams,
-        scheduler: dict[str, Any],
+        scheduler: SchedulerConfig,
         prompt: list[int] | None = None,
         constraint: TokenConstraint | None = None,
     ) -> DecodeJob | RemoteJob:
@@ -178,7 +177,7 @@ class Services:
         Raises ``ContextOverflow`` (prompt too long) or ``ValueError`` (bad sampling/scheduler values,
         or a ``constraint`` with a remote engine)."""
         job: DecodeJob | RemoteJob = self.engine.job(
-            state, messages, sampling, self.scheduler_config(scheduler), prompt, self.drafting(), constraint
+            state, messages, sampling, scheduler, prompt, self.drafting(), constraint
         )
         return job
 

@@ -20,7 +20,6 @@ from ..core.filters import CONTENT_FILTER, FILTER_FAILED, ResponseFilter
 from ..core.grammars import CompileBusy, off_loop
 from ..core.services import Services
 from ..core.tokenize import prompt_tokens
-from ..realtime.speech_out import whole_words
 from ..tools import chat as mcp_chat
 from . import bodies, chat_audio, tools
 from .chat_parts import chat_messages
@@ -81,11 +80,6 @@ def chat_job(
     prompt: list[int] | None = None,
     constraint: Any = None,
 ) -> Job:
-    sched: dict[str, Any] = req.scheduler.model_dump(exclude_none=True) if req.scheduler else {}
-    sched["stop"] = req.stop_sequences()
-    sched["tool_intercept"] = TOOL_TAGS  # the model's tool-call markup never reaches the text
-    if req.modalities and "audio" in req.modalities:
-        sched = whole_words(sched)
     if req.logprobs and not svc.engine.tokenizes:
         raise ApiError(400, "unsupported_value", "logprobs need a local model (not backend: openai)", "logprobs")
     try:
@@ -93,7 +87,12 @@ def chat_job(
             svc.backend.new_state(),
             messages,
             svc.sampling(req, req.token_cap(), req.report_logprobs()),
-            sched,
+            svc.scheduler_config(
+                req.scheduler,
+                spoken=bool(req.modalities and "audio" in req.modalities),
+                stop=req.stop_sequences(),
+                tool_intercept=TOOL_TAGS,  # the model's tool-call markup never reaches the text
+            ),
             prompt,
             constraint,
         )

@@ -152,8 +152,6 @@ async def _echo(svc: Services, req: CompletionRequest, prompt: str | list[int]) 
 
 
 def _job(svc: Services, req: CompletionRequest, ids: list[int]) -> DecodeJob:
-    sched: dict[str, Any] = req.scheduler.model_dump(exclude_none=True) if req.scheduler else {}
-    sched["stop"] = req.stop_sequences()
     backend = cast(Backend, svc.backend)  # _prompts refused every engine that does not tokenize here
     try:
         return DecodeJob(
@@ -161,7 +159,7 @@ def _job(svc: Services, req: CompletionRequest, ids: list[int]) -> DecodeJob:
             backend.new_state(),
             ids,
             svc.sampling(req, req.max_tokens, top_logprobs=req.logprobs),
-            svc.scheduler_config(sched),
+            svc.scheduler_config(req.scheduler, stop=req.stop_sequences()),
             *svc.drafting(),
         )
     except ContextOverflow as exc:

@@ -6,6 +6,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from models.sampling import SamplingParams
+from models.scheduler import SchedulerConfig
 from models.toolplan import ToolPlan
 
 from ..tools.tool_actions import CallTool, ListTools
@@ -20,7 +21,7 @@ class StartResponse:
     response_id: str
     messages: list[dict[str, Any]]  # {role, content} (+ tool_calls of an assistant turn)
     sampling: SamplingParams
-    scheduler: dict[str, Any]  # SchedulerOptions fields that are set
+    scheduler: SchedulerConfig  # the server's defaults under the session's and the response's options
     output_modalities: list[str]
     tools: ToolPlan = field(default_factory=ToolPlan)  # tools in the prompt, forced calls
 

@@ -24,7 +24,7 @@ def session_defaults(svc: Services) -> SessionDefaults:
         sampling=svc.sampling_defaults,
         max_output_tokens=c.session.max_output_tokens,
         output_modalities=tuple(c.session.output_modalities),
-        scheduler={},
+        scheduler=svc.chunking,
         speech=svc.speech.default if svc.speech is not None else None,
         voices=svc.speech.names if svc.speech is not None else (),
         max_context=getattr(backend, "max_context", 0) if encoder is not None else 0,

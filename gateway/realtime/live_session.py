@@ -15,6 +15,7 @@ import contextlib
 import logging
 import secrets
 from collections.abc import Callable, Coroutine
+from dataclasses import replace
 from typing import Any
 
 from models import constrain, toolcalls
@@ -235,7 +236,7 @@ class LiveSession:
                 self.state,
                 messages,
                 action.sampling,
-                {**action.scheduler, "tool_intercept": toolcalls.TOOL_TAGS},
+                replace(action.scheduler, tool_intercept=toolcalls.TOOL_TAGS),
                 prompt,
                 constraint,
             )

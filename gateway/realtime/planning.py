@@ -8,13 +8,12 @@ from typing import Any, Protocol
 from models import toolcalls
 from models.toolplan import ToolPlan
 
-from ..core.request_options import sampling_params
+from ..core.request_options import sampling_params, scheduler_config
 from ..tools.state import McpState
 from . import functions, truncation
 from . import protocol as p
 from .actions import Output, StartResponse
 from .conversation import Item, ItemError
-from .speech_out import whole_words
 
 
 class PlanningHost(Protocol):
@@ -78,15 +77,13 @@ def plan(
     max_tokens = cap if max_out in (None, "inf") else min(int(max_out), cap)
     if max_tokens < 1:
         return s.error("invalid_value", "max_output_tokens must be ≥ 1", ev.event_id, "max_output_tokens")
-    sched = {}
-    for src in (o.scheduler, opts.scheduler):
-        if src is not None:
-            sched.update(src.model_dump(exclude_none=True))
     modalities = list(pick("output_modalities") or ["text"])
     if "audio" in modalities:  # spoken with its transcript, or as text where no voice is loaded
         modalities = ["audio"] if s.defaults.speech is not None else ["text"]
-    if modalities == ["audio"]:
-        sched = whole_words(sched)
+    try:
+        sched = scheduler_config(s.defaults.scheduler, o.scheduler, opts.scheduler, spoken=modalities == ["audio"])
+    except ValueError as exc:  # values the schema could not rule out (the session's or the response's)
+        return s.error("invalid_value", str(exc), ev.event_id)
     where = "response" if opts.tools is not None or opts.tool_choice is not None else "session"
     try:
         parallel = pick("parallel_tool_calls") is not False

@@ -19,7 +19,7 @@ from typing import Any
 from models.sampling import SamplingParams
 
 from ..core.keylimits import BoundLimits
-from ..core.request_options import SchedulerOptions, model_refusal
+from ..core.request_options import ServerChunking, layered, model_refusal
 from ..tools.mcp_session import McpOutput
 from ..tools.state import McpPolicy, McpState
 from ..tools.wire import McpApprovalResponseItem
@@ -57,7 +57,7 @@ class SessionDefaults:
     sampling: SamplingParams = field(default_factory=SamplingParams)  # the server's sampling defaults
     max_output_tokens: int = 512  # per response, unless the client asks for fewer
     output_modalities: tuple[str, ...] = ("text",)
-    scheduler: dict[str, Any] = field(default_factory=dict)  # SchedulerOptions defaults
+    scheduler: ServerChunking = ServerChunking()  # the server's scheduler defaults, under every session's options
     max_items: int = 512  # conversation items kept per session
     speech: SpeechSettings | None = None  # default audio.output; None: no voice loaded (audio is served as text)
     voices: tuple[str, ...] = ()  # installed voices (audio.output.voice)
@@ -87,7 +87,6 @@ class Session(ResponseFlow, SpeechOutput, McpOutput, ItemEvents):
             temperature=defaults.temperature,
             top_p=defaults.top_p,
             max_output_tokens=defaults.max_output_tokens,
-            scheduler=SchedulerOptions(**defaults.scheduler) if defaults.scheduler else None,
         )
         self.conversation = Conversation(defaults.max_items)
         self.mcp = McpState(defaults.mcp)
@@ -312,11 +311,9 @@ class Session(ResponseFlow, SpeechOutput, McpOutput, ItemEvents):
         ev = self.mcp_strip(ev)
         patch = ev.session.model_dump(exclude_unset=True)
         merged = self.options.model_dump(exclude_unset=False)
-        for key, value in patch.items():
-            if key == "scheduler" and value is not None and merged.get("scheduler"):
-                merged["scheduler"] = {**merged["scheduler"], **{k: v for k, v in value.items() if v is not None}}
-            else:
-                merged[key] = value
+        merged.update(patch)
+        if ev.session.scheduler is not None and self.options.scheduler is not None:  # (null: back to the server's)
+            merged["scheduler"] = layered(self.options.scheduler, ev.session.scheduler).model_dump(exclude_none=True)
         options = p.SessionOptions.model_validate(merged)
         out = options.audio.output if options.audio else None
         refused = speech_out.check_output(out, self.defaults.voices, "session")

@@ -114,12 +114,6 @@ def check_output(out: p.AudioOutput | None, voices: tuple[str, ...], where: str)
     return None
 
 
-def whole_words(scheduler: dict[str, Any]) -> dict[str, Any]:
-    """A spoken reply's scheduler options: every chunk is one ``Speak`` and is said as it is, so it must
-    end where a word ends; an eager first chunk (``B`` of ``Boil``) would be read as a letter."""
-    return {**scheduler, "eager_first": False}
-
-
 def settings_for(default: SpeechSettings, session: p.SessionOptions, response: p.ResponseOptions) -> SpeechSettings:
     """The ``audio.output`` in force: the response's over the session's over the server's."""
     fmt, voice, speed = default.format, default.voice, default.speed

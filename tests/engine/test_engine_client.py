@@ -107,7 +107,8 @@ def test_services_ask_the_engine_not_its_type():
     backend = types.SimpleNamespace(name="m", max_context=64)
     svc = Services(load_config(None), backend, eng, None)  # type: ignore[arg-type]
     assert svc.tokenizes is False
-    assert svc.decode_job(None, [{"role": "user", "content": "hi"}], svc.sampling_defaults, {}) == "hi"  # type: ignore[arg-type]
+    hi = [{"role": "user", "content": "hi"}]
+    assert svc.decode_job(None, hi, svc.sampling_defaults, svc.scheduler_config()) == "hi"  # type: ignore[arg-type]
     assert session_defaults(svc).count_tokens is None  # nothing to count with here
     eng.tokenizes, eng.streams_text = True, False  # type: ignore[misc]
     assert svc.tokenizes is True

@@ -239,6 +239,7 @@ def test_extra_body_reaches_the_engine_but_never_overrides_the_stream_shape():
 
 def test_eager_first_is_on_by_default_with_any_engine(model):
     from gateway.core.config import load_config
+    from gateway.core.request_options import SchedulerOptions
     from gateway.core.services import Services
     from models.engine import Engine
     from models.remote_engine import RemoteEngine
@@ -250,13 +251,14 @@ def test_eager_first_is_on_by_default_with_any_engine(model):
             Services(cfg, model, remote_engine, None),  # type: ignore[arg-type]  # scheduler_config: no registry
             Services(cfg, object(), local_engine, None),  # type: ignore[arg-type]
         ):
-            assert svc.scheduler_config({}).eager_first is True
-            assert svc.scheduler_config({}).first_chunk_tokens == 1  # the default preset's 2 would wait a step
-            assert svc.scheduler_config({"eager_first": False}).first_chunk_tokens == 2  # whole words: the preset's
-            assert svc.scheduler_config({"eager_first": False}).eager_first is False  # per session / request
+            whole = SchedulerOptions(eager_first=False)
+            assert svc.scheduler_config().eager_first is True
+            assert svc.scheduler_config().first_chunk_tokens == 1  # the default preset's 2 would wait a step
+            assert svc.scheduler_config(whole).first_chunk_tokens == 2  # whole words: the preset's
+            assert svc.scheduler_config(whole).eager_first is False  # per session / request
         off = load_config(None, **{"scheduler.eager_first": False})  # server-wide
-        assert Services(off, model, remote_engine, None).scheduler_config({}).eager_first is False  # type: ignore[arg-type]
-        assert Services(off, object(), local_engine, None).scheduler_config({}).eager_first is False  # type: ignore[arg-type]
+        assert Services(off, model, remote_engine, None).scheduler_config().eager_first is False  # type: ignore[arg-type]
+        assert Services(off, object(), local_engine, None).scheduler_config().eager_first is False  # type: ignore[arg-type]
     finally:
         remote_engine.close()
         local_engine.close()

@@ -88,8 +88,24 @@ def test_session_update_merges_scheduler_and_instructions():
     s.handle(ev('{"type":"session.update","session":{"scheduler":{"strategy":"fast"}}}'))
     s.handle(ev('{"type":"session.update","session":{"instructions":"Be brief","scheduler":{"max_chunk_tokens":9}}}'))
     start = s.handle(ev('{"type":"response.create"}')).actions[0]
-    assert start.scheduler == {"strategy": "fast", "max_chunk_tokens": 9}
+    assert (start.scheduler.strategy, start.scheduler.max_chunk_tokens) == ("fast", 9)
     assert start.messages[0] == {"role": "system", "content": "Be brief"}
+    assert s.session_view()["scheduler"] == {"strategy": "fast", "max_chunk_tokens": 9}
+
+
+def test_a_responses_scheduler_options_win_over_the_sessions_and_null_clears_the_sessions():
+    s = make()
+    s.handle(ev('{"type":"session.update","session":{"scheduler":{"strategy":"quality","max_chunk_tokens":9}}}'))
+    create = '{"type":"response.create","response":{"scheduler":{"strategy":"fast","min_chunk_tokens":3}}}'
+    start = s.handle(ev(create)).actions[0]
+    assert isinstance(start, StartResponse)
+    cfg = start.scheduler
+    assert (cfg.strategy, cfg.min_chunk_tokens, cfg.max_chunk_tokens, cfg.beam_width) == ("fast", 3, 9, 1)
+    s.on_done(start.response_id, "stop", {"tokens": 0}, {"output_tokens": 0, "total_tokens": 0})
+    s.handle(ev('{"type":"session.update","session":{"scheduler":null}}'))
+    again = s.handle(ev('{"type":"response.create"}')).actions[0]
+    assert isinstance(again, StartResponse) and again.scheduler.max_chunk_tokens != 9  # the preset's again
+    assert "scheduler" not in s.session_view()
 
 
 def test_previous_item_id_must_exist():

@@ -72,10 +72,10 @@ def test_a_spoken_reply_never_starts_with_half_a_word() -> None:
     s.handle(ev('{"type":"session.update","session":{"type":"realtime","scheduler":{"eager_first":true}}}'))
     s.handle(ev(USER))
     spoken = s.handle(ev(AUDIO_RESPONSE)).actions[0]
-    assert isinstance(spoken, StartResponse) and spoken.scheduler["eager_first"] is False
+    assert isinstance(spoken, StartResponse) and spoken.scheduler.eager_first is False
     s.on_done(spoken.response_id, "stop", {"tokens": 0}, {"output_tokens": 0, "total_tokens": 0})
     text = s.handle(ev('{"type":"response.create","response":{"output_modalities":["text"]}}')).actions[0]
-    assert isinstance(text, StartResponse) and text.scheduler["eager_first"] is True  # the session's choice
+    assert isinstance(text, StartResponse) and text.scheduler.eager_first is True  # the session's choice
 
 
 def test_an_audio_response_speaks_each_chunk_and_closes_after_the_last_audio() -> None:
