@@ -13,7 +13,7 @@ import redis
 import websockets
 
 from testkit.replicas import RedisServer, replicas_running
-from tests.cluster.client import user
+from tests.cluster.replica_client import user
 from tests.resume_client import WS_OPTS, recv
 
 CONF = {"server": {"grace_period_s": 120}, "replicas": {"lease_s": 1.0}}

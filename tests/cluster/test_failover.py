@@ -17,7 +17,7 @@ import websockets
 
 from testkit.remote_engines import EngineProcess
 from testkit.replicas import RedisServer, replica
-from tests.cluster.client import Run, turn, user
+from tests.cluster.replica_client import Run, turn, user
 from tests.resume_client import WS_OPTS, recv
 
 LEASE_S = 1.0

@@ -24,7 +24,7 @@ import yaml
 from testkit.live_server import free_port
 from testkit.remote_engines import EngineProcess
 from testkit.replicas import RedisServer
-from tests.cluster.client import Run, turn, user
+from tests.cluster.replica_client import Run, turn, user
 from tests.resume_client import WS_OPTS, recv
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -17,7 +17,7 @@ import pytest
 import websockets
 
 from testkit.replicas import RedisServer, replicas_running
-from tests.cluster.client import Run, turn, user
+from tests.cluster.replica_client import Run, turn, user
 from tests.resume_client import WS_OPTS, recv
 
 CONF = {"server": {"grace_period_s": 120}, "replicas": {"lease_s": 1.0}, "limits": {"max_sessions": 4000}}

@@ -6,7 +6,7 @@ from __future__ import annotations
 import subprocess
 from pathlib import Path
 
-from tests.e2e.node import NodeSetupError, npm_ci
+from tests.e2e.node_clients import NodeSetupError, npm_ci
 
 JSWEB = Path(__file__).resolve().parent / "jsweb"
 BUNDLE_TIMEOUT_S = 120
@@ -26,7 +26,7 @@ def _run(cmd: list[str], timeout_s: int) -> None:
 
 
 def ensure_installed() -> None:
-    """tests/e2e/jsweb's pinned packages (``tests.e2e.node.npm_ci``)."""
+    """tests/e2e/jsweb's pinned packages (``tests.e2e.node_clients.npm_ci``)."""
     try:
         npm_ci(JSWEB)
     except NodeSetupError as exc:

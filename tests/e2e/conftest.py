@@ -18,7 +18,7 @@ from tests.e2e.browser_fixtures import (
     fake_microphone_args,
 )
 from tests.e2e.browser_page import SPOKEN
-from tests.e2e.node import js_clients  # noqa: F401  (the fixture of the Node tests: tests/e2e/js installed)
+from tests.e2e.node_clients import js_clients  # noqa: F401  (the fixture of the Node tests: tests/e2e/js installed)
 
 # ---------------------------------------------------------------------------- fixtures
 

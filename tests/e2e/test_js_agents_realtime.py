@@ -15,7 +15,7 @@ from typing import Any
 import numpy as np
 
 from tests.conftest import requires_espeak
-from tests.e2e.node import run_scenario
+from tests.e2e.node_clients import run_scenario
 from tests.e2e.test_agents_sdk_realtime import DialogueBackend, weather_dialogue
 
 SDK_MODEL = "gpt-realtime-2.1"  # DEFAULT_OPENAI_REALTIME_MODEL of @openai/agents-realtime 0.20.0

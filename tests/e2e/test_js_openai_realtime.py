@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from testkit.tls import self_signed
-from tests.e2e.node import run_scenario
+from tests.e2e.node_clients import run_scenario
 from tests.e2e.test_agents_sdk_realtime import DialogueBackend, weather_dialogue
 
 MODEL = "gpt-realtime-2.1"  # a name an openai app would pass, served as a model.aliases entry

@@ -18,7 +18,7 @@ from gateway.webrtc.checks import CheckPacer
 from gateway.webrtc.signalling import private_candidates_checked
 from gateway.webrtc.webrtc_sdp import CandidatePolicy, OfferError, check_offer, screen_candidates
 from testkit.rtcclient import PlayTrack, post_offer
-from tests.webrtc.test_pure import OFFER
+from tests.webrtc.test_webrtc_pure import OFFER
 
 REFUSED_ALWAYS = [
     "127.0.0.1", "127.8.9.10", "::1", "::ffff:127.0.0.1", "169.254.169.254", "fe80::1", "0.0.0.0", "::",

@@ -1,5 +1,5 @@
 // What every scenario script shares: one JSON report on stdout when the scenario ends (or fails,
-// or runs past its limit), read by tests/e2e/node.py. Exit status 0 only when it finished.
+// or runs past its limit), read by tests/e2e/node_clients.py. Exit status 0 only when it finished.
 
 export function makeReport(scenario) {
   const started = Date.now();
