@@ -131,11 +131,13 @@ class PhoneCaller:
         return pcm
 
     async def wait(self, predicate: Any, within: float) -> None:
-        """Until ``predicate()`` holds (checked on every 20 ms playout tick), or TimeoutError."""
+        """Until ``predicate()`` holds, or TimeoutError. Checked on every 20 ms playout tick, and every 20 ms
+        once the call has hung up (its playout stopped: what is awaited then is the server freeing it)."""
         async with asyncio.timeout(within):
             while not predicate():
                 self._tick.clear()
-                await self._tick.wait()
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(self._tick.wait(), 0.02)
 
     async def hang_up(self) -> None:
         with contextlib.suppress(websockets.ConnectionClosed):
