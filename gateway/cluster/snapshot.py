@@ -88,11 +88,6 @@ def restored(snap: dict[str, Any], later: Sequence[dict[str, Any]] = ()) -> Rest
     )
 
 
-def restore(session: Session, snap: dict[str, Any]) -> None:
-    """Make the fresh ``session`` the one ``snap`` describes."""
-    session.handle(restored(snap))
-
-
 def take_over(session: Session, snap: dict[str, Any], later: list[dict[str, Any]]) -> list[dict[str, Any]]:
     """Continue a session whose owner died: ``session`` (fresh, stamping from the stream's next seq)
     becomes ``snap`` plus the text of ``later`` (the events mirrored after it, in order), and a

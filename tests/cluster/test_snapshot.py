@@ -5,7 +5,7 @@ from __future__ import annotations
 import itertools
 import json
 
-from gateway.cluster.snapshot import event_type, needs_snapshot, restore, snapshot, take_over
+from gateway.cluster.snapshot import event_type, needs_snapshot, restored, snapshot, take_over
 from gateway.realtime import protocol as p
 from gateway.realtime import server_events as se
 from gateway.realtime.replay import ReplayBuffer
@@ -52,7 +52,7 @@ def test_snapshot_round_trips_options_items_and_a_running_response():
     s.on_chunk(rid, "Hel")
     snap = json.loads(json.dumps(snapshot(s, 9, 3)))  # as Redis stores it
     t, _ = make(100)
-    restore(t, snap)
+    t.handle(restored(snap))
     assert t.id == s.id and t.options.instructions == "be brief"
     assert t.conversation.items == s.conversation.items
     assert t.response is not None and t.response.id == rid and t.response.text == "Hel"
@@ -71,11 +71,11 @@ def test_a_response_waiting_on_its_images_keeps_its_ending_through_the_snapshot(
         "max_output_tokens", {"total_tokens": 7}, {}
     )
     t, _ = make(100)
-    restore(t, json.loads(json.dumps(snapshot(s, 9, 1))))
+    t.handle(restored(json.loads(json.dumps(snapshot(s, 9, 1)))))
     assert t.response is not None and t.response.ending == s.response.ending
     old = json.loads(json.dumps(snapshot(s, 9, 1)))
     old["response"]["ending"] = ["incomplete", {"type": "incomplete", "reason": "max_output_tokens"}, {}, {}]
-    restore(t, old)  # written as a tuple by an older gateway: dropped (a takeover ends the response anew)
+    t.handle(restored(old))  # written as a tuple by an older gateway: dropped (a takeover ends the response anew)
     assert t.response is not None and t.response.ending is None
 
 

@@ -6,7 +6,7 @@ import asyncio
 
 import pytest
 
-from gateway.cluster.snapshot import restore, snapshot
+from gateway.cluster.snapshot import restored, snapshot
 from gateway.core.ephemeral_keys import MAX_TTL_S, MIN_TTL_S, Grant, MemoryVault, is_ephemeral, mint, value_hash
 from gateway.core.keylimits import KeyLimits
 from gateway.realtime import fixed_fields as locks
@@ -201,7 +201,7 @@ def test_a_locked_session_keeps_its_fixed_fields_through_updates_and_a_snapshot(
         0.9,
     )
     moved, _ = _session()  # another replica taking it over
-    restore(moved, snapshot(s, 0, 0))
+    moved.handle(restored(snapshot(s, 0, 0)))
     assert moved.locked == s.locked
     out = moved.handle(_update(instructions="other"))
     assert out.events[0]["session"]["instructions"] == "fixed"
