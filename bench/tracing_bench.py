@@ -69,6 +69,7 @@ def loop_cost(endpoint: str, turns: int = 300, deltas: int = 48) -> dict[str, fl
     with ``deltas`` text deltas fed to the turn timer (always on) alone, and with a session trace beside it
     (its observe, then drawing the turn's spans at the end). Median µs per turn over ``turns``."""
     from gateway.core.config import TracingConfig
+    from gateway.realtime.response_ending import ResponseEnding
     from gateway.realtime.tracing import Tracing
     from gateway.realtime.turnlatency import TurnTimer
 
@@ -106,7 +107,7 @@ def loop_cost(endpoint: str, turns: int = 300, deltas: int = 48) -> dict[str, fl
             if trace is not None:
                 for k in range(4):
                     trace.tts_chunk(f"resp_{i}", k, t0, t0 + 0.01, 40)
-                trace.response(f"resp_{i}", "completed", metrics, timed, time.perf_counter())
+                trace.response(f"resp_{i}", ResponseEnding.completed({}, metrics), timed, time.perf_counter())
             took.append((time.perf_counter() - t0) * 1e6)
         result["traced_us" if traced else "untraced_us"] = median(took)
     tracing.close()

@@ -23,7 +23,7 @@ from .responses import ResponseState, final_events
 class ResponseFlow:
     response: ResponseState | None
     conversation: Conversation
-    finish_hook: Callable[[str, str, dict[str, Any] | None], dict[str, Any] | None] | None
+    finish_hook: Callable[[str, ResponseEnding], dict[str, Any] | None] | None
     limiter: BoundLimits | None
 
     if TYPE_CHECKING:  # the rest of Session, which this mixin uses (defined here, they would shadow it)
@@ -136,7 +136,7 @@ class ResponseFlow:
             kept.update(item)
         self.spoken_closed(r, item)
         if self.finish_hook is not None:
-            ending = replace(ending, metrics=self.finish_hook(r.id, status, ending.metrics))
+            ending = replace(ending, metrics=self.finish_hook(r.id, ending))
         events = final_events(r, item, ending)
         if self.limiter is not None:  # what the key has left, after this response's tokens
             left = self.limiter.charge(int(ending.usage.get("total_tokens", 0)))

@@ -32,6 +32,7 @@ from . import server_events as se
 from .actions import Action, AppendAudio, ClearAudio, CommitAudio, Output, Refused, ResolveItem, StartResponse
 from .conversation import Conversation
 from .items import ItemEvents, has_media
+from .response_ending import ResponseEnding
 from .response_flow import ResponseFlow
 from .responses import ResponseState
 from .speech_out import AudioState, SpeechOutput, SpokenItem
@@ -97,7 +98,7 @@ class Session(ResponseFlow, SpeechOutput, McpOutput, ItemEvents):
         self.dropped: set[str] = set()  # items truncated out of the model's context (still in the client's view)
         self.token_counts: dict[str, tuple[str, int]] = {}  # item id → (its text, its tokens), for truncation
         # (response id, status, metrics) → the metrics response.done carries (the shell adds turn_latency)
-        self.finish_hook: Callable[[str, str, dict[str, Any] | None], dict[str, Any] | None] | None = None
+        self.finish_hook: Callable[[str, ResponseEnding], dict[str, Any] | None] | None = None
         self.limiter: BoundLimits | None = None  # its key's response and token budgets (gateway.core.keylimits)
         self.locked: frozenset[str] = frozenset()  # session fields an ek_ key fixed (gateway.realtime.fixed_fields)
 

@@ -19,6 +19,7 @@ if TYPE_CHECKING:
     from ..voice.speaker import Speaker
     from . import protocol as p
     from .media import MediaInput
+    from .response_ending import ResponseEnding
     from .session import Session
     from .speculation import PreparedReply
 
@@ -52,15 +53,19 @@ class SessionTiming:
             self.timer.observe(events, now)
         else:  # the silence the turn ended after: its own window (semantic_vad, the model), not the configured one
             self.timer.observe(events, now, vad.now_ms, vad.machine.ended_silence_ms)
+        unanswered = self.timer.take_unanswered()
         if self.trace is not None:
             self.trace.observe(events, now)
+            for spoken in unanswered:
+                self.trace.unanswered(spoken, now)
 
-    def _finish(self, rid: str, status: str, metrics: dict[str, Any] | None) -> dict[str, Any] | None:
+    def _finish(self, rid: str, ending: ResponseEnding) -> dict[str, Any] | None:
         """``rid`` ends: its turn latency joins the metrics ``response.done`` carries; its spans are drawn."""
+        metrics = ending.metrics
         timed = self.timer.finish(rid, metrics)
         if self.trace is not None:
-            self.trace.response(rid, status, metrics, timed, clock())
-        if timed is None or metrics is None:
+            self.trace.response(rid, ending, timed, clock())
+        if timed is None or timed[1] is None or metrics is None:
             return metrics
         return {**metrics, "turn_latency": timed[1].wire()}
 
@@ -81,4 +86,7 @@ class SessionTiming:
 
     def close(self) -> None:
         if self.trace is not None:
-            self.trace.close(clock())
+            now = clock()
+            for spoken in self.timer.pending():  # turns the session ended before answering
+                self.trace.unanswered(spoken, now)
+            self.trace.close(now)

@@ -30,6 +30,7 @@ from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from ..core.config import TracingConfig
+    from .response_ending import ResponseEnding
     from .turnlatency import ResponseMarks, TurnLatency, VoiceMarks
 
 log = logging.getLogger("stream_omni.tracing")
@@ -89,6 +90,16 @@ def start_tracing(cfg: TracingConfig, model: str) -> Tracing | None:
     if not cfg.enabled or os.environ.get("OTEL_SDK_DISABLED", "").strip().lower() == "true":
         return None
     return Tracing(cfg, model)
+
+
+def finish_reason(ending: ResponseEnding) -> str:
+    """``gen_ai.response.finish_reasons``' words for a Realtime ending (``stop``, ``length`` as the
+    chat APIs say them; otherwise the Realtime reason: ``turn_detected``, ``client_cancelled`` ...)."""
+    if ending.status == "completed":
+        return "stop"
+    if ending.status == "failed":
+        return "error"
+    return {"max_output_tokens": "length"}.get(ending.reason or "", ending.reason or ending.status)
 
 
 def tracing_attributes(value: Any) -> dict[str, str]:
@@ -166,29 +177,29 @@ class SessionTrace:
         self._span("image processing", self._ctx, start, end, {"stream_omni.images": images})
 
     def response(
-        self,
-        rid: str,
-        status: str,
-        metrics: dict[str, Any] | None,
-        timed: tuple[ResponseMarks, TurnLatency] | None,
-        now: float,
+        self, rid: str, ending: ResponseEnding, timed: tuple[ResponseMarks, TurnLatency | None] | None, now: float
     ) -> None:
-        """``rid`` ended with ``status`` (``response.done`` goes out now): its spans, from its marks."""
+        """``rid`` ended so (``response.done`` goes out now): its spans, from its marks.
+        A response that wrote no text (a function call alone, cancelled early) has no latency record
+        but is drawn all the same, with the model stages its job reported."""
         tts, tools = self._tts.pop(rid, []), self._tools.pop(rid, [])
         if timed is None:
-            return  # it produced nothing (cancelled before text, a tool round without a reply): no stages to draw
+            return  # never seen created: nothing to hang spans on
         marks, lat = timed
         turn = self._turn(marks.spoken)
         parent = self._ctx if turn is None else self._trace.set_span_in_context(turn)
+        metrics = ending.metrics
         m = metrics or {}
+        latency = {} if lat is None else {f"stream_omni.latency.{k}": v for k, v in lat.wire().items() if v is not None}
         attrs = {
             "gen_ai.operation.name": "chat",
             "gen_ai.provider.name": PROVIDER,
             "gen_ai.request.model": self.t.model,
             "gen_ai.conversation.id": self.conversation_id,
             "gen_ai.response.id": rid,
-            "gen_ai.response.finish_reasons": (status,),
-            **{f"stream_omni.latency.{k}": v for k, v in lat.wire().items() if v is not None},
+            "gen_ai.response.finish_reasons": (finish_reason(ending),),
+            "stream_omni.response.status": ending.status,
+            **latency,
             **tracing_attributes(self.options()),
         }
         if "tokens" in m:
@@ -196,24 +207,39 @@ class SessionTrace:
             attrs["gen_ai.usage.output_tokens"] = int(m["tokens"])
             attrs["gen_ai.usage.cache_read.input_tokens"] = int(m.get("cached_tokens", 0))
         resp = self._start(f"chat {self.t.model}", parent, marks.created_at, attrs)
+        if ending.status == "failed":
+            self._failed(resp, ending.error_code or "failed")
         rctx = self._trace.set_span_in_context(resp)
-        self._model_stages(rctx, marks, m, now)
+        if lat is not None or "e2e_s" in m:  # its job ran (not refused, nor cancelled before reaching the engine)
+            self._model_stages(rctx, marks, m, now)
         for index, start, end, chars in tts:
             self._span("tts chunk", rctx, start, end, {"stream_omni.tts.index": index, "stream_omni.tts.chars": chars})
         for name, call_id, start, end, failed in tools:
             call = {"gen_ai.operation.name": "execute_tool", "gen_ai.tool.name": name, "gen_ai.tool.call.id": call_id}
+            span = self._start(f"execute_tool {name}", rctx, start, call)
             if failed:
-                call["error.type"] = "mcp_call_failed"
-            self._span(f"execute_tool {name}", rctx, start, end, call)
+                self._failed(span, "mcp_call_failed")
+            span.end(end_time=self.t.ns(max(end, start)))
         resp.end(end_time=self.t.ns(now))
         if turn is not None:
             turn.end(end_time=self.t.ns(now))
+
+    def unanswered(self, spoken: VoiceMarks, now: float) -> None:
+        """A user turn no response answers: its ``turn`` span alone, ended where its last stage did."""
+        turn = self._turn(spoken)
+        if turn is None:
+            return
+        marks = (spoken.stopped_at, spoken.transcribed_at, *(end for _, _, end in spoken.passes))
+        ends = [t for t in marks if t is not None]
+        turn.end(end_time=self.t.ns(max(ends, default=now)))
 
     def _turn(self, spoken: VoiceMarks | None) -> Any:
         """The open ``turn`` span of a spoken user turn, with its VAD, Whisper and transcription spans."""
         if spoken is None or spoken.started_at is None:
             return None
         turn = self._start("turn", self._ctx, spoken.started_at, {"gen_ai.conversation.id": self.conversation_id})
+        if spoken.failed:
+            self._failed(turn, "transcription_failed")
         ctx = self._trace.set_span_in_context(turn)
         item = {"stream_omni.item.id": spoken.item_id}
         if spoken.stopped_at is not None:
@@ -223,7 +249,10 @@ class SessionTrace:
             if spoken.transcribed_at is not None:
                 said = self._transcripts.pop(spoken.item_id, None)
                 attrs = item if said is None else {**item, "stream_omni.transcript": said}
-                self._span("transcription", ctx, spoken.stopped_at, spoken.transcribed_at, attrs)
+                asr = self._start("transcription", ctx, spoken.stopped_at, attrs)
+                if spoken.failed:
+                    self._failed(asr, "transcription_failed")
+                asr.end(end_time=self.t.ns(max(spoken.transcribed_at, spoken.stopped_at)))
         for kind, start, end in spoken.passes:
             self._span("whisper pass", ctx, start, end, {"stream_omni.asr.pass": kind})
         return turn
@@ -251,6 +280,11 @@ class SessionTrace:
 
     def _start(self, name: str, ctx: Any, start: float, attrs: dict[str, Any]) -> Any:
         return self.t.tracer.start_span(name, context=ctx, start_time=self.t.ns(start), attributes=attrs)
+
+    def _failed(self, span: Any, error: str) -> None:
+        """A failed stage, as the conventions mark one: ``error.type`` and an error status."""
+        span.set_attribute("error.type", error)
+        span.set_status(self._trace.Status(self._trace.StatusCode.ERROR, error))
 
     def _span(self, name: str, ctx: Any, start: float, end: float, attrs: dict[str, Any]) -> None:
         self._start(name, ctx, start, attrs).end(end_time=self.t.ns(max(end, start)))

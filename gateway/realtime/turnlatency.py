@@ -21,12 +21,14 @@ from typing import Any
 _STOPPED = "input_audio_buffer.speech_stopped"
 _STARTED = "input_audio_buffer.speech_started"
 _TRANSCRIBED = "conversation.item.input_audio_transcription.completed"
+_UNHEARD = "conversation.item.input_audio_transcription.failed"
 _CREATED = "response.created"
 _TEXT = "response.output_text.delta"
 _PART = "response.content_part.added"  # the reply's first text opened its part (spoken replies have no text delta yet)
 _AUDIO = "response.output_audio.delta"
 _DONE = "response.done"
-MARKED = frozenset({_STOPPED, _STARTED, _TRANSCRIBED, _CREATED, _TEXT, _PART, _AUDIO, _DONE})
+MARKED = frozenset({_STOPPED, _STARTED, _TRANSCRIBED, _UNHEARD, _CREATED, _TEXT, _PART, _AUDIO, _DONE})
+_OPEN_TURNS = 16  # turns begun and not yet transcribed that are kept (a discarded "mm-hmm" is never transcribed)
 
 
 @dataclass(frozen=True)
@@ -68,18 +70,24 @@ class VoiceMarks:
     started_at: float | None = None  # speech_started went out
     stopped_at: float | None = None  # speech_stopped went out
     settle_ms: float | None = None  # audio from the end of speech to where the VAD had analysed when it closed the turn
-    transcribed_at: float | None = None  # its transcript went out
+    transcribed_at: float | None = None  # its transcript went out (or its transcription failed)
+    failed: bool = False  # transcription failed
     passes: list[tuple[str, float, float]] = field(default_factory=list)  # Whisper passes: (kind, start, end)
 
 
 class TurnTimer:
     """Per-session marks: fed events as they go out (``observe``) and engine moments; ``finish``
-    pops a response's marks into a ``TurnLatency``. Keeps only the turns not yet answered."""
+    pops a response's marks into a ``TurnLatency``. Keeps only the turns not yet answered.
+
+    A user turn no response answers (its transcription failed, or the next turn was transcribed
+    before any response claimed it: a transcription session, ``create_response: false``) is handed
+    out once by ``take_unanswered``, so a trace can draw it on its own."""
 
     def __init__(self) -> None:
         self.responses: dict[str, ResponseMarks] = {}
         self.turns: dict[str, VoiceMarks] = {}  # item id → a user turn being spoken or transcribed
         self._answered: VoiceMarks | None = None  # the latest transcribed turn no response claimed yet
+        self._unanswered: list[VoiceMarks] = []
 
     def observe(
         self, events: list[dict[str, Any]], now: float, audio_now_ms: int | None = None, silence_ms: int = 0
@@ -98,6 +106,8 @@ class TurnTimer:
                     r.first_audio_at = now
             elif kind == _STARTED:
                 self.turns[ev["item_id"]] = VoiceMarks(ev["item_id"], started_at=now)
+                if len(self.turns) > _OPEN_TURNS:  # the oldest never ended (dicts keep insertion order)
+                    del self.turns[next(iter(self.turns))]
             elif kind == _STOPPED:
                 t = self.turns.setdefault(ev["item_id"], VoiceMarks(ev["item_id"]))
                 t.stopped_at = now
@@ -106,7 +116,13 @@ class TurnTimer:
             elif kind == _TRANSCRIBED:
                 t = self.turns.pop(ev["item_id"]) if ev["item_id"] in self.turns else VoiceMarks(ev["item_id"])
                 t.transcribed_at = now
+                if self._answered is not None:  # no response claimed the one before: it stays unanswered
+                    self._unanswered.append(self._answered)
                 self._answered = t
+            elif kind == _UNHEARD:
+                t = self.turns.pop(ev["item_id"]) if ev["item_id"] in self.turns else VoiceMarks(ev["item_id"])
+                t.transcribed_at, t.failed = now, True
+                self._unanswered.append(t)
             elif kind == _CREATED:
                 rid = ev["response"]["id"]
                 self.responses[rid] = ResponseMarks(now, spoken=self._answered)
@@ -140,13 +156,26 @@ class TurnTimer:
         if r is not None and r.first_text_at is None:
             r.first_text_at = now
 
-    def finish(self, response_id: str, metrics: dict[str, Any] | None) -> tuple[ResponseMarks, TurnLatency] | None:
-        """``response_id`` ends: its marks and latency (None when it produced no text: nothing to time)."""
+    def finish(
+        self, response_id: str, metrics: dict[str, Any] | None
+    ) -> tuple[ResponseMarks, TurnLatency | None] | None:
+        """``response_id`` ends: its marks and latency (None when it produced no text: a tool call alone,
+        cancelled before it spoke), or None for a response never seen created."""
         r = self.responses.pop(response_id, None)
         if r is None:
             return None
-        lat = latency(r, metrics or {})
-        return None if lat is None else (r, lat)
+        return r, latency(r, metrics or {})
+
+    def take_unanswered(self) -> list[VoiceMarks]:
+        """The user turns found unanswered since the last call (each once)."""
+        out, self._unanswered = self._unanswered, []
+        return out
+
+    def pending(self) -> list[VoiceMarks]:
+        """Turns still open or unanswered (the session is closing): begun, transcribed or not."""
+        out = [*self._unanswered, *([self._answered] if self._answered is not None else []), *self.turns.values()]
+        self._unanswered, self._answered, self.turns = [], None, {}
+        return out
 
 
 def _ms(a: float | None, b: float | None) -> float | None:

@@ -103,7 +103,7 @@ async def test_a_voice_turn_is_one_trace_of_its_stages(server_factory, fast_expo
     a = chat.attributes
     assert a["gen_ai.operation.name"] == "chat" and a["gen_ai.conversation.id"] == conv
     assert a["gen_ai.response.id"] == done["response"]["id"]
-    assert a["gen_ai.response.finish_reasons"] == ("completed",)
+    assert a["gen_ai.response.finish_reasons"] == ("stop",) and a["stream_omni.response.status"] == "completed"
     usage = done["response"]["usage"]  # the model's tokens (the audio's are the wire's convention on top)
     assert a["gen_ai.usage.input_tokens"] == usage["input_tokens"]
     assert a["gen_ai.usage.output_tokens"] == usage["output_token_details"]["text_tokens"] == 30

@@ -95,8 +95,41 @@ def test_no_text_no_record_and_unknown_responses_are_ignored():
     t = TurnTimer()
     t.observe([created("resp_1")], 1.0)
     t.observe([ev("response.output_audio.delta", response_id="resp_x")], 1.1)  # not a response we know
-    assert t.finish("resp_1", {"error_code": "server_busy"}) is None  # cancelled before any text
+    marks, lat = t.finish("resp_1", {"error_code": "server_busy"}) or pytest.fail("no marks")
+    assert lat is None and marks.created_at == 1.0  # cancelled before any text: marks, no latency
     assert t.finish("resp_1", None) is None and t.responses == {}
+
+
+def test_a_turn_no_response_claims_is_handed_out_once_when_the_next_is_transcribed():
+    t = TurnTimer()
+    voice_turn(t, "item_1")
+    assert t.take_unanswered() == []  # a response may still answer it
+    voice_turn(t, "item_2")  # transcribed with no response between: item_1 stays unanswered
+    (first,) = t.take_unanswered()
+    assert first.item_id == "item_1" and [p[0] for p in first.passes] == ["partial", "final"]
+    assert t.take_unanswered() == []
+    t.observe([created("resp_1")], 12.0)
+    assert t.responses["resp_1"].spoken is not None and t.responses["resp_1"].spoken.item_id == "item_2"
+
+
+def test_a_failed_transcription_and_a_closing_session_leave_their_turns_to_draw():
+    t = TurnTimer()
+    t.observe([ev("input_audio_buffer.speech_started", item_id="item_1", audio_start_ms=0)], 1.0)
+    t.observe([ev("input_audio_buffer.speech_stopped", item_id="item_1", audio_end_ms=900)], 2.0, 920, 500)
+    t.observe([ev("conversation.item.input_audio_transcription.failed", item_id="item_1")], 2.4)
+    (failed,) = t.take_unanswered()
+    assert failed.failed and failed.transcribed_at == 2.4 and t.turns == {}
+    voice_turn(t, "item_2")  # transcribed, not yet answered
+    t.observe([ev("input_audio_buffer.speech_started", item_id="item_3", audio_start_ms=3000)], 13.0)  # mid-speech
+    assert [v.item_id for v in t.pending()] == ["item_2", "item_3"]
+    assert t.pending() == [] and t.turns == {}
+
+
+def test_turns_that_never_end_are_not_kept_without_bound():
+    t = TurnTimer()
+    for i in range(100):  # e.g. backchannels: speech that starts and is discarded, never transcribed
+        t.observe([ev("input_audio_buffer.speech_started", item_id=f"item_{i}", audio_start_ms=i)], float(i))
+    assert len(t.turns) == 16 and "item_99" in t.turns and "item_0" not in t.turns
 
 
 def test_the_wire_form_rounds_and_keeps_every_stage():
