@@ -26,6 +26,17 @@ def median(xs: list[float]) -> float:
     return float(statistics.median(xs)) if xs else float("nan")
 
 
+def median_ci(xs: list[float], reps: int = 4000, seed: int = 0) -> tuple[float, float, float]:
+    """The median of ``xs`` and a 95 % bootstrap interval for it (seeded: a rerun prints the same)."""
+    import random
+
+    if not xs:
+        return float("nan"), float("nan"), float("nan")
+    rng = random.Random(seed)
+    meds = sorted(statistics.median(rng.choices(xs, k=len(xs))) for _ in range(reps))
+    return float(statistics.median(xs)), float(meds[int(0.025 * reps)]), float(meds[int(0.975 * reps) - 1])
+
+
 def machine() -> dict[str, Any]:
     load = os.getloadavg() if hasattr(os, "getloadavg") else (0, 0, 0)
     return {
