@@ -131,10 +131,12 @@ def cpu_s(pid: int) -> float:
     return float(t.user + t.system)
 
 
-def compare(rows: dict[str, list[dict[str, float]]], key: str, base: str, other: str) -> tuple[float, float, float]:
-    """The median of ``other`` − ``base``, paired round by round, with its 95 % interval."""
+def compare(
+    rows: dict[str, list[dict[str, float]]], key: str, base: str, other: str, ratio: bool = False
+) -> tuple[float, float, float]:
+    """The median of ``other`` − ``base`` (or ``other`` / ``base``), paired round by round, with its 95 % interval."""
     pairs = zip((r[key] for r in rows[base]), (r[key] for r in rows[other]), strict=True)
-    return median_ci([b - a for a, b in pairs])
+    return median_ci([b / a if ratio else b - a for a, b in pairs])
 
 
 def loop_cost(endpoint: str, turns: int = 300, deltas: int = 48) -> dict[str, float]:
@@ -142,8 +144,9 @@ def loop_cost(endpoint: str, turns: int = 300, deltas: int = 48) -> dict[str, fl
     with ``deltas`` text deltas fed to the turn timer (always on) alone, and with a session trace beside it
     (its observe, then drawing the turn's spans at the end). Median µs per turn over ``turns``."""
     from gateway.core.config import TracingConfig
+    from gateway.core.telemetry import Tracing
     from gateway.realtime.response_ending import ResponseEnding
-    from gateway.realtime.tracing import Tracing
+    from gateway.realtime.tracing import SessionTrace
     from gateway.realtime.turnlatency import TurnTimer
 
     tracing = Tracing(TracingConfig(enabled=True, endpoint=endpoint), "bench")
@@ -167,7 +170,7 @@ def loop_cost(endpoint: str, turns: int = 300, deltas: int = 48) -> dict[str, fl
     result = {}
     for traced in (False, True):
         timer, took = TurnTimer(), []
-        trace = tracing.session("sess_bench", lambda: None, time.perf_counter()) if traced else None
+        trace = SessionTrace(tracing, "sess_bench", lambda: None, time.perf_counter()) if traced else None
         for i in range(turns):
             batches = events(i)
             t0 = time.perf_counter()
@@ -204,13 +207,14 @@ def export_cost(
     from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
     from gateway.realtime.response_ending import ResponseEnding
+    from gateway.realtime.tracing import SessionTrace
     from gateway.realtime.turnlatency import TurnTimer
 
     memory = InMemorySpanExporter()
     tracing.provider.add_span_processor(SimpleSpanProcessor(memory))
     timer, trace, now = (
         TurnTimer(),
-        tracing.session("sess_export", lambda: None, time.perf_counter()),
+        SessionTrace(tracing, "sess_export", lambda: None, time.perf_counter()),
         time.perf_counter(),
     )
     for batch in events(0):
@@ -300,20 +304,22 @@ def main() -> None:
         keys = ["tokens_per_s", "e2e_ms"] if leg == "text" else ["tokens_per_s", "turn_ms", "client_first_audio_ms"]
         for key in keys:
             meds = {name: median([r[key] for r in series[name]]) for name in addrs}
-            ctl, on = compare(series, key, "off", "control"), compare(series, key, "off", "on")
-            summary.setdefault(leg, {})[key] = {"medians": meds, "control_minus_off": ctl, "on_minus_off": on}
+            ratio = key == "tokens_per_s"  # a rate compares as a ratio, a time as a difference
+            ctl, on = (compare(series, key, "off", name, ratio) for name in ("control", "on"))
+            summary.setdefault(leg, {})[key] = {"medians": meds, "control_vs_off": ctl, "on_vs_off": on}
+            shown = "{:.3f} [{:.3f}, {:.3f}]" if ratio else "{:+.2f} [{:+.2f}, {:+.2f}]"
             rows.append(
                 {
                     "leg": leg,
-                    "measure": key,
+                    "measure": f"{key} ({'÷' if ratio else '−'})",
                     **meds,
-                    "control − off": "{:+.2f} [{:+.2f}, {:+.2f}]".format(*ctl),
-                    "on − off": "{:+.2f} [{:+.2f}, {:+.2f}]".format(*on),
-                    "on / off": meds["on"] / meds["off"] if key == "tokens_per_s" else None,
+                    "control vs off": shown.format(*ctl),
+                    "on vs off": shown.format(*on),
                 }
             )
         c = cpu[leg]
-        rows.append({"leg": leg, "measure": "CPU ms a turn (process)", **c, "on / off": c["on"] / c["off"]})
+        shares = {f"{name} vs off": f"{c[name] / c['off']:.3f}" for name in ("control", "on")}
+        rows.append({"leg": leg, "measure": "CPU ms a turn, whole leg (÷)", **c, **shares})
     per_turn_ms = (cost["traced_us"] - cost["untraced_us"]) / 1000
     md = (
         "# Tracing on vs off: the same Realtime turns, side by side\n\n"
@@ -328,10 +334,10 @@ def main() -> None:
         "- voice: espeak speech sent at once, server VAD; `turn_ms` is the server's end of speech → first audio "
         "less the VAD's silence window (`turn_latency`), `client_first_audio_ms` the last speech byte sent → the "
         "first audio delta;\n"
-        "- medians per server; `x − off`: the median of the round-by-round differences with a 95 % bootstrap "
-        "interval (`control − off` is what two identical processes differ by on this box);\n"
+        "- medians per server; `x vs off`: the median of the round-by-round ratios (÷) or differences (−) with a "
+        "95 % bootstrap interval (`control vs off` is what two identical processes differ by on this box);\n"
         "- CPU: each process's user + system time over the leg, per turn (the export thread's included).\n\n"
-        + markdown_table(rows, ["leg", "measure", "off", "control", "on", "control − off", "on − off", "on / off"])
+        + markdown_table(rows, ["leg", "measure", "off", "control", "on", "control vs off", "on vs off"])
         + "\nDeterministic, in process, per voice turn (48 text + 48 audio deltas, 4 TTS chunks, the turn timer on "
         f"either way): the event loop spends {cost['untraced_us']:.0f} µs untraced, {cost['traced_us']:.0f} µs "
         f"traced — tracing adds {per_turn_ms:.3f} ms a turn (median of 300); the export thread spends "

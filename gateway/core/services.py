@@ -33,6 +33,7 @@ from .keylimits import KeyLimits
 from .metrics import Metrics
 from .request_options import SchedulerOptions, ServerChunking, model_refusal, sampling_params, scheduler_config
 from .session_registry import SessionRegistry
+from .telemetry import Tracing
 
 # (drafter, verifier) for one response, or (None, None): see models.speculative
 Drafting = tuple[Any, Any]
@@ -84,7 +85,7 @@ class Services:
     image_key_limits: KeyLimits | None = None  # images read per key per minute (vision.images_per_key_per_minute)
     # unredeemed ek_ keys (POST /v1/realtime/client_secrets): here, or in Redis with replicas (gateway.cluster)
     client_secrets: SecretVault = field(default_factory=lambda: MemoryVault(time.time))
-    tracing: Any = None  # gateway.realtime.tracing.Tracing: the app's span exporter; None: traces are off
+    tracing: Tracing | None = None  # the app's span exporter; None: traces are off
     mcp_seats: KeySeats = field(default_factory=KeySeats)  # open MCP connections per key (gateway.tools.runner)
     tokenizing: int = 0  # responses admitted whose prompt is being tokenized (gateway.core.tokenize): not yet submitted
 

@@ -24,7 +24,18 @@ from ..tools import chat as mcp_chat
 from . import bodies, chat_audio, tools
 from .chat_parts import chat_messages
 from .error_bodies import ApiError, busy, check_model, error_body
-from .jobs import FAILED, FAILED_STATUS, HTTP_GRACE_S, Job, canceller, disconnected, error_code, finished, submit
+from .jobs import (
+    FAILED,
+    FAILED_STATUS,
+    HTTP_GRACE_S,
+    Job,
+    canceller,
+    disconnected,
+    error_code,
+    finished,
+    submit,
+    traced,
+)
 from .schemas import ChatRequest, ToolDef, parse, read_body
 from .sse import CompletionStore, CompletionStream, SseResponse, dumps
 
@@ -35,6 +46,7 @@ log = logging.getLogger("stream_omni.http")
 
 async def create(svc: Services, store: CompletionStore, request: Request, owner: str) -> Response:
     """``POST /v1/chat/completions``; ``owner``: who may resume its stream (a key digest)."""
+    traced(svc, request)
     req = parse(await read_body(request, svc.config.limits.max_http_body_bytes), ChatRequest)
     check_model(svc, req.model)
     if not svc.engine_has_room():
@@ -121,7 +133,7 @@ async def _complete(
     finally:
         gone.cancel()
         handle.cancel()  # no-op when finished; never leaves a job running if this task is cancelled
-    finished(svc, done)
+    finished(svc, done, h.id, "chat")
     if flt.error is not None:
         return JSONResponse(error_body(500, FILTER_FAILED, flt.error), status_code=500), text, []
     if flt.stopped:
@@ -230,7 +242,7 @@ async def _pump(
         done = events.done
         if done is None:
             continue
-        finished(svc, done)
+        finished(svc, done, h.id, "chat")
         if flt.error is not None:
             stream.push(dumps(error_body(500, FILTER_FAILED, flt.error)))
         elif flt.stopped:

@@ -74,6 +74,7 @@ class Choice:
 
 
 async def create(svc: Services, store: CompletionStore, request: Request, owner: str) -> Response:
+    jobs.traced(svc, request)
     req = parse(await read_body(request, svc.config.limits.max_http_body_bytes), CompletionRequest)
     check_model(svc, req.model)
     if req.echo and req.logprobs is not None:
@@ -245,7 +246,7 @@ async def _complete(
                 c.handle.cancel()
     dones = [c.done for c in choices if c.done is not None]
     for d in dones:
-        jobs.finished(svc, d)
+        jobs.finished(svc, d, h.id, "text_completion")
     if any(d.reason == "cancelled" for d in dones):
         return Response(status_code=499)
     if any(d.reason not in bodies.FINISH for d in dones):
@@ -331,7 +332,7 @@ async def _pump(
         done = events.done
         if done is None:
             continue
-        jobs.finished(svc, done)
+        jobs.finished(svc, done, h.id, "text_completion")
         if done.reason in bodies.FINISH:
             stream.push(dumps(_chunk(h, i, "", None, bodies.FINISH[done.reason], with_usage)))
         elif failed is None:

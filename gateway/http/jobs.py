@@ -7,6 +7,8 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Callable
+from contextvars import ContextVar
+from typing import Any
 
 from starlette.requests import Request
 
@@ -51,13 +53,28 @@ def submit(svc: Services, job: Job, tag: str) -> tuple[Handle, asyncio.Queue[tup
     return handle, queue
 
 
-def finished(svc: Services, done: Done) -> None:
-    """Metrics for one finished completion."""
+# the caller's trace context for the request being served (``traced``): the streaming task a request
+# starts copies it, so its completion's span finds the same parent
+_TRACE_PARENT: ContextVar[Any] = ContextVar("trace_parent", default=None)
+
+
+def traced(svc: Services, request: Request) -> None:
+    """With tracing on: this request's completion spans go under the caller's ``traceparent``, if any."""
+    if svc.tracing is not None:
+        _TRACE_PARENT.set(svc.tracing.parent(request.headers))
+
+
+def finished(svc: Services, done: Done, response_id: str, operation: str) -> None:
+    """Metrics (and, with tracing on, a span) for one finished completion; ``operation``: ``chat`` or
+    ``text_completion`` (the GenAI conventions' names)."""
     if "tokens" in done.metrics:
         svc.metrics.observe_response(done.metrics)
     svc.metrics.responses.labels(status=bodies.STATUS.get(done.reason, done.reason)).inc()
-    if done.reason == "error":
-        svc.metrics.errors.labels(code=error_code(done)).inc()
+    error = error_code(done) if done.reason == "error" else None
+    if error is not None:
+        svc.metrics.errors.labels(code=error).inc()
+    if svc.tracing is not None:
+        svc.tracing.completion(operation, response_id, done.metrics, done.reason, error, _TRACE_PARENT.get())
 
 
 def error_code(done: Done) -> str:

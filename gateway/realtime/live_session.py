@@ -14,7 +14,7 @@ import asyncio
 import contextlib
 import logging
 import secrets
-from collections.abc import Callable, Coroutine
+from collections.abc import Callable, Coroutine, Mapping
 from dataclasses import replace
 from typing import Any
 
@@ -79,6 +79,7 @@ class LiveSession:
         replay: tuple[list[tuple[int, str]], int] | None = None,
         transcribe: bool = False,
         grant: keyed.Grant | None = None,  # an ek_ key's: its config applied and fixed (keyed.PresetRefused)
+        headers: Mapping[str, str] | None = None,  # the opening request's: a traceparent parents the session's trace
     ):
         """``key``: digest of the API key the session is bound to (``gateway.core.security.key_digest``).
         ``token``, ``replay``: a session that exists already (taken over from another replica): its
@@ -127,7 +128,7 @@ class LiveSession:
         self.attached: Attachment | None = None  # the Connection currently serving this session
         self.on_event: Callable[[], None] | None = None  # the attached connection's lag check
         self.taps: list[Callable[[list[dict[str, Any]]], None]] = []  # its sent events, to a WebRTC call (barge-in)
-        self.timing = SessionTiming(services.tracing, self.session, self.media, self.speaker, self.taps)
+        self.timing = SessionTiming(services.tracing, self.session, self.media, self.speaker, self.taps, headers)
         self.closed = False
         self.received = 0  # client frames read from any of its sockets (session.resumed's received_events)
         keyed.bind(services, key, self.session, self.media, grant)  # before any task, and session.created

@@ -106,7 +106,7 @@ async def _realtime(s: Services, node: SessionCluster | None, ws: WebSocket) -> 
         token = secrets.token_urlsafe(32)
         if node is not None:  # counted cluster-wide; and no new session without the store
             await node.admit(key, token)
-        live = LiveSession(s, key, token=token, grant=grant, transcribe=intent == "transcription")
+        live = LiveSession(s, key, token=token, grant=grant, transcribe=intent == "transcription", headers=ws.headers)
     except TooManySessions as exc:
         await ws.close(CLOSE_TRY_AGAIN, str(exc))
         return

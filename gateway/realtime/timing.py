@@ -9,10 +9,11 @@ the session's ``finish_hook``, the Whisper passes (``MediaInput.on_pass``) and s
 from __future__ import annotations
 
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Mapping
 from typing import TYPE_CHECKING, Any
 
-from .tracing import SessionTrace, Tracing
+from ..core.telemetry import Tracing
+from .tracing import SessionTrace
 from .turnlatency import TurnTimer
 
 if TYPE_CHECKING:
@@ -34,13 +35,16 @@ class SessionTiming:
         media: MediaInput,
         speaker: Speaker,
         taps: list[Callable[[list[dict[str, Any]]], None]],
+        headers: Mapping[str, str] | None = None,
     ) -> None:
-        """``taps``: the session's listeners to the events it sends (this joins them)."""
+        """``taps``: the session's listeners to the events it sends (this joins them); ``headers``: the
+        request that opened the session (its ``traceparent`` parents the session's trace)."""
         self.media = media
         self.timer = TurnTimer()
         self.trace: SessionTrace | None = None
         if tracing is not None:  # traces off: no span work, no hooks beyond the latency record's
-            self.trace = tracing.session(session.id, lambda: session.options.tracing, clock())
+            parent = tracing.parent(headers) if headers is not None else None
+            self.trace = SessionTrace(tracing, session.id, lambda: session.options.tracing, clock(), parent)
             speaker.on_chunk = self.trace.tts_chunk
         taps.append(self._sent)
         session.finish_hook = self._finish

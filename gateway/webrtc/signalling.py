@@ -123,7 +123,8 @@ class WebRtcApi:
             node = self.node()
             if node is not None:
                 await node.admit(key, token)
-            live = LiveSession(s, key, token=token, grant=grant)  # an ek_ key's config fixed (realtime.fixed_fields)
+            # an ek_ key's config fixed (realtime.fixed_fields); a traceparent on the offer parents its trace
+            live = LiveSession(s, key, token=token, grant=grant, headers=request.headers)
         except TooManySessions as exc:
             return _error(429, "session_limit", str(exc), {"Retry-After": "1"})
         except StoreUnavailable:

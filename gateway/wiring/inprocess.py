@@ -239,7 +239,7 @@ class ResponseStream:
         done = events.done
         if done is None:
             return
-        jobs.finished(self.svc, done)
+        jobs.finished(self.svc, done, self.id, "chat")
         self._done = True
         if self._filter.error is not None:
             self._error = StreamOmniError(FILTER_FAILED, self._filter.error)

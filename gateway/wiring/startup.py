@@ -22,8 +22,8 @@ from ..core.filters import load_filters
 from ..core.keylimits import KeyLimits
 from ..core.services import Services
 from ..core.session_registry import SessionRegistry
+from ..core.telemetry import start_tracing
 from ..realtime.bigframes import FrameParser, ParseLimits
-from ..realtime.tracing import start_tracing
 from ..voice.asr_worker import AsrWorker, blocking_transcriber, measure_capacity
 from ..voice.endpointing import load_runner
 from ..voice.synthesis import load_speech

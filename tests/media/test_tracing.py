@@ -8,11 +8,12 @@ from __future__ import annotations
 
 import asyncio
 
+import httpx
 import numpy as np
 import pytest
 
 from gateway.core.config import TracingConfig
-from gateway.realtime.tracing import start_tracing
+from gateway.core.telemetry import start_tracing
 from gateway.realtime.turnlatency import TurnLatency, stage_sum
 from testkit.espeak import silence, speak
 from testkit.fake_backend import FakeBackend
@@ -161,3 +162,52 @@ def test_tracing_is_off_unless_asked(monkeypatch: pytest.MonkeyPatch):
     assert start_tracing(TracingConfig(), "m") is None
     monkeypatch.setenv("OTEL_SDK_DISABLED", "true")  # the standard switch wins over the config
     assert start_tracing(TracingConfig(enabled=True, endpoint="http://127.0.0.1:9/v1/traces"), "m") is None
+
+
+CALLER_TRACE, CALLER_SPAN = "4bf92f3577b34da6a3ce929d0e0e4736", "00f067aa0ba902b7"
+TRACEPARENT = {"traceparent": f"00-{CALLER_TRACE}-{CALLER_SPAN}-01"}  # W3C Trace Context
+
+
+async def test_a_callers_traceparent_parents_the_session_and_each_http_completion(
+    tiny_backend, server_factory, fast_export
+):
+    with OtlpReceiver() as rx:
+        with server_factory(tiny_backend, **traced(rx.endpoint, **{"audio.enabled": False})) as addr:
+            c = await RealtimeClient.connect(addr, additional_headers=TRACEPARENT)
+            await c.until("session.created")
+            await c.say("hello")
+            await c.send({"type": "response.create", "response": {"max_output_tokens": 4}})
+            await c.until("response.done", timeout=60)
+            await c.close()
+            async with httpx.AsyncClient(timeout=120) as h:
+                chat = {"model": "tiny-llama", "messages": [{"role": "user", "content": "hi"}], "max_tokens": 4}
+                streamed = {**chat, "stream": True}
+                text = {"model": "tiny-llama", "prompt": "once", "max_tokens": 4}
+                base = f"http://{addr}/v1"
+                for url, payload, headers in [
+                    ("/chat/completions", chat, TRACEPARENT),
+                    ("/chat/completions", streamed, TRACEPARENT),
+                    ("/completions", text, TRACEPARENT),
+                    ("/chat/completions", chat, {"traceparent": "not-a-trace"}),  # malformed: a trace of its own
+                ]:
+                    r = await h.post(base + url, json=payload, headers=headers)
+                    assert r.status_code == 200, r.text
+            await asyncio.to_thread(rx.wait_for, "chat tiny-llama", count=4)  # the Realtime reply and 3 HTTP ones
+            await asyncio.to_thread(rx.wait_for, "text_completion tiny-llama")
+            await asyncio.to_thread(rx.wait_for, "session")
+        await flushed(addr)
+    spans = rx.spans
+    (session,) = [s for s in spans if s.name == "session"]
+    assert (session.trace_id, session.parent_id) == (CALLER_TRACE, CALLER_SPAN)
+    http = [s for s in spans if s.parent_id == CALLER_SPAN and s.name != "session"]
+    assert sorted(s.name for s in http) == ["chat tiny-llama", "chat tiny-llama", "text_completion tiny-llama"]
+    for s in http:
+        assert s.trace_id == CALLER_TRACE and s.attributes["gen_ai.usage.output_tokens"] > 0
+        assert s.attributes["gen_ai.operation.name"] == s.name.split()[0]
+        assert s.attributes["gen_ai.response.id"].startswith(("chatcmpl-", "cmpl-"))
+        stages = {k.name: k for k in spans if k.parent_id == s.span_id}
+        assert set(stages) == {"queue", "prefill", "decode"}
+        assert s.start_ns <= stages["queue"].start_ns <= stages["prefill"].start_ns <= stages["decode"].end_ns
+        assert stages["decode"].end_ns <= s.end_ns
+    alone = [s for s in spans if s.name == "chat tiny-llama" and s.parent_id == ""]
+    assert len(alone) == 1 and alone[0].trace_id != CALLER_TRACE

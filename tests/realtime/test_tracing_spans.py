@@ -13,8 +13,9 @@ from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
 from gateway.core.config import TracingConfig
+from gateway.core.telemetry import Tracing
 from gateway.realtime.response_ending import ResponseEnding
-from gateway.realtime.tracing import Tracing, finish_reason, tracing_attributes
+from gateway.realtime.tracing import SessionTrace, finish_reason, tracing_attributes
 from gateway.realtime.turnlatency import TurnTimer
 from testkit.live_server import free_port
 
@@ -43,7 +44,7 @@ def ev(kind: str, **fields: object) -> dict[str, object]:
 def test_an_mcp_call_and_an_image_are_spans_of_their_response_and_session(traced):
     tracing, memory = traced()
     options = {"workflow_name": "support", "metadata": {"tier": "gold"}}
-    trace = tracing.session("sess_abc", lambda: options, 1.0)
+    trace = SessionTrace(tracing, "sess_abc", lambda: options, 1.0)
     timer = TurnTimer()
     trace.image(1.1, 1.3, 2)
     call = {"id": "mcp_1", "type": "mcp_call", "name": "lookup"}
@@ -77,7 +78,7 @@ def test_an_mcp_call_and_an_image_are_spans_of_their_response_and_session(traced
 def test_transcripts_are_recorded_only_when_content_capture_is_on(traced):
     for capture in (False, True):
         tracing, memory = traced(capture)
-        trace = tracing.session("sess_x", lambda: "auto", 0.0)
+        trace = SessionTrace(tracing, "sess_x", lambda: "auto", 0.0)
         timer = TurnTimer()
         sent = [
             (0.1, [ev("input_audio_buffer.speech_started", item_id="item_1", audio_start_ms=0)]),
@@ -106,7 +107,7 @@ def test_session_tracing_becomes_bounded_string_attributes():
 
 def test_a_turn_no_response_answers_is_drawn_alone_and_a_failed_one_is_an_error(traced):
     tracing, memory = traced()
-    trace = tracing.session("sess_t", lambda: None, 0.0)
+    trace = SessionTrace(tracing, "sess_t", lambda: None, 0.0)
     timer = TurnTimer()
     sent = [
         (0.1, [ev("input_audio_buffer.speech_started", item_id="item_1", audio_start_ms=0)]),
@@ -141,7 +142,7 @@ def test_a_turn_no_response_answers_is_drawn_alone_and_a_failed_one_is_an_error(
 
 def test_a_response_that_only_calls_a_function_is_drawn_with_its_model_stages(traced):
     tracing, memory = traced()
-    trace = tracing.session("sess_f", lambda: None, 0.0)
+    trace = SessionTrace(tracing, "sess_f", lambda: None, 0.0)
     timer = TurnTimer()
     for now, events in [
         (1.0, [ev("response.created", response={"id": "resp_f"})]),
