@@ -211,3 +211,30 @@ async def test_a_callers_traceparent_parents_the_session_and_each_http_completio
         assert stages["decode"].end_ns <= s.end_ns
     alone = [s for s in spans if s.name == "chat tiny-llama" and s.parent_id == ""]
     assert len(alone) == 1 and alone[0].trace_id != CALLER_TRACE
+
+
+@requires_espeak
+async def test_a_transcription_sessions_turns_are_traced_with_no_response(tiny_backend, server_factory, fast_export):
+    with OtlpReceiver() as rx:
+        with server_factory(tiny_backend, **traced(rx.endpoint)) as addr:
+            c = await RealtimeClient.connect(addr, query="intent=transcription")
+            await c.until("session.created")
+            said = [speak("Please open the kitchen window."), speak("My favorite color is blue.")]
+            await stream(c, pcm24(np.concatenate([silence(0.3), said[0], silence(1.5), said[1], silence(1.5)])))
+            for _ in said:
+                await c.until("conversation.item.input_audio_transcription.completed")
+            first = await asyncio.to_thread(rx.wait_for, "turn")  # drawn once the next turn was transcribed
+            await c.close()
+            turns = await asyncio.to_thread(rx.wait_for, "turn", count=2)  # the last: when the session ended
+            (session,) = await asyncio.to_thread(rx.wait_for, "session")
+        await flushed(addr)
+    spans = rx.spans
+    assert len(first) == 1 and not any(s.name.startswith("chat") for s in spans)
+    for turn in turns:
+        assert turn.parent_id == session.span_id
+        stages = {s.name: s for s in children(spans, turn)}
+        assert {"vad turn", "transcription", "whisper pass"} <= set(stages)
+        assert turn.start_ns == stages["vad turn"].start_ns < stages["transcription"].end_ns <= turn.end_ns
+    # the one drawn first is the first spoken (audio sent faster than real time: the turns overlap in wall time)
+    early, late = sorted(turns, key=lambda s: s.start_ns)
+    assert first[0].span_id == early.span_id and early.end_ns < late.end_ns
