@@ -15,7 +15,6 @@ import contextlib
 import logging
 import secrets
 from collections.abc import Callable, Coroutine, Mapping
-from dataclasses import replace
 from typing import Any
 
 from models import constrain, toolcalls
@@ -233,14 +232,7 @@ class LiveSession:
             if pending.cancelled or self.handles.get(rid) is not pending:
                 return
             self.timing.submitted(rid)  # before the job exists: the engine may start it before submit returns
-            job = svc.decode_job(
-                self.state,
-                messages,
-                action.sampling,
-                replace(action.scheduler, tool_intercept=toolcalls.TOOL_TAGS),
-                prompt,
-                constraint,
-            )
+            job = svc.decode_job(self.state, messages, action.sampling, action.scheduler, prompt, constraint)
             self.handles[rid] = svc.engine.submit(job, AsyncSink(asyncio.get_running_loop(), self.model_q, rid))
             self.filters[rid] = ResponseFilter(svc.filters, self.session.id, rid)
         except ContextOverflow as exc:

@@ -81,7 +81,9 @@ def plan(
     if "audio" in modalities:  # spoken with its transcript, or as text where no voice is loaded
         modalities = ["audio"] if s.defaults.speech is not None else ["text"]
     try:
-        sched = scheduler_config(s.defaults.scheduler, o.scheduler, opts.scheduler, spoken=modalities == ["audio"])
+        # the model's tool-call markup never reaches the text: a reply prepared unseen is planned here too
+        layers = (s.defaults.scheduler, o.scheduler, opts.scheduler)
+        sched = scheduler_config(*layers, spoken=modalities == ["audio"], tool_intercept=toolcalls.TOOL_TAGS)
     except ValueError as exc:  # values the schema could not rule out (the session's or the response's)
         return s.error("invalid_value", str(exc), ev.event_id)
     where = "response" if opts.tools is not None or opts.tool_choice is not None else "session"

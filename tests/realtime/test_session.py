@@ -7,6 +7,7 @@ import itertools
 from gateway.realtime import protocol as p
 from gateway.realtime.actions import CancelResponse, StartResponse
 from gateway.realtime.session import Session, SessionDefaults
+from models import toolcalls
 
 
 def make() -> Session:
@@ -174,6 +175,8 @@ def test_preview_response_is_the_generation_the_committed_turn_asks_for():
         preview.output_modalities,
     )
     assert start.response_id != preview.response_id and seq_before == 1
+    # a reply prepared unseen hides the model's tool-call markup as the response it becomes does
+    assert preview.scheduler.tool_intercept == start.scheduler.tool_intercept == toolcalls.TOOL_TAGS
 
 
 def test_no_preview_while_a_response_runs_or_an_item_is_pending():
