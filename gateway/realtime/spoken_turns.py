@@ -323,7 +323,8 @@ class SpokenTurns:
         return replace(a, respond=False, speculation=None)
 
     def _completed(self, spoken: SpokenTurn, a: TurnCompleted) -> None:
-        item_id, seconds = spoken.item_id, seconds_of(spoken.audio)
+        # usage: the audio this turn added (a reopened turn's lead was reported with the turn it continues)
+        item_id, seconds = spoken.item_id, max(seconds_of(spoken.audio) - seconds_of(spoken.lead), 0.0)
         if a.transcript is None:
             self.send(self.session.handle(i.TranscriptFailed(item_id, "transcription_failed", NOT_HEARD)))
         else:

@@ -55,6 +55,10 @@ async def test_speech_before_the_reply_is_heard_continues_the_turn(server_factor
         whole = await c.until("conversation.item.input_audio_transcription.completed")
         text = whole["transcript"].lower()
         assert "table" in text and "two people" in text, text  # one turn, the whole sentence
+        # each second of speech is counted once: the continued turn's audio goes with the first transcript
+        streamed = (len(np.concatenate([silence(0.3), speak(FIRST), silence(0.8), speak(REST), silence(1.2)]))) / 16_000
+        said = first["usage"]["seconds"] + whole["usage"]["seconds"]
+        assert 0 < whole["usage"]["seconds"] and said <= streamed, (first["usage"], whole["usage"], streamed)
         await c.until("response.created")  # answered once, for the whole sentence
         kinds = [e["type"] for e in c.events]
         assert kinds.count("input_audio_buffer.speech_stopped") == 2
