@@ -29,6 +29,8 @@ from typing import Any
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
+GREEDY = {"temperature": 0.0}  # both systems write the same tokens: the comparison is of speed alone
+
 from bench.batch import WORKLOAD_TEXT, config_overrides, pct, workload  # noqa: E402
 from bench.common import machine, markdown_table, write  # noqa: E402
 
@@ -58,7 +60,9 @@ def one_round(so: Any, prompts: list[str], tokens: int, drafting: bool) -> dict[
     for q in prompts:
         ids = svc.backend.chat_tokens([{"role": "user", "content": q}])
         spec = svc.drafting() if drafting else (None, None)
-        job = DecodeJob(svc.backend, svc.backend.new_state(), ids, svc.sampling(0.0, max_tokens=tokens), sched, *spec)
+        job = DecodeJob(
+            svc.backend, svc.backend.new_state(), ids, svc.sampling(GREEDY, max_tokens=tokens), sched, *spec
+        )
         jobs.append(job)
         svc.engine.submit(job, sink)
     if not done.wait(600):

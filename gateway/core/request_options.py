@@ -141,6 +141,8 @@ def sampling_params(
     A layer is an object whose attributes are the request keys, or a mapping of them."""
     kw: dict[str, Any] = {}
     for layer in layers:
+        if isinstance(layer, (int, float, str, bytes)):  # a bare value would read as "nothing set"
+            raise TypeError(f"a sampling layer is a request or a mapping of its keys, not {type(layer).__name__}")
         for key in SAMPLING_KEYS:
             if isinstance(layer, Mapping):
                 value = layer.get(key)

@@ -102,3 +102,8 @@ def test_the_servers_sampling_defaults_are_the_card_under_the_session_config(ove
     d = services(**overrides).sampling_defaults
     assert (d.temperature, d.top_p, d.top_k, d.max_tokens) == (expected, 0.9, 40, 512)
     assert services().sampling({"temperature": 0.0}, max_tokens=9999).max_tokens == 512  # never over the cap
+
+
+def test_a_bare_value_is_refused_as_a_sampling_layer_not_read_as_nothing_set():
+    with pytest.raises(TypeError, match="float"):
+        services().sampling(0.0)  # meant as a temperature: it would have sampled at the default
