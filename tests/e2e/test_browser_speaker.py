@@ -34,6 +34,17 @@ def speaker_on(page: Any, rec: Recorder) -> None:
     assert updated[-1]["session"]["output_modalities"] == ["audio"]
 
 
+def long_replies(page: Any, rec: Recorder) -> None:
+    """The tiny random model's replies run to their token cap: it never samples the tokenizer's end
+    tokens (<|endoftext|>, <|im_start|>, <|im_end|>), so a reply is always many words long and there
+    is speech left unheard to stop."""
+    before = len(rec.received_of("session.updated"))
+    bias = {"0": -100, "1": -100, "2": -100}
+    page.evaluate(f"b => {VOICE}.hooks.client().send({{type: 'session.update', session: {{logit_bias: b}}}})", bias)
+    updated = wait_for(page, lambda: rec.received_of("session.updated")[before:])
+    assert updated[-1]["session"]["logit_bias"] == {k: float(v) for k, v in bias.items()}
+
+
 def wait_played(page: Any, ms: int, timeout_ms: int = 120_000) -> None:
     page.wait_for_function(f"n => {VOICE}.speaker.report.played >= n", arg=ms * RATE // 1000, timeout=timeout_ms)
 
@@ -96,6 +107,7 @@ def test_speaker_plays_the_stream_and_stop_truncates_at_the_played_position(open
     with server_factory(tiny_backend, **{"audio.enabled": False, **SPOKEN_REPLY}) as addr:
         page, rec = open_page(addr)
         speaker_on(page, rec)
+        long_replies(page, rec)
         page.fill("#input", "Tell me a long story about the sea.")
         page.press("#input", "Enter")
         wait_played(page, 600)
@@ -121,6 +133,7 @@ def test_barge_in_stops_the_voice_and_truncates_what_was_played(open_page, tiny_
     with server_factory(tiny_backend, **SPOKEN_REPLY) as addr:
         page, rec = open_page(addr)
         speaker_on(page, rec)
+        long_replies(page, rec)
         page.fill("#input", "Tell me a long story about the sea.")
         page.press("#input", "Enter")
         wait_played(page, 300)
