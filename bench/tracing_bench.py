@@ -1,12 +1,13 @@
-"""What tracing costs: the same Realtime turns on two servers, traces off and on, side by side.
+"""What tracing costs: the same Realtime turns on three servers, traces off, off and on, side by side.
 
-Two ``stream-omni serve`` processes on the embedded default (SmolLM2 on llama.cpp, Whisper, the
-Piper voice), one with ``tracing.enabled`` exporting over OTLP/HTTP to a real receiver in this
-process (``testkit.otlp.OtlpReceiver``), take turns answering the same text prompts and then the same
-spoken questions, alternating which goes first each round, so load drift hits both alike. Per
-turn: the decode rate, the client's end-to-end time (text) or the server's turn latency less the
-VAD's window (voice); each process's CPU per turn over a leg. The differences are paired round by
-round, with a bootstrap interval. Targets: ≤ 2 % tokens/s and ≤ 5 ms a turn.
+Three ``stream-omni serve`` processes on the embedded default (SmolLM2 on llama.cpp, Whisper, the
+Piper voice): ``off``, ``control`` (identical: what two untraced processes differ by) and ``on``,
+exporting over OTLP/HTTP to a real receiver in this process (``testkit.otlp.OtlpReceiver``), take
+turns answering the same text prompts and then the same spoken questions, the order rotating each
+round, so load drift hits all alike. Per turn: the decode rate, the client's end-to-end time (text)
+or the server's turn latency less the VAD's window (voice); each process's CPU per turn over a leg.
+The differences are paired round by round, with a bootstrap interval. Targets: ≤ 2 % tokens/s and
+≤ 5 ms a turn.
 
     python -m bench.tracing_bench [--rounds 30] [--tokens 64] [--voice-rounds 20] [--name tracing]
     python -m bench.tracing_bench --loop-only     (the event loop's cost per turn alone, in process)
@@ -167,37 +168,40 @@ def loop_cost(endpoint: str, turns: int = 300, deltas: int = 48) -> dict[str, fl
             out.append([{"type": "response.output_audio_transcript.delta", "response_id": rid, "delta": "w"}])
         return out
 
+    def turn(timer: TurnTimer, trace: SessionTrace | None, i: int) -> None:
+        """Turn ``i``'s events as a session sends them, then (traced) its TTS chunks and its spans drawn."""
+        rid, t0 = f"resp_{i}", time.perf_counter()
+        for batch in events(i):
+            now = time.perf_counter()
+            timer.observe(batch, now, 1000, 500)
+            if trace is not None:
+                trace.observe(batch, now)
+        timed = timer.finish(rid, metrics)
+        if trace is not None:
+            for k in range(4):
+                trace.tts_chunk(rid, k, t0, t0 + 0.01, 40)
+            trace.response(rid, ResponseEnding.completed({}, metrics), timed, time.perf_counter())
+
     result = {}
     for traced in (False, True):
         timer, took = TurnTimer(), []
         trace = SessionTrace(tracing, "sess_bench", lambda: None, time.perf_counter()) if traced else None
         for i in range(turns):
-            batches = events(i)
             t0 = time.perf_counter()
-            for batch in batches:
-                now = time.perf_counter()
-                timer.observe(batch, now, 1000, 500)
-                if trace is not None:
-                    trace.observe(batch, now)
-            timed = timer.finish(f"resp_{i}", metrics)
-            if trace is not None:
-                for k in range(4):
-                    trace.tts_chunk(f"resp_{i}", k, t0, t0 + 0.01, 40)
-                trace.response(f"resp_{i}", ResponseEnding.completed({}, metrics), timed, time.perf_counter())
+            turn(timer, trace, i)
             took.append((time.perf_counter() - t0) * 1e6)
         result["traced_us" if traced else "untraced_us"] = median(took)
-    result.update(export_cost(tracing, events, metrics, endpoint))
+
+    def one() -> None:  # a turn of its own session, for the export thread's cost
+        turn(TurnTimer(), SessionTrace(tracing, "sess_export", lambda: None, time.perf_counter()), 0)
+
+    result.update(export_cost(tracing, one, endpoint))
     tracing.close()
     return result
 
 
 def export_cost(
-    tracing: Any,
-    events: Callable[[int], list[list[dict[str, Any]]]],
-    metrics: dict[str, Any],
-    endpoint: str,
-    tries: int = 50,
-    per_batch: int = 20,
+    tracing: Any, one_turn: Callable[[], None], endpoint: str, tries: int = 50, per_batch: int = 20
 ) -> dict[str, float]:
     """What the export thread spends on one voice turn's spans (protobuf, then a POST to the receiver):
     CPU the loop's thread competes with for the interpreter, off the loop itself. The spans of
@@ -206,23 +210,9 @@ def export_cost(
     from opentelemetry.sdk.trace.export import SimpleSpanProcessor
     from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
-    from gateway.realtime.response_ending import ResponseEnding
-    from gateway.realtime.tracing import SessionTrace
-    from gateway.realtime.turnlatency import TurnTimer
-
     memory = InMemorySpanExporter()
     tracing.provider.add_span_processor(SimpleSpanProcessor(memory))
-    timer, trace, now = (
-        TurnTimer(),
-        SessionTrace(tracing, "sess_export", lambda: None, time.perf_counter()),
-        time.perf_counter(),
-    )
-    for batch in events(0):
-        timer.observe(batch, now, 1000, 500)
-        trace.observe(batch, now)
-    for k in range(4):
-        trace.tts_chunk("resp_0", k, now, now + 0.01, 40)
-    trace.response("resp_0", ResponseEnding.completed({}, metrics), timer.finish("resp_0", metrics), now)
+    one_turn()  # its spans, caught as they end (the session span stays open: it is not a turn's)
     spans = memory.get_finished_spans()
     exporter = OTLPSpanExporter(endpoint=endpoint)
     cpu, wall = [], []

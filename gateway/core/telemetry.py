@@ -91,7 +91,19 @@ class Tracing:
         (``operation``: ``chat`` or ``text_completion``), with its model stages, under ``parent``."""
         now = time.perf_counter()
         submitted = now - float(m.get("e2e_s") or 0.0)
-        attrs = {
+        attrs = self.response_attributes(operation, response_id, finish, m)
+        span = self.start(f"{operation} {self.model}", parent, submitted, attrs)
+        if error is not None:
+            self.failed(span, error)
+        if "e2e_s" in m:
+            self.model_stages(self.api.set_span_in_context(span, parent), submitted, submitted, m, now)
+        span.end(end_time=self.ns(now))
+
+    def response_attributes(
+        self, operation: str, response_id: str, finish: str, m: Mapping[str, Any]
+    ) -> dict[str, Any]:
+        """A response span's GenAI attributes: what was asked of which model, how it ended, its tokens."""
+        return {
             "gen_ai.operation.name": operation,
             "gen_ai.provider.name": PROVIDER,
             "gen_ai.request.model": self.model,
@@ -99,12 +111,6 @@ class Tracing:
             "gen_ai.response.finish_reasons": (finish,),
             **usage_attributes(m),
         }
-        span = self.start(f"{operation} {self.model}", parent, submitted, attrs)
-        if error is not None:
-            self.failed(span, error)
-        if "e2e_s" in m:
-            self.model_stages(self.api.set_span_in_context(span, parent), submitted, submitted, m, now)
-        span.end(end_time=self.ns(now))
 
     def close(self) -> threading.Thread:
         """Flush and stop the exporter on a thread of its own (returned): a collector that does not

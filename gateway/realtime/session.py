@@ -97,7 +97,7 @@ class Session(ResponseFlow, SpeechOutput, McpOutput, ItemEvents):
         self._held: p.ResponseCreate | None = None  # a response.create waiting for them
         self.dropped: set[str] = set()  # items truncated out of the model's context (still in the client's view)
         self.token_counts: dict[str, tuple[str, int]] = {}  # item id → (its text, its tokens), for truncation
-        # (response id, status, metrics) → the metrics response.done carries (the shell adds turn_latency)
+        # (response id, its ending) → the metrics response.done carries (the shell adds turn_latency)
         self.finish_hook: Callable[[str, ResponseEnding], dict[str, Any] | None] | None = None
         self.limiter: BoundLimits | None = None  # its key's response and token budgets (gateway.core.keylimits)
         self.locked: frozenset[str] = frozenset()  # session fields an ek_ key fixed (gateway.realtime.fixed_fields)

@@ -20,7 +20,7 @@ import json
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
-from ..core.telemetry import PROVIDER, Tracing, usage_attributes
+from ..core.telemetry import PROVIDER, Tracing
 
 if TYPE_CHECKING:
     from .response_ending import ResponseEnding
@@ -137,20 +137,14 @@ class SessionTrace:
         marks, lat = timed
         turn = self._turn(marks.spoken)
         parent = self._ctx if turn is None else self._trace.set_span_in_context(turn)
-        metrics = ending.metrics
-        m = metrics or {}
+        m = ending.metrics or {}
         latency = {} if lat is None else {f"stream_omni.latency.{k}": v for k, v in lat.wire().items() if v is not None}
         attrs = {
-            "gen_ai.operation.name": "chat",
-            "gen_ai.provider.name": PROVIDER,
-            "gen_ai.request.model": self.t.model,
+            **self.t.response_attributes("chat", rid, finish_reason(ending), m),
             "gen_ai.conversation.id": self.conversation_id,
-            "gen_ai.response.id": rid,
-            "gen_ai.response.finish_reasons": (finish_reason(ending),),
             "stream_omni.response.status": ending.status,
             **latency,
             **tracing_attributes(self.options()),
-            **usage_attributes(m),
         }
         resp = self.t.start(f"chat {self.t.model}", parent, marks.created_at, attrs)
         if ending.status == "failed":

@@ -114,14 +114,13 @@ class TurnTimer:
                 if audio_now_ms is not None:
                     t.settle_ms = float(max(audio_now_ms - int(ev.get("audio_end_ms", audio_now_ms)), 0) + silence_ms)
             elif kind == _TRANSCRIBED:
-                t = self.turns.pop(ev["item_id"]) if ev["item_id"] in self.turns else VoiceMarks(ev["item_id"])
-                t.transcribed_at = now
+                t = self._ended(ev["item_id"], now)
                 if self._answered is not None:  # no response claimed the one before: it stays unanswered
                     self._unanswered.append(self._answered)
                 self._answered = t
             elif kind == _UNHEARD:
-                t = self.turns.pop(ev["item_id"]) if ev["item_id"] in self.turns else VoiceMarks(ev["item_id"])
-                t.transcribed_at, t.failed = now, True
+                t = self._ended(ev["item_id"], now)
+                t.failed = True
                 self._unanswered.append(t)
             elif kind == _CREATED:
                 rid = ev["response"]["id"]
@@ -131,6 +130,12 @@ class TurnTimer:
                 r = self.responses.get(ev["response"]["id"])
                 if r is not None:
                     r.done_at = now
+
+    def _ended(self, item_id: str, now: float) -> VoiceMarks:
+        """``item_id``'s turn leaves the open ones: its transcription ended (or failed) ``now``."""
+        t = self.turns.pop(item_id, None) or VoiceMarks(item_id)
+        t.transcribed_at = now
+        return t
 
     def whisper_pass(self, item_id: str, kind: str, start: float, end: float) -> None:
         """A Whisper pass over ``item_id``'s audio ran from ``start`` to ``end`` (queued → text)."""
